@@ -1,0 +1,32 @@
+package main
+
+import (
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// newRootCmd wires every subcommand. Each subcommand lives in its own
+// cmd_*.go file and is constructed here; commands hold no scheduling logic.
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "replan",
+		Short:         "Plan-aware, network-aware scheduler for bare-metal GPU training clusters",
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	for _, add := range []func(io.Writer, io.Writer) *cobra.Command{
+		newPlanCmd,
+		newPerfCmd,
+		newDemoCmd,
+	} {
+		root.AddCommand(add(stdout, stderr))
+	}
+	return root
+}
