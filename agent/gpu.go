@@ -1,0 +1,110 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNoNVML reports that NVML is not available: the binary was built without
+// the "nvml" tag, the library is missing, or nvml.Init failed (no GPU or no
+// driver). The agent keeps working for CPU-only jobs when it sees it.
+var ErrNoNVML = errors.New("no NVML")
+
+// GPU is one GPU's state at one sample.
+type GPU struct {
+	Index            int          `json:"index"`
+	UUID             string       `json:"uuid"`
+	Name             string       `json:"name"`
+	MemoryUsedBytes  uint64       `json:"memory_used_bytes"`
+	MemoryTotalBytes uint64       `json:"memory_total_bytes"`
+	UtilizationPct   uint32       `json:"utilization_pct"`
+	TemperatureC     uint32       `json:"temperature_c"`
+	PowerW           float64      `json:"power_w"`
+	Processes        []GPUProcess `json:"processes"`
+	// NVLinks holds the state of each NVLink of this GPU (empty when the GPU
+	// has none or NVML does not report them).
+	NVLinks []NVLink `json:"nvlinks"`
+	// Peers describes how this GPU reaches every other GPU of the server.
+	Peers []PeerLink `json:"peers"`
+}
+
+// GPUProcess is a process holding memory on a GPU.
+type GPUProcess struct {
+	PID             uint32 `json:"pid"`
+	UsedMemoryBytes uint64 `json:"used_memory_bytes"`
+}
+
+// NVLink is the state of one NVLink of a GPU.
+type NVLink struct {
+	Link   int  `json:"link"`
+	Active bool `json:"active"`
+	// Peer is the index of the GPU at the other end, -1 when unknown or when
+	// the link goes to an NVSwitch.
+	Peer int `json:"peer"`
+}
+
+// Topology levels between two GPUs, nearest first. They follow
+// `nvidia-smi topo -m`.
+const (
+	LevelNVLink     = "NVLINK" // connected by NVLink (directly or via NVSwitch)
+	LevelPIX        = "PIX"    // same PCIe switch
+	LevelPXB        = "PXB"    // several PCIe switches
+	LevelPHB        = "PHB"    // same PCIe host bridge
+	LevelNode       = "NODE"   // same NUMA node
+	LevelSys        = "SYS"    // across NUMA nodes (SMP interconnect)
+	LevelUnknownTop = "UNKNOWN"
+)
+
+// PeerLink is how a GPU reaches one peer GPU.
+type PeerLink struct {
+	Peer int `json:"peer"`
+	// Level is one of the Level* constants.
+	Level string `json:"level"`
+	// NVLinks counts the active NVLinks between the two (0 for PCIe peers).
+	NVLinks int `json:"nvlinks"`
+	// P2P reports whether peer-to-peer access is possible.
+	P2P bool `json:"p2p"`
+}
+
+// Health event kinds.
+const (
+	HealthXid    = "xid"
+	HealthECCSBE = "ecc_single_bit"
+	HealthECCDBE = "ecc_double_bit"
+)
+
+// HealthEvent is one Xid or ECC event reported by a GPU.
+type HealthEvent struct {
+	Time     time.Time `json:"time"`
+	GPUIndex int       `json:"gpu_index"`
+	GPUUUID  string    `json:"gpu_uuid"`
+	Kind     string    `json:"kind"`
+	// Xid is the Xid code for Kind == "xid".
+	Xid uint64 `json:"xid,omitempty"`
+}
+
+// GPUBackend reads GPU state. Implementations: the NVML backend (build tag
+// "nvml") and FakeBackend.
+type GPUBackend interface {
+	// Name describes the backend, e.g. "nvml 550.54.15" or "fake 8xA800".
+	Name() string
+	// GPUs returns every GPU's current state, ordered by index.
+	GPUs(ctx context.Context) ([]GPU, error)
+	// HealthEvents returns the events that arrived since the last call
+	// without blocking; now stamps events the backend cannot time itself.
+	HealthEvents(ctx context.Context, now time.Time) ([]HealthEvent, error)
+	// Close releases the backend.
+	Close() error
+}
+
+// Clock tells the time. Tests inject a fake one; the agent uses SystemClock.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
