@@ -1,11 +1,86 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/replan/replan/dataset"
+	"github.com/replan/replan/perf"
 )
 
 func newPerfCmd(stdout, stderr io.Writer) *cobra.Command {
-	return &cobra.Command{Use: "perf", Short: "Fit, inspect and validate the performance model"}
+	cmd := &cobra.Command{
+		Use:   "perf",
+		Short: "Fit, inspect and validate the performance model",
+	}
+	cmd.AddCommand(newPerfValidateCmd(stdout), newPerfFitCmd(stdout), newPerfCurveCmd(stdout), newPerfBenchCmd(stdout))
+	return cmd
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newPerfValidateCmd(stdout io.Writer) *cobra.Command {
+	var dir, models string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "validate --data DIR [--models a,b] [--json]",
+		Short: "Fit on profiles plus a few measured rows, predict the rest, report the error",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return fmt.Errorf("validate: --data DIR is required (the layout of ../shared/data/morphling)")
+			}
+			var list []string
+			if models != "" {
+				list = strings.Split(models, ",")
+			}
+			rep, err := dataset.Validate(cmd.Context(), dir, list, perf.A800)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(stdout, rep)
+			}
+			return printValidate(stdout, rep)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "data", "", "data directory (profile/, placements/)")
+	cmd.Flags().StringVar(&models, "models", "", "comma-separated models (default: all with a profile and a placements table)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printValidate(w io.Writer, rep dataset.Report) error {
+	fmt.Fprintf(w, "protocol: %s\n\n", rep.Protocol)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tPLAN FAMILY\tROWS\tAVG ERR %\tMAX ERR %")
+	for _, m := range rep.Models {
+		fmt.Fprintf(tw, "%s\t(all)\t%d\t%.2f\t%.2f\n", m.Model, m.Rows, m.AvgErrPct, m.MaxErrPct)
+		for _, p := range m.Plans {
+			fmt.Fprintf(tw, "\t%s\t%d\t%.2f\t%.2f\n", p.Plan, p.Rows, p.AvgErrPct, p.MaxErrPct)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, m := range rep.Models {
+		fmt.Fprintf(w, "\n%s: fitted on %d samples (%d offload, rmsle %.3f) incl. rows %s\n", m.Model, m.Fit.Samples, m.Fit.OffloadSamples, m.Fit.RMSLE, strings.Join(m.FitRows, " "))
+		fmt.Fprintf(w, "  worst: %s\n", m.Worst)
+		for _, n := range m.Notes {
+			fmt.Fprintf(w, "  note: %s\n", n)
+		}
+	}
+	for _, s := range rep.Skipped {
+		fmt.Fprintf(w, "skipped %s\n", s)
+	}
+	return nil
 }

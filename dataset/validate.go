@@ -1,0 +1,293 @@
+package dataset
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/replan/replan/perf"
+)
+
+// Protocol describes how Validate splits the data into fitting and held-out
+// rows. It is printed with every report.
+const Protocol = `fit on the model's profile samples plus at most 7 placements rows, predict every other placements row (iter_time 0 rows skipped). ` +
+	`Fit rows are chosen before any prediction by a fixed rule: rows are grouped by plan family, families ordered by size (largest first, then name), ` +
+	`rows in a family ordered by (GPUs, servers, placement, exec_plan); families are visited round-robin and each gives its next row in spread order ` +
+	`(middle, first, last, quarter, three-quarter, ...) until 7 rows are taken. ` +
+	`A profile whose parameter count is more than 25% away from the model's (llama30b's profile is llama7b's) is used only for the forward profile, scaled by the parameter ratio.`
+
+// MaxFitRows is the number of placements rows Validate may fit on.
+const MaxFitRows = 7
+
+// FamilyReport is the error of one plan family of one model.
+type FamilyReport struct {
+	Plan      string  `json:"plan"`
+	Rows      int     `json:"rows"`
+	AvgErrPct float64 `json:"avg_err_pct"`
+	MaxErrPct float64 `json:"max_err_pct"`
+}
+
+// ModelReport is the error of one model over its held-out rows.
+type ModelReport struct {
+	Model     string         `json:"model"`
+	Profile   string         `json:"profile"`
+	Rows      int            `json:"rows"`
+	AvgErrPct float64        `json:"avg_err_pct"`
+	MaxErrPct float64        `json:"max_err_pct"`
+	Plans     []FamilyReport `json:"plans"`
+	FitRows   []string       `json:"fit_rows"` // "exec_plan@placement"
+	Fit       perf.FitStats  `json:"fit"`
+	Params    perf.Params    `json:"params"`
+	Forward   perf.Forward   `json:"forward"`
+	Notes     []string       `json:"notes,omitempty"`
+	Worst     string         `json:"worst"` // the row with the maximum error
+}
+
+// Report is the result of Validate.
+type Report struct {
+	Protocol string        `json:"protocol"`
+	Models   []ModelReport `json:"models"`
+	Skipped  []string      `json:"skipped,omitempty"`
+}
+
+var bszSuffix = regexp.MustCompile(`^(.*)_bsz(\d+)$`)
+
+// profileFor maps a placements table name to the profile and architecture
+// it is served from: llama7 → llama7b, llama7b_bsz16 → llama7b with a
+// global batch of 16.
+func profileFor(name string, profiles []string) (profile string, arch perf.Arch, ok bool) {
+	base, batch := name, 0
+	if m := bszSuffix.FindStringSubmatch(name); m != nil {
+		base = m[1]
+		batch, _ = strconv.Atoi(m[2])
+	}
+	canon := perf.CanonicalName(base)
+	a, found := perf.Builtin(canon)
+	if !found {
+		return "", perf.Arch{}, false
+	}
+	if batch > 0 {
+		a.GlobalBatch = batch
+	}
+	for _, p := range []string{canon, base} {
+		if slices.Contains(profiles, p) {
+			return p, a, true
+		}
+	}
+	return "", perf.Arch{}, false
+}
+
+type heldRow struct {
+	row    PlacementRow
+	family string
+	sample perf.Sample
+}
+
+// Validate fits and predicts every model of dir that has both a profile and
+// a placements table, restricted to models when non-empty (names as in the
+// placements directory or their profile names).
+func Validate(ctx context.Context, dir string, models []string, env perf.Env) (Report, error) {
+	rep := Report{Protocol: Protocol}
+	profiles, tables, err := ListDir(dir)
+	if err != nil {
+		return rep, err
+	}
+	for _, name := range tables {
+		prof, arch, ok := profileFor(name, profiles)
+		if len(models) > 0 && !slices.Contains(models, name) && !(ok && slices.Contains(models, prof)) {
+			continue
+		}
+		if !ok {
+			rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: no profile to fit from", name))
+			continue
+		}
+		mr, err := validateModel(ctx, dir, name, prof, arch, env)
+		if err != nil {
+			return rep, fmt.Errorf("validate %s: %w", name, err)
+		}
+		rep.Models = append(rep.Models, mr)
+	}
+	if len(rep.Models) == 0 && len(models) > 0 {
+		return rep, fmt.Errorf("no model among %s has both a profile and a placements table in %s", strings.Join(models, ","), dir)
+	}
+	return rep, nil
+}
+
+func validateModel(ctx context.Context, dir, name, profName string, arch perf.Arch, env perf.Env) (ModelReport, error) {
+	mr := ModelReport{Model: name, Profile: profName}
+	prof, err := LoadProfile(ctx, dir, profName)
+	if err != nil {
+		return mr, err
+	}
+	rows, err := LoadPlacement(ctx, dir, name)
+	if err != nil {
+		return mr, err
+	}
+	profSamples := prof.Samples(arch)
+	fwd, err := perf.FitForward(arch, profSamples)
+	if err != nil {
+		return mr, err
+	}
+	var fitSamples []perf.Sample
+	ratio := arch.Params / prof.ParamCount()
+	if math.Abs(ratio-1) > 0.25 {
+		fwd.Alpha *= ratio
+		fwd.Beta *= ratio
+		mr.Notes = append(mr.Notes, fmt.Sprintf("profile %s has %.3g parameters, model has %.3g: profile used for the forward profile only, scaled ×%.2f", profName, prof.ParamCount(), arch.Params, ratio))
+	} else {
+		fitSamples = append(fitSamples, profSamples...)
+	}
+
+	var held []heldRow
+	skippedZero := 0
+	for _, r := range rows {
+		if r.IterS <= 0 {
+			skippedZero++
+			continue
+		}
+		p, err := PlanFromCode(r.ExecPlan, arch, r.Placement.GPUs())
+		if err != nil {
+			mr.Notes = append(mr.Notes, fmt.Sprintf("line %d skipped: %v", r.Line, err))
+			continue
+		}
+		cpus := float64(DefaultCPUThreads)
+		if r.CPUThreads > 0 {
+			cpus = float64(r.CPUThreads)
+		}
+		held = append(held, heldRow{row: r, family: PlanFamily(r.ExecPlan), sample: perf.Sample{
+			Plan: p, Resources: perf.Resources{Placement: r.Placement, CPUsPerGPU: cpus}, IterS: r.IterS}})
+	}
+	if skippedZero > 0 {
+		mr.Notes = append(mr.Notes, fmt.Sprintf("%d rows with iter_time 0 (did not run) skipped", skippedZero))
+	}
+	chosen := chooseFitRows(held, MaxFitRows)
+	for _, i := range chosen {
+		fitSamples = append(fitSamples, held[i].sample)
+		mr.FitRows = append(mr.FitRows, held[i].row.ExecPlan+"@"+held[i].row.Placement.String())
+	}
+	m := perf.Model{Arch: arch, Forward: fwd, Params: perf.DefaultParams, Env: env}
+	params, stats, err := perf.Fit(m, fitSamples, perf.FitOptions{})
+	if err != nil {
+		return mr, err
+	}
+	m.Params = params
+	mr.Params, mr.Fit, mr.Forward = params, stats, fwd
+
+	isFit := map[int]bool{}
+	for _, i := range chosen {
+		isFit[i] = true
+	}
+	fam := map[string]*FamilyReport{}
+	var sum float64
+	for i, h := range held {
+		if isFit[i] {
+			continue
+		}
+		b, err := m.Predict(h.sample.Plan, h.sample.Resources)
+		if err != nil {
+			return mr, fmt.Errorf("line %d: %w", h.row.Line, err)
+		}
+		e := 100 * math.Abs(b.Iter-h.row.IterS) / h.row.IterS
+		f := fam[h.family]
+		if f == nil {
+			f = &FamilyReport{Plan: h.family}
+			fam[h.family] = f
+		}
+		f.Rows++
+		f.AvgErrPct += e
+		f.MaxErrPct = math.Max(f.MaxErrPct, e)
+		mr.Rows++
+		sum += e
+		if e > mr.MaxErrPct {
+			mr.MaxErrPct = e
+			mr.Worst = fmt.Sprintf("%s@%s: measured %.3fs, predicted %.3fs", h.row.ExecPlan, h.row.Placement, h.row.IterS, b.Iter)
+		}
+	}
+	if mr.Rows > 0 {
+		mr.AvgErrPct = sum / float64(mr.Rows)
+	}
+	for _, f := range fam {
+		f.AvgErrPct /= float64(f.Rows)
+		mr.Plans = append(mr.Plans, *f)
+	}
+	sort.Slice(mr.Plans, func(i, j int) bool { return mr.Plans[i].Plan < mr.Plans[j].Plan })
+	return mr, nil
+}
+
+// chooseFitRows implements the selection rule of Protocol and returns
+// indexes into rows.
+func chooseFitRows(rows []heldRow, n int) []int {
+	byFam := map[string][]int{}
+	for i, r := range rows {
+		byFam[r.family] = append(byFam[r.family], i)
+	}
+	fams := make([]string, 0, len(byFam))
+	for f, idx := range byFam {
+		fams = append(fams, f)
+		sort.SliceStable(idx, func(a, b int) bool {
+			ra, rb := rows[idx[a]].row, rows[idx[b]].row
+			ka := fmt.Sprintf("%04d %04d %s %s", ra.Placement.GPUs(), ra.Placement.Servers(), ra.Placement, ra.ExecPlan)
+			kb := fmt.Sprintf("%04d %04d %s %s", rb.Placement.GPUs(), rb.Placement.Servers(), rb.Placement, rb.ExecPlan)
+			return ka < kb
+		})
+		order := spread(len(idx))
+		ordered := make([]int, len(order))
+		for k, o := range order {
+			ordered[k] = idx[o]
+		}
+		byFam[f] = ordered
+	}
+	sort.Slice(fams, func(a, b int) bool {
+		if len(byFam[fams[a]]) != len(byFam[fams[b]]) {
+			return len(byFam[fams[a]]) > len(byFam[fams[b]])
+		}
+		return fams[a] < fams[b]
+	})
+	var out []int
+	for round := 0; len(out) < n; round++ {
+		took := false
+		for _, f := range fams {
+			if round < len(byFam[f]) && len(out) < n {
+				out = append(out, byFam[f][round])
+				took = true
+			}
+		}
+		if !took {
+			break
+		}
+	}
+	return out
+}
+
+// spread orders 0..n-1 as middle, first, last, then midpoints of the gaps
+// left, so any prefix covers the range evenly.
+func spread(n int) []int {
+	if n <= 0 {
+		return nil
+	}
+	seen := make([]bool, n)
+	var out []int
+	add := func(i int) {
+		if i >= 0 && i < n && !seen[i] {
+			seen[i] = true
+			out = append(out, i)
+		}
+	}
+	add(n / 2)
+	add(0)
+	add(n - 1)
+	for den := 4; len(out) < n && den <= 4*n; den *= 2 {
+		for num := 1; num < den; num += 2 {
+			add(num * (n - 1) / den)
+		}
+	}
+	for i := 0; i < n; i++ {
+		add(i)
+	}
+	return out
+}

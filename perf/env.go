@@ -1,0 +1,106 @@
+package perf
+
+import "math"
+
+// Env is the hardware a plan runs on, as the performance model sees it.
+// Bandwidths are effective (what NCCL/PCIe transfers achieve, not the
+// nominal link rate) in GB/s (1e9 bytes per second).
+type Env struct {
+	GPUsPerServer int     `json:"gpus_per_server"`
+	GPUMemGB      float64 `json:"gpu_mem_gb"`      // usable HBM per GPU, GiB
+	HostMemGB     float64 `json:"host_mem_gb"`     // host memory per server, GiB
+	CPUsPerServer int     `json:"cpus_per_server"` // CPU cores per server
+	IntraGBps     float64 `json:"intra_gbps"`      // NVLink/NVSwitch collective bandwidth inside a server
+	NICs          int     `json:"nics"`            // RDMA NICs per server, each serving GPUsPerServer/NICs GPUs
+	NICGBps       float64 `json:"nic_gbps"`        // effective bandwidth of one NIC
+	SpineFactor   float64 `json:"spine_factor"`    // cross-rack share of the in-rack bandwidth (1 = non-blocking, 0.5 = 2:1 oversubscribed)
+	PCIeGBps      float64 `json:"pcie_gbps"`       // GPU<->host copy bandwidth (offload)
+}
+
+// A800 is the reference server of the Morphling data: 8 × A800 80 GB with
+// NVLink, 4 × 200 Gb/s RDMA NICs (one per two GPUs, 100 GB/s in all),
+// 96 cores, 1.6 TB RAM. The effective collective bandwidths are the ones
+// measured on that cluster by all-reduce over 8 GPUs in one server and over
+// one NIC between servers (see docs/perf.md for how they were obtained).
+var A800 = Env{
+	GPUsPerServer: 8,
+	GPUMemGB:      80,
+	HostMemGB:     1600,
+	CPUsPerServer: 96,
+	IntraGBps:     80,
+	NICs:          4,
+	NICGBps:       10.7,
+	SpineFactor:   1,
+	PCIeGBps:      20,
+}
+
+// Tier is how widely a placement spreads: one server, one rack, or racks.
+type Tier int
+
+// Tiers from narrowest to widest.
+const (
+	TierServer Tier = iota
+	TierRack
+	TierCrossRack
+)
+
+func (t Tier) String() string {
+	switch t {
+	case TierServer:
+		return "server"
+	case TierRack:
+		return "rack"
+	case TierCrossRack:
+		return "cross-rack"
+	}
+	return "unknown"
+}
+
+// Resources are what a plan runs on: GPUs per server, whether those servers
+// span racks, and CPU cores per GPU (for the offloaded optimizer).
+type Resources struct {
+	Placement  Placement `json:"placement"`
+	CrossRack  bool      `json:"cross_rack"`
+	CPUsPerGPU float64   `json:"cpus_per_gpu"`
+}
+
+// Tier reports the widest link the placement crosses.
+func (r Resources) Tier() Tier {
+	switch {
+	case r.Placement.Servers() <= 1:
+		return TierServer
+	case r.CrossRack:
+		return TierCrossRack
+	default:
+		return TierRack
+	}
+}
+
+// nodeGBps is the inter-server bandwidth of a server that has g GPUs of the
+// job: the NICs those GPUs sit behind, scaled down across racks.
+func (e Env) nodeGBps(g int, crossRack bool) float64 {
+	per := e.GPUsPerServer / max(e.NICs, 1)
+	if per < 1 {
+		per = 1
+	}
+	nics := min((g+per-1)/per, max(e.NICs, 1))
+	bw := float64(nics) * e.NICGBps
+	if crossRack && e.SpineFactor > 0 {
+		bw *= e.SpineFactor
+	}
+	return bw
+}
+
+// overlap is Morphling's f_k(x, y) = (x^k + y^k)^(1/k): x+y at k = 1,
+// max(x, y) as k grows. Computed scaled by the larger term so large k does
+// not overflow.
+func overlap(k, x, y float64) float64 {
+	m, s := x, y
+	if s > m {
+		m, s = s, m
+	}
+	if m <= 0 {
+		return 0
+	}
+	return m * math.Pow(1+math.Pow(s/m, k), 1/k)
+}

@@ -1,0 +1,235 @@
+package perf
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"gonum.org/v1/gonum/diff/fd"
+	"gonum.org/v1/gonum/optimize"
+)
+
+// Sample is one measured run: a plan on resources and its iteration time
+// (and, when the profiler gave it, the forward time of the iteration).
+type Sample struct {
+	Plan      Plan      `json:"plan"`
+	Resources Resources `json:"resources"`
+	IterS     float64   `json:"iter_s"`
+	FwdS      float64   `json:"fwd_s,omitempty"`
+}
+
+// Trust thresholds: a model is trusted for scheduling after this many
+// samples, this many of them with ZeRO-Offload (Morphling §A.3).
+const (
+	MinSamples        = 7
+	MinOffloadSamples = 3
+	// RefitThreshold is the relative error between a measured and a
+	// predicted iteration time above which the model is refitted online.
+	RefitThreshold = 0.10
+)
+
+// FitForward estimates a model type's forward profile from the samples that
+// carry a measured forward time and use neither TP nor PP. The forward of an
+// iteration with GA micro-batches of mb samples is GA·Alpha + Beta·GA·mb; the
+// two coefficients are fitted by least squares on relative error. Samples
+// more than 50% off the first fit are dropped once (profilers misreport:
+// the t5 profile has a forward time of 4 ms among 50-80 ms ones).
+func FitForward(a Arch, samples []Sample) (Forward, error) {
+	type row struct{ x0, x1, y float64 }
+	var rows []row
+	for _, s := range samples {
+		p := s.Plan
+		if s.FwdS <= 0 || p.TP != 1 || p.PP != 1 || p.DP < 1 || p.GA < 1 {
+			continue
+		}
+		perGPU := float64(a.GlobalBatch) / float64(p.DP)
+		// Profilers report the recomputed forward of checkpointing as part
+		// of the backward, so FwdS is a plain forward for every plan.
+		rows = append(rows, row{float64(p.GA), perGPU, s.FwdS})
+	}
+	if len(rows) == 0 {
+		return Forward{}, errors.New("fit forward: no sample with a measured forward time and TP = PP = 1")
+	}
+	solve := func(rs []row) Forward {
+		// weighted normal equations with weights 1/y²
+		var s00, s01, s11, t0, t1 float64
+		for _, r := range rs {
+			w := 1 / (r.y * r.y)
+			s00 += w * r.x0 * r.x0
+			s01 += w * r.x0 * r.x1
+			s11 += w * r.x1 * r.x1
+			t0 += w * r.x0 * r.y
+			t1 += w * r.x1 * r.y
+		}
+		det := s00*s11 - s01*s01
+		f := Forward{}
+		if len(rs) >= 2 && math.Abs(det) > 1e-12*s00*s11 {
+			f.Alpha = (t0*s11 - t1*s01) / det
+			f.Beta = (s00*t1 - s01*t0) / det
+		}
+		if f.Alpha < 0 || f.Beta <= 0 {
+			// fall back to a pure per-sample time
+			f = Forward{Beta: t1 / s11}
+		}
+		return f
+	}
+	f := solve(rows)
+	var kept []row
+	for _, r := range rows {
+		pred := r.x0*f.Alpha + r.x1*f.Beta
+		if math.Abs(pred-r.y)/r.y <= 0.5 {
+			kept = append(kept, r)
+		}
+	}
+	if len(kept) >= 2 && len(kept) < len(rows) {
+		f = solve(kept)
+	}
+	return f, nil
+}
+
+// FitStats describes a fit.
+type FitStats struct {
+	Samples        int     `json:"samples"`
+	OffloadSamples int     `json:"offload_samples"`
+	Trusted        bool    `json:"trusted"` // enough samples of the right kinds
+	RMSLE          float64 `json:"rmsle"`   // root mean squared log error on the samples
+	Starts         int     `json:"starts"`
+	Evaluations    int     `json:"evaluations"`
+}
+
+// FitOptions tunes Fit. The zero value is the documented default.
+type FitOptions struct {
+	Starts   int     // Nelder–Mead starts (default 6)
+	MaxEvals int     // function evaluations per start (default 1500)
+	Prior    float64 // weight pulling log-parameters to DefaultParams (default 1e-3)
+	Seed     uint64  // seed of the start perturbations (fixed: fits are reproducible)
+}
+
+// Fit estimates m's seven parameters from samples by minimising the squared
+// log error of the predicted iteration times, over log-parameters (so every
+// parameter stays positive): several Nelder–Mead starts, then a BFGS polish
+// with a finite-difference gradient from the best. A small prior keeps
+// parameters that no sample identifies at their defaults. m.Forward must be
+// set (FitForward); m.Params is the first start.
+func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
+	if o.Starts <= 0 {
+		o.Starts = 6
+	}
+	if o.MaxEvals <= 0 {
+		o.MaxEvals = 1500
+	}
+	if o.Prior == 0 {
+		o.Prior = 1e-3
+	}
+	st := FitStats{Samples: len(samples), Starts: o.Starts}
+	if len(samples) == 0 {
+		return Params{}, st, errors.New("fit: no samples")
+	}
+	shapes := make([]shape, len(samples))
+	logY := make([]float64, len(samples))
+	for i, s := range samples {
+		if s.IterS <= 0 || math.IsNaN(s.IterS) || math.IsInf(s.IterS, 0) {
+			return Params{}, st, fmt.Errorf("fit: sample %d: iteration time must be > 0, got %g", i, s.IterS)
+		}
+		sh, err := m.prepare(s.Plan, s.Resources)
+		if err != nil {
+			return Params{}, st, fmt.Errorf("fit: sample %d: %w", i, err)
+		}
+		shapes[i] = sh
+		logY[i] = math.Log(s.IterS)
+		if s.Plan.Offload {
+			st.OffloadSamples++
+		}
+	}
+	st.Trusted = st.Samples >= MinSamples && st.OffloadSamples >= MinOffloadSamples
+
+	prior := logVec(DefaultParams)
+	start := m.Params
+	if start == (Params{}) {
+		start = DefaultParams
+	}
+	n := float64(len(samples))
+	obj := func(x []float64) float64 {
+		st.Evaluations++
+		var v [NumParams]float64
+		for i := range v {
+			v[i] = math.Exp(x[i])
+		}
+		k := ParamsFromVector(v)
+		var sum float64
+		for i := range shapes {
+			it := shapes[i].eval(k).Iter
+			if !(it > 0) || math.IsInf(it, 0) {
+				return math.Inf(1)
+			}
+			d := math.Log(it) - logY[i]
+			sum += d * d
+		}
+		var reg float64
+		for i := range x {
+			d := x[i] - prior[i]
+			reg += d * d
+		}
+		return sum/n + o.Prior*reg
+	}
+
+	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
+	best := logVec(start)
+	bestF := obj(best[:])
+	for s := 0; s < o.Starts; s++ {
+		x0 := logVec(start)
+		if s > 0 {
+			for i := range x0 {
+				x0[i] += rng.NormFloat64() * 1.5
+			}
+		}
+		res, err := optimize.Minimize(optimize.Problem{Func: obj}, x0[:],
+			&optimize.Settings{FuncEvaluations: o.MaxEvals, Converger: &optimize.FunctionConverge{Absolute: 1e-10, Iterations: 200}},
+			&optimize.NelderMead{})
+		if err != nil && res == nil {
+			continue
+		}
+		if res.F < bestF {
+			bestF = res.F
+			copy(best[:], res.X)
+		}
+	}
+	grad := func(g, x []float64) {
+		fd.Gradient(g, obj, x, &fd.Settings{Formula: fd.Central, Step: 1e-5})
+	}
+	if res, err := optimize.Minimize(optimize.Problem{Func: obj, Grad: grad}, best[:],
+		&optimize.Settings{MajorIterations: 100, GradientThreshold: 1e-9}, &optimize.BFGS{}); res != nil && (err == nil || res.F < bestF) && res.F < bestF {
+		bestF = res.F
+		copy(best[:], res.X)
+	}
+	var v [NumParams]float64
+	for i := range v {
+		v[i] = math.Exp(best[i])
+	}
+	k := ParamsFromVector(v)
+	var sum float64
+	for i := range shapes {
+		d := math.Log(shapes[i].eval(k).Iter) - logY[i]
+		sum += d * d
+	}
+	st.RMSLE = math.Sqrt(sum / n)
+	return k, st, nil
+}
+
+func logVec(p Params) [NumParams]float64 {
+	v := p.Vector()
+	for i := range v {
+		v[i] = math.Log(math.Max(v[i], 1e-12))
+	}
+	return v
+}
+
+// NeedsRefit reports whether a measured iteration time differs from the
+// prediction by more than RefitThreshold.
+func NeedsRefit(predicted, measured float64) bool {
+	if measured <= 0 || predicted <= 0 {
+		return false
+	}
+	return math.Abs(predicted-measured)/measured > RefitThreshold
+}

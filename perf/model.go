@@ -1,0 +1,295 @@
+package perf
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Params are the seven fittable parameters of Morphling's iteration-time
+// model (Appendix A, Table 5).
+type Params struct {
+	KBwd    float64 `json:"k_bwd"`     // backward = k_bwd · forward
+	KSync   float64 `json:"k_sync"`    // overlap degree of backward and DP gradient sync
+	KOpt    float64 `json:"k_opt"`     // GPU optimizer seconds per 1e9 parameters on a GPU
+	KOptOff float64 `json:"k_opt_off"` // CPU optimizer seconds per 1e9 parameters per core (ZeRO-Offload)
+	KOff    float64 `json:"k_off"`     // overlap degree of DP sync and GPU<->host copies
+	KSwap   float64 `json:"k_swap"`    // overlap degree of the CPU step and the copies
+	KConst  float64 `json:"k_const"`   // constant per-iteration overhead, seconds
+}
+
+// NumParams is the number of fittable parameters.
+const NumParams = 7
+
+// ParamNames lists the parameters in vector order.
+var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_off", "k_swap", "k_const"}
+
+// Vector returns the parameters in ParamNames order.
+func (p Params) Vector() [NumParams]float64 {
+	return [NumParams]float64{p.KBwd, p.KSync, p.KOpt, p.KOptOff, p.KOff, p.KSwap, p.KConst}
+}
+
+// ParamsFromVector is the inverse of Vector.
+func ParamsFromVector(v [NumParams]float64) Params {
+	return Params{KBwd: v[0], KSync: v[1], KOpt: v[2], KOptOff: v[3], KOff: v[4], KSwap: v[5], KConst: v[6]}
+}
+
+// DefaultParams is the starting point of every fit and the prior the fit is
+// gently pulled towards when samples do not identify a parameter.
+var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01}
+
+// Forward is the profiled forward pass of a model type on one GPU: one
+// micro-batch of mb samples through the whole model takes Alpha + Beta·mb
+// seconds. Alpha is the per-micro-batch overhead (kernel launches, small
+// ops), Beta the time per sample. Tensor parallelism divides the Beta part,
+// pipeline stages divide both.
+type Forward struct {
+	Alpha float64 `json:"alpha_s"`
+	Beta  float64 `json:"beta_s_per_sample"`
+}
+
+// Model predicts iteration times for one model type.
+type Model struct {
+	Arch    Arch    `json:"arch"`
+	Forward Forward `json:"forward"`
+	Params  Params  `json:"params"`
+	Env     Env     `json:"env"`
+}
+
+// Breakdown is a predicted iteration split into the phases of Appendix A.
+// All times are seconds.
+type Breakdown struct {
+	Fwd    float64 `json:"fwd_s"`     // forward (all micro-batches, pipeline fill included)
+	Bwd    float64 `json:"bwd_s"`     // backward (recompute included)
+	CommDP float64 `json:"comm_dp_s"` // gradient synchronisation
+	CommTP float64 `json:"comm_tp_s"` // tensor-parallel activations
+	CommPP float64 `json:"comm_pp_s"` // pipeline boundaries
+	Gather float64 `json:"gather_s"`  // ZeRO parameter all-gather after the step
+	Opt    float64 `json:"opt_s"`     // optimizer step (GPU or CPU)
+	Off    float64 `json:"off_s"`     // GPU<->host copies (offload)
+	Tcc    float64 `json:"tcc_s"`     // compute and communication, overlapped
+	Too    float64 `json:"too_s"`     // optimizer and offload, overlapped
+	Iter   float64 `json:"iter_s"`    // whole iteration
+	// InterServer is the part of the iteration during which the job uses
+	// links between servers (its DP and PP traffic when they cross servers):
+	// what CASSINI's circles are made of.
+	InterServer float64 `json:"inter_server_s"`
+	Tier        Tier    `json:"tier"`
+}
+
+// Throughput is samples per second for a global batch of batch samples.
+func (b Breakdown) Throughput(batch int) float64 {
+	if b.Iter <= 0 {
+		return 0
+	}
+	return float64(batch) / b.Iter
+}
+
+const bytesPerParam16 = 2.0 // fp16/bf16 gradients and parameters on the wire
+
+// ErrPlanPlacement is returned when a plan's GPU count does not match the
+// placement it is priced on.
+var ErrPlanPlacement = errors.New("plan GPUs do not match placement")
+
+// Predict prices plan p on resources r. It needs only DP·TP·PP to equal the
+// placement's GPUs; validity rules are Check's job, so measured
+// configurations that break a rule can still be priced.
+func (m Model) Predict(p Plan, r Resources) (Breakdown, error) {
+	s, err := m.prepare(p, r)
+	if err != nil {
+		return Breakdown{}, err
+	}
+	out := s.eval(m.Params)
+	if math.IsNaN(out.Iter) || math.IsInf(out.Iter, 0) {
+		return Breakdown{}, fmt.Errorf("predict %s on %s: non-finite iteration time", p, r.Placement)
+	}
+	return out, nil
+}
+
+// shape holds everything about a (plan, resources) pair that does not depend
+// on the fittable parameters, so a fit evaluates thousands of parameter
+// vectors cheaply.
+type shape struct {
+	f1, ga, pp       float64 // forward of one micro-batch on one stage; GA; PP
+	ckpt, offload    bool
+	commDP, gather   float64
+	commTP, commPP   float64
+	shardG           float64 // billions of parameters the optimizer updates per GPU
+	cpus, off        float64
+	dpCross, ppCross bool
+	tier             Tier
+}
+
+func (m Model) prepare(p Plan, r Resources) (shape, error) {
+	pl := r.Placement
+	if p.GPUs() != pl.GPUs() || p.DP < 1 || p.TP < 1 || p.PP < 1 || p.GA < 1 {
+		return shape{}, fmt.Errorf("%w: %s on %s", ErrPlanPlacement, p, pl)
+	}
+	a, e := m.Arch, m.Env
+	d, t, pp := float64(p.DP), float64(p.TP), float64(p.PP)
+	ga := float64(p.GA)
+	b := float64(a.GlobalBatch)
+	mb := b / (d * ga) // samples per micro-batch (fractional for uneven data rows)
+	s := shape{ga: ga, pp: pp, ckpt: p.Ckpt, offload: p.Offload, tier: r.Tier()}
+	s.f1 = (m.Forward.Alpha + m.Forward.Beta*mb/t) / pp
+
+	// Communication volumes in bytes (Appendix A.1), per GPU.
+	psi := a.Params / (t * pp) // parameters of one TP·PP shard
+	var vDP, vGather float64
+	if p.DP > 1 {
+		frac := (d - 1) / d
+		switch {
+		case p.ZeRO == 0:
+			vDP = 2 * frac * psi * bytesPerParam16
+		case p.ZeRO == 1:
+			vDP = 2 * frac * psi * bytesPerParam16
+			vGather = frac * psi * bytesPerParam16
+		case p.ZeRO == 2:
+			vDP = frac * psi * bytesPerParam16 // reduce-scatter
+			vGather = frac * psi * bytesPerParam16
+		default: // ZeRO-3 gathers parameters in forward and backward
+			vDP = 3 * frac * psi * bytesPerParam16
+		}
+	}
+	hsl := float64(a.SeqLen) * float64(a.Hidden)
+	var vTP, vPP float64
+	if p.TP > 1 {
+		vTP = 8 * (t - 1) * b * hsl * float64(a.Layers) / (d * t) * bytesPerParam16
+	}
+	if p.PP > 1 {
+		vPP = 2 * pp * b * hsl / (d * t) * bytesPerParam16
+	}
+	dpGBps, dpCross, ppGBps, ppCross := m.linkBandwidths(p, r)
+	s.dpCross, s.ppCross = dpCross, ppCross
+	if vDP > 0 {
+		s.commDP = vDP / (dpGBps * 1e9)
+		s.gather = vGather / (dpGBps * 1e9)
+	}
+	if vTP > 0 {
+		s.commTP = vTP / (e.IntraGBps * 1e9)
+	}
+	if vPP > 0 {
+		s.commPP = vPP / (ppGBps * 1e9)
+	}
+	s.shardG = psi / 1e9
+	if p.ZeRO > 0 {
+		s.shardG /= d
+	}
+	if p.Offload {
+		s.cpus = r.CPUsPerGPU
+		if s.cpus <= 0 {
+			s.cpus = 1
+		}
+		s.off = 2 * bytesPerParam16 * psi / d / (e.PCIeGBps * 1e9) // grads down, params up
+	}
+	return s, nil
+}
+
+// eval applies Appendix A's combination rules with parameters k.
+func (s *shape) eval(k Params) Breakdown {
+	out := Breakdown{CommDP: s.commDP, Gather: s.gather, CommTP: s.commTP, CommPP: s.commPP, Tier: s.tier}
+	b1 := k.KBwd * s.f1
+	if s.ckpt {
+		b1 += s.f1 // recompute the forward
+	}
+	if s.pp == 1 {
+		out.Fwd = s.ga * s.f1
+		out.Bwd = s.ga * b1
+		out.Tcc = s.ga*s.f1 + (s.ga-1)*b1 + overlap(k.KSync, b1, s.commDP) + s.commTP
+	} else {
+		fill := s.ga + s.pp - 1
+		out.Fwd = s.f1 * fill
+		out.Bwd = b1 * fill
+		out.Tcc = out.Fwd + overlap(k.KSync, out.Bwd, s.commDP) + s.commTP + s.commPP
+	}
+	if s.offload {
+		out.Opt = k.KOptOff * s.shardG / s.cpus
+		out.Off = s.off
+		out.Too = overlap(k.KOff, s.commDP, s.off) + overlap(k.KSwap, out.Opt, s.off) + s.gather
+	} else {
+		out.Opt = k.KOpt * s.shardG
+		out.Too = out.Opt + s.gather
+	}
+	out.Iter = out.Tcc + out.Too + k.KConst
+	if s.dpCross {
+		out.InterServer += s.commDP + s.gather
+	}
+	if s.ppCross {
+		out.InterServer += s.commPP
+	}
+	return out
+}
+
+// linkBandwidths returns the effective bandwidth of the DP and PP
+// collectives and whether they cross servers. Ranks are laid out as
+// Megatron does (TP fastest, then DP, then PP) over the placement's
+// servers in order. A DP group inside one server runs at NVLink speed; one
+// that spans servers is limited by the server whose NICs carry the most DP
+// groups per NIC. A pipeline boundary between servers runs at the
+// inter-server bandwidth of the narrowest server.
+func (m Model) linkBandwidths(p Plan, r Resources) (dpGBps float64, dpCross bool, ppGBps float64, ppCross bool) {
+	e := m.Env
+	pl := r.Placement
+	server := make([]int, 0, pl.GPUs())
+	for s, g := range pl {
+		for i := 0; i < g; i++ {
+			server = append(server, s)
+		}
+	}
+	rank := func(pi, di, ti int) int { return pi*p.DP*p.TP + di*p.TP + ti }
+
+	dpGBps, ppGBps = e.IntraGBps, e.IntraGBps
+	if p.DP > 1 {
+		crossing := make([]int, len(pl)) // DP groups spanning servers with a member on each server
+		for pi := 0; pi < p.PP; pi++ {
+			for ti := 0; ti < p.TP; ti++ {
+				first := server[rank(pi, 0, ti)]
+				spans := false
+				for di := 1; di < p.DP; di++ {
+					if server[rank(pi, di, ti)] != first {
+						spans = true
+						break
+					}
+				}
+				if !spans {
+					continue
+				}
+				dpCross = true
+				seen := map[int]bool{}
+				for di := 0; di < p.DP; di++ {
+					s := server[rank(pi, di, ti)]
+					if !seen[s] {
+						seen[s] = true
+						crossing[s]++
+					}
+				}
+			}
+		}
+		if dpCross {
+			dpGBps = math.Inf(1)
+			for s, n := range crossing {
+				if n == 0 {
+					continue
+				}
+				bw := e.nodeGBps(pl[s], r.CrossRack) / float64(n)
+				dpGBps = math.Min(dpGBps, bw)
+			}
+			dpGBps = math.Min(dpGBps, e.IntraGBps)
+		}
+	}
+	if p.PP > 1 {
+		for pi := 1; pi < p.PP; pi++ {
+			for ti := 0; ti < p.TP; ti++ {
+				for di := 0; di < p.DP; di++ {
+					if server[rank(pi, di, ti)] != server[rank(pi-1, di, ti)] {
+						ppCross = true
+					}
+				}
+			}
+		}
+		if ppCross {
+			ppGBps = e.nodeGBps(pl.MinPerServer(), r.CrossRack)
+		}
+	}
+	return dpGBps, dpCross, ppGBps, ppCross
+}
