@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sort"
 
 	"gonum.org/v1/gonum/diff/fd"
 	"gonum.org/v1/gonum/optimize"
@@ -33,8 +34,8 @@ const (
 // carry a measured forward time and use neither TP nor PP. The forward of an
 // iteration with GA micro-batches of mb samples is GA·Alpha + Beta·GA·mb; the
 // two coefficients are fitted by least squares on relative error. Samples
-// more than 50% off the first fit are dropped once (profilers misreport:
-// the t5 profile has a forward time of 4 ms among 50-80 ms ones).
+// more than 50% off the median per-sample time are dropped first (profilers
+// misreport: the t5 profile has a forward time of 4 ms among 50-80 ms ones).
 func FitForward(a Arch, samples []Sample) (Forward, error) {
 	type row struct{ x0, x1, y float64 }
 	var rows []row
@@ -74,17 +75,23 @@ func FitForward(a Arch, samples []Sample) (Forward, error) {
 		}
 		return f
 	}
-	f := solve(rows)
+	// Screen outliers against the median per-sample time before the
+	// weighted fit, which would otherwise be dominated by a tiny typo.
+	per := make([]float64, len(rows))
+	for i, r := range rows {
+		per[i] = r.y / r.x1
+	}
+	med := median(per)
 	var kept []row
 	for _, r := range rows {
-		pred := r.x0*f.Alpha + r.x1*f.Beta
-		if math.Abs(pred-r.y)/r.y <= 0.5 {
+		if rel := math.Abs(r.y-med*r.x1) / (med * r.x1); rel <= 0.5 {
 			kept = append(kept, r)
 		}
 	}
-	if len(kept) >= 2 && len(kept) < len(rows) {
-		f = solve(kept)
+	if len(kept) == 0 {
+		kept = rows
 	}
+	f := solve(kept)
 	return f, nil
 }
 
@@ -232,4 +239,17 @@ func NeedsRefit(predicted, measured float64) bool {
 		return false
 	}
 	return math.Abs(predicted-measured)/measured > RefitThreshold
+}
+
+func median(v []float64) float64 {
+	c := append([]float64(nil), v...)
+	sort.Float64s(c)
+	n := len(c)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return c[n/2]
+	}
+	return (c[n/2-1] + c[n/2]) / 2
 }

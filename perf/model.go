@@ -205,7 +205,7 @@ func (s *shape) eval(k Params) Breakdown {
 	if s.offload {
 		out.Opt = k.KOptOff * s.shardG / s.cpus
 		out.Off = s.off
-		out.Too = overlap(k.KOff, s.commDP, s.off) + overlap(k.KSwap, out.Opt, s.off) + s.gather
+		out.Too = overlap(k.KOff, s.commDP+s.gather, s.off) + overlap(k.KSwap, out.Opt, s.off)
 	} else {
 		out.Opt = k.KOpt * s.shardG
 		out.Too = out.Opt + s.gather
