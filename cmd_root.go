@@ -25,6 +25,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newPlanCmd,
 		newPerfCmd,
 		newDemoCmd,
+		newAgentCmd,
 	} {
 		root.AddCommand(add(stdout, stderr))
 	}

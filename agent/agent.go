@@ -114,6 +114,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			a.nvml = NVMLStatus{Available: true}
 		}
 	}
+	if cfg.SampleInterval <= 0 {
+		cfg.SampleInterval = DefaultSampleInterval
+	}
 	a.sampler = NewSampler(a.backend, cfg.SampleInterval, cfg.Clock, cfg.Log)
 	sc := cfg.Supervisor
 	sc.StateDir, sc.Log, sc.Clock = cfg.StateDir, cfg.Log, cfg.Clock
@@ -239,3 +242,6 @@ func Run(ctx context.Context, cfg Config) error {
 	a.log.Info("agent listening", "socket", cfg.SocketPath, "state_dir", cfg.StateDir, "nvml", a.nvml.Available, "reason", a.nvml.Reason)
 	return a.Serve(ctx, ln)
 }
+
+// DefaultSampleInterval is the GPU sampling interval when none is given.
+const DefaultSampleInterval = time.Second
