@@ -143,25 +143,15 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 		fitSamples = append(fitSamples, profSamples...)
 	}
 
-	var held []heldRow
 	skippedZero := 0
 	for _, r := range rows {
 		if r.IterS <= 0 {
 			skippedZero++
-			continue
-		}
-		p, err := PlanFromCode(r.ExecPlan, arch, r.Placement.GPUs())
-		if err != nil {
+		} else if _, err := PlanFromCode(r.ExecPlan, arch, r.Placement.GPUs()); err != nil {
 			mr.Notes = append(mr.Notes, fmt.Sprintf("line %d skipped: %v", r.Line, err))
-			continue
 		}
-		cpus := float64(DefaultCPUThreads)
-		if r.CPUThreads > 0 {
-			cpus = float64(r.CPUThreads)
-		}
-		held = append(held, heldRow{row: r, family: PlanFamily(r.ExecPlan), sample: perf.Sample{
-			Plan: p, Resources: perf.Resources{Placement: r.Placement, CPUsPerGPU: cpus}, IterS: r.IterS}})
 	}
+	held := heldRows(rows, arch)
 	if skippedZero > 0 {
 		mr.Notes = append(mr.Notes, fmt.Sprintf("%d rows with iter_time 0 (did not run) skipped", skippedZero))
 	}
@@ -290,4 +280,55 @@ func spread(n int) []int {
 		add(i)
 	}
 	return out
+}
+
+// FitSet returns the samples Validate fits model name on: the profile
+// samples (when the profile is of this model's size) plus the protocol's
+// fit rows.
+func FitSet(ctx context.Context, dir, name string, arch perf.Arch) ([]perf.Sample, error) {
+	profiles, _, err := ListDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	profName, a, ok := profileFor(name, profiles)
+	if !ok {
+		return nil, fmt.Errorf("%s: no profile", name)
+	}
+	prof, err := LoadProfile(ctx, dir, profName)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := LoadPlacement(ctx, dir, name)
+	if err != nil {
+		return nil, err
+	}
+	var out []perf.Sample
+	if math.Abs(a.Params/prof.ParamCount()-1) <= 0.25 {
+		out = prof.Samples(a)
+	}
+	held := heldRows(rows, a)
+	for _, i := range chooseFitRows(held, MaxFitRows) {
+		out = append(out, held[i].sample)
+	}
+	return out, nil
+}
+
+func heldRows(rows []PlacementRow, arch perf.Arch) []heldRow {
+	var held []heldRow
+	for _, r := range rows {
+		if r.IterS <= 0 {
+			continue
+		}
+		p, err := PlanFromCode(r.ExecPlan, arch, r.Placement.GPUs())
+		if err != nil {
+			continue
+		}
+		cpus := float64(DefaultCPUThreads)
+		if r.CPUThreads > 0 {
+			cpus = float64(r.CPUThreads)
+		}
+		held = append(held, heldRow{row: r, family: PlanFamily(r.ExecPlan), sample: perf.Sample{
+			Plan: p, Resources: perf.Resources{Placement: r.Placement, CPUsPerGPU: cpus}, IterS: r.IterS}})
+	}
+	return held
 }

@@ -109,7 +109,7 @@ type FitStats struct {
 type FitOptions struct {
 	Starts   int     // Nelder–Mead starts (default 6)
 	MaxEvals int     // function evaluations per start (default 1500)
-	Prior    float64 // weight pulling log-parameters to DefaultParams (default 1e-3)
+	Prior    float64 // weight pulling log-parameters to DefaultParams (default 1e-5)
 	Seed     uint64  // seed of the start perturbations (fixed: fits are reproducible)
 }
 
@@ -127,7 +127,7 @@ func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
 		o.MaxEvals = 1500
 	}
 	if o.Prior == 0 {
-		o.Prior = 1e-3
+		o.Prior = 1e-5
 	}
 	st := FitStats{Samples: len(samples), Starts: o.Starts}
 	if len(samples) == 0 {

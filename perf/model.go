@@ -255,12 +255,12 @@ func (m Model) linkBandwidths(p Plan, r Resources) (dpGBps float64, dpCross bool
 					continue
 				}
 				dpCross = true
-				seen := map[int]bool{}
+				last := -1
 				for di := 0; di < p.DP; di++ {
-					s := server[rank(pi, di, ti)]
-					if !seen[s] {
-						seen[s] = true
+					// ranks of a group rise with di, so its servers come in order
+					if s := server[rank(pi, di, ti)]; s != last {
 						crossing[s]++
+						last = s
 					}
 				}
 			}

@@ -52,12 +52,49 @@ func (m Model) Rank(r Resources) ([]Ranked, []Rejection, error) {
 }
 
 // Best returns the fastest feasible plan on r, or ok=false when none fits.
+// It is Rank without the reasons: the hot path of curves and scheduling.
 func (m Model) Best(r Resources) (Ranked, bool) {
-	ranked, _, err := m.Rank(r)
-	if err != nil || len(ranked) == 0 {
-		return Ranked{}, false
+	var best Ranked
+	found := false
+	for _, p := range Candidates(m.Arch, r.Placement.GPUs()) {
+		if !valid(m.Arch, p, r.Placement) || (p.Offload && r.CPUsPerGPU < 1) {
+			continue
+		}
+		mem := EstimateMemory(m.Arch, p, r.Placement)
+		if mem.GPU > m.Env.GPUMemGB*GiB || mem.HostPerServer > m.Env.HostMemGB*GiB {
+			continue
+		}
+		s, err := m.prepare(p, r)
+		if err != nil {
+			continue
+		}
+		b := s.eval(m.Params)
+		tp := b.Throughput(m.Arch.GlobalBatch)
+		if !found || tp > best.Throughput {
+			best = Ranked{Plan: p, Predicted: b, Throughput: tp, Memory: mem}
+			found = true
+		}
 	}
-	return ranked[0], true
+	if found {
+		best.PlanString, best.Family = best.Plan.String(), best.Plan.Family()
+	}
+	return best, found
+}
+
+// valid is Check without building the reason.
+func valid(a Arch, p Plan, pl Placement) bool {
+	if p.DP < 1 || p.TP < 1 || p.PP < 1 || p.MicroBatch < 1 || p.GA < 1 || p.ZeRO < 0 || p.ZeRO > 3 {
+		return false
+	}
+	if p.GPUs() != pl.GPUs() || a.Heads%p.TP != 0 || a.Layers%p.PP != 0 || p.GlobalBatch() != a.GlobalBatch {
+		return false
+	}
+	for _, g := range pl {
+		if g > 0 && g%p.TP != 0 {
+			return false
+		}
+	}
+	return !(p.ZeRO >= 2 && p.PP > 1) && !(p.Offload && p.ZeRO < 1)
 }
 
 // CurvePoint is one point of a resource sensitivity curve.

@@ -1,0 +1,412 @@
+package perf
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+func approx(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	if math.Abs(got-want) > 1e-9*math.Max(1, math.Abs(want)) {
+		t.Errorf("%s = %.12g, want %.12g", what, got, want)
+	}
+}
+
+// A toy architecture with round numbers so every formula can be worked by hand.
+var toy = Arch{Name: "toy", Params: 1e9, Layers: 4, Hidden: 1000, Heads: 8, SeqLen: 100, Vocab: 0, GlobalBatch: 8}
+
+// toyEnv: 100 GB/s NVLink, 2 NICs of 10 GB/s per 8-GPU server, 10 GB/s PCIe.
+var toyEnv = Env{GPUsPerServer: 8, GPUMemGB: 80, HostMemGB: 1000, CPUsPerServer: 64, IntraGBps: 100, NICs: 2, NICGBps: 10, SpineFactor: 0.5, PCIeGBps: 10}
+
+var toyParams = Params{KBwd: 2, KSync: 1, KOpt: 0.5, KOptOff: 4, KOff: 1, KSwap: 1, KConst: 0.01}
+
+func toyModel() Model {
+	return Model{Arch: toy, Forward: Forward{Alpha: 0.01, Beta: 0.1}, Params: toyParams, Env: toyEnv}
+}
+
+func TestOverlap(t *testing.T) {
+	approx(t, "f1(3,4)", overlap(1, 3, 4), 7)
+	approx(t, "f2(3,4)", overlap(2, 3, 4), 5)
+	approx(t, "f1000(3,4)", overlap(1000, 3, 4), 4) // tends to max
+	approx(t, "f(0,0)", overlap(2, 0, 0), 0)
+	if v := overlap(1e6, 1e300, 1e300); math.IsInf(v, 0) || math.IsNaN(v) {
+		t.Errorf("overlap overflowed: %v", v)
+	}
+}
+
+func TestPredictSingleGPU(t *testing.T) {
+	// DP1 on one GPU, no GA: fwd = 0.01 + 0.1·8 = 0.81; bwd = 2·0.81;
+	// no comm; opt = 0.5 · 1e9/1e9 = 0.5; iter = 0.81+1.62+0.5+0.01.
+	b, err := toyModel().Predict(Plan{DP: 1, TP: 1, PP: 1, MicroBatch: 8, GA: 1}, Resources{Placement: Placement{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	approx(t, "fwd", b.Fwd, 0.81)
+	approx(t, "bwd", b.Bwd, 1.62)
+	approx(t, "commDP", b.CommDP, 0)
+	approx(t, "opt", b.Opt, 0.5)
+	approx(t, "iter", b.Iter, 0.81+1.62+0.5+0.01)
+	approx(t, "throughput", b.Throughput(8), 8/b.Iter)
+}
+
+func TestPredictDataParallelTiers(t *testing.T) {
+	m := toyModel()
+	p := Plan{DP: 4, TP: 1, PP: 1, MicroBatch: 2, GA: 1}
+	// V_dp = 2·(3/4)·1e9 params · 2 bytes = 3e9 bytes.
+	in, _ := m.Predict(p, Resources{Placement: Placement{4}})
+	approx(t, "intra commDP", in.CommDP, 3e9/100e9)
+	// 2+2 on two servers: each server's 2 GPUs sit behind one NIC (4 GPUs
+	// per NIC): 10 GB/s.
+	across, _ := m.Predict(p, Resources{Placement: Placement{2, 2}})
+	approx(t, "inter commDP", across.CommDP, 3e9/10e9)
+	if across.Tier != TierRack || in.Tier != TierServer {
+		t.Errorf("tiers: %v %v", in.Tier, across.Tier)
+	}
+	// Cross-rack halves the bandwidth (spine factor 0.5).
+	xr, _ := m.Predict(p, Resources{Placement: Placement{2, 2}, CrossRack: true})
+	approx(t, "cross-rack commDP", xr.CommDP, 3e9/5e9)
+	if !(xr.Iter > across.Iter && across.Iter > in.Iter) {
+		t.Errorf("iteration should grow with the tier: %v %v %v", in.Iter, across.Iter, xr.Iter)
+	}
+	// fwd = 0.01 + 0.1·2 = 0.21, bwd 0.42, k_sync=1 adds comm in full.
+	approx(t, "tcc", across.Tcc, 0.21+0.42+0.3)
+	approx(t, "inter-server time", across.InterServer, 0.3)
+	approx(t, "no inter-server time in one server", in.InterServer, 0)
+}
+
+func TestPredictNICsScaleWithGPUsPerServer(t *testing.T) {
+	m := toyModel()
+	p := Plan{DP: 16, TP: 1, PP: 1, MicroBatch: 1, GA: 1}
+	p.MicroBatch = 0 // uneven: batch 8 on 16 GPUs is priced fractionally
+	one, _ := m.Predict(p, Resources{Placement: Placement{8, 8}})
+	// 8 GPUs per server use both NICs: 20 GB/s.
+	approx(t, "commDP 8+8", one.CommDP, 2*(15.0/16)*1e9*2/20e9)
+	uneven, _ := m.Predict(p, Resources{Placement: Placement{12, 4}[:2]})
+	_ = uneven
+}
+
+func TestPredictGradientAccumulation(t *testing.T) {
+	m := toyModel()
+	// GA 4 of micro-batch 1 on 2 GPUs: f1 = 0.01+0.1 = 0.11, b1 = 0.22,
+	// T_cc = 4·0.11 + 3·0.22 + f(0.22, comm).
+	b, _ := m.Predict(Plan{DP: 2, TP: 1, PP: 1, MicroBatch: 1, GA: 4}, Resources{Placement: Placement{2}})
+	comm := 2 * 0.5 * 1e9 * 2 / 100e9
+	approx(t, "tcc", b.Tcc, 4*0.11+3*0.22+0.22+comm)
+}
+
+func TestPredictCheckpointingAddsAForward(t *testing.T) {
+	m := toyModel()
+	p := Plan{DP: 1, TP: 1, PP: 1, MicroBatch: 8, GA: 1}
+	plain, _ := m.Predict(p, Resources{Placement: Placement{1}})
+	p.Ckpt = true
+	ck, _ := m.Predict(p, Resources{Placement: Placement{1}})
+	approx(t, "ckpt bwd", ck.Bwd, plain.Bwd+plain.Fwd)
+}
+
+func TestPredictTensorAndPipeline(t *testing.T) {
+	m := toyModel()
+	// TP2·PP2 on 4 GPUs in one server, one micro-batch of 8.
+	b, _ := m.Predict(Plan{DP: 1, TP: 2, PP: 2, MicroBatch: 8, GA: 1}, Resources{Placement: Placement{4}})
+	// f1 = (0.01 + 0.1·8/2)/2 = 0.205; fill = 1+2-1 = 2 → fwd 0.41.
+	approx(t, "fwd", b.Fwd, 0.41)
+	// V_tp = 8·1·8·100·1000·4/(1·2) bytes·2 = 2.56e7·... → /100 GB/s
+	vtp := 8.0 * 1 * 8 * 100 * 1000 * 4 / 2 * 2
+	approx(t, "commTP", b.CommTP, vtp/100e9)
+	// V_pp = 2·2·8·100·1000/(1·2)·2 bytes
+	vpp := 2.0 * 2 * 8 * 100 * 1000 / 2 * 2
+	approx(t, "commPP", b.CommPP, vpp/100e9)
+	// optimizer on 1e9/4 params per GPU
+	approx(t, "opt", b.Opt, 0.5*0.25)
+}
+
+func TestPredictZeROAndOffload(t *testing.T) {
+	m := toyModel()
+	r := Resources{Placement: Placement{4}, CPUsPerGPU: 2}
+	z2, _ := m.Predict(Plan{DP: 4, TP: 1, PP: 1, MicroBatch: 2, GA: 1, ZeRO: 2}, r)
+	// reduce-scatter 3/4·1e9·2 B, all-gather the same, optimizer on 1/4.
+	approx(t, "z2 commDP", z2.CommDP, 0.75*2e9/100e9)
+	approx(t, "z2 gather", z2.Gather, 0.75*2e9/100e9)
+	approx(t, "z2 opt", z2.Opt, 0.5*0.25)
+	off, _ := m.Predict(Plan{DP: 4, TP: 1, PP: 1, MicroBatch: 2, GA: 1, ZeRO: 2, Offload: true}, r)
+	// CPU step: k_opt_off · 0.25 Gparams / 2 CPUs; copies 4 B/param of a quarter over 10 GB/s.
+	approx(t, "offload opt", off.Opt, 4*0.25/2)
+	approx(t, "offload copies", off.Off, 4*0.25e9/10e9)
+	approx(t, "offload too", off.Too, (off.CommDP+off.Gather+off.Off)+(off.Opt+off.Off))
+}
+
+func TestPredictRejectsMismatch(t *testing.T) {
+	_, err := toyModel().Predict(Plan{DP: 2, TP: 1, PP: 1, MicroBatch: 4, GA: 1}, Resources{Placement: Placement{4}})
+	if !errors.Is(err, ErrPlanPlacement) {
+		t.Fatalf("want ErrPlanPlacement, got %v", err)
+	}
+}
+
+func TestMemoryEstimate(t *testing.T) {
+	a := Arch{Name: "m", Params: 1e9, Layers: 10, Hidden: 1000, Heads: 10, SeqLen: 100, GlobalBatch: 4}
+	base := Plan{DP: 4, TP: 1, PP: 1, MicroBatch: 1, GA: 1}
+	states := map[int]float64{0: 16e9, 1: 4e9 + 12e9/4, 2: 2e9 + 14e9/4, 3: 16e9 / 4}
+	for z, want := range states {
+		p := base
+		p.ZeRO = z
+		approx(t, "states", EstimateMemory(a, p, Placement{4}).ModelStates, want)
+	}
+	// activations s·b·h·(34+5·a·s/h) per layer = 100·1·1000·(34+5·10·100/1000)=3.9e6 ·10 layers
+	m := EstimateMemory(a, base, Placement{4})
+	approx(t, "activations", m.Activations, 100*1000*(34+5.0*10*100/1000)*10)
+	ck := base
+	ck.Ckpt = true
+	approx(t, "ckpt activations", EstimateMemory(a, ck, Placement{4}).Activations, 2*100*1000*10+100*1000*(34+5.0*10*100/1000))
+	off := base
+	off.ZeRO, off.Offload = 2, true
+	mo := EstimateMemory(a, off, Placement{4})
+	approx(t, "offload states", mo.ModelStates, 2e9)
+	approx(t, "host per server", mo.HostPerServer, 16e9/4*4+2e9/4*4)
+	// 70B parameters in plain DP cannot fit 80 GB.
+	big := Arch{Name: "big", Params: 70e9, Layers: 80, Hidden: 8192, Heads: 64, SeqLen: 4096, GlobalBatch: 8}
+	err := EstimateMemory(big, Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 1, GA: 1}, Placement{8}).Fits(A800)
+	var re *RuleError
+	if !errors.As(err, &re) || re.Rule != RuleMemoryGPU {
+		t.Fatalf("70B DP: want gpu-memory rejection, got %v", err)
+	}
+}
+
+func TestCheckRules(t *testing.T) {
+	a := Arch{Name: "a", Params: 1e9, Layers: 12, Hidden: 1200, Heads: 12, SeqLen: 10, GlobalBatch: 16}
+	cases := []struct {
+		p    Plan
+		pl   Placement
+		rule Rule
+	}{
+		{Plan{DP: 2, TP: 1, PP: 1, MicroBatch: 8, GA: 1}, Placement{4}, RuleGPUCount},
+		{Plan{DP: 1, TP: 8, PP: 1, MicroBatch: 16, GA: 1}, Placement{8}, RuleHeads},
+		{Plan{DP: 1, TP: 1, PP: 8, MicroBatch: 16, GA: 1}, Placement{8}, RuleLayers},
+		{Plan{DP: 4, TP: 1, PP: 1, MicroBatch: 2, GA: 1}, Placement{4}, RuleBatch},
+		{Plan{DP: 1, TP: 4, PP: 1, MicroBatch: 16, GA: 1}, Placement{2, 2}, RuleTPInServer},
+		{Plan{DP: 2, TP: 1, PP: 2, MicroBatch: 8, GA: 1, ZeRO: 2}, Placement{4}, RuleZeROWithPP},
+		{Plan{DP: 4, TP: 1, PP: 1, MicroBatch: 4, GA: 1, Offload: true}, Placement{4}, RuleOffloadZeRO},
+		{Plan{DP: 4, TP: 1, PP: 1, MicroBatch: 4, GA: 1, ZeRO: 4}, Placement{4}, RuleZeROStage},
+		{Plan{DP: 0, TP: 1, PP: 1, MicroBatch: 4, GA: 1}, Placement{4}, RuleSizes},
+	}
+	for _, c := range cases {
+		err := Check(a, c.p, c.pl)
+		var re *RuleError
+		if !errors.As(err, &re) || re.Rule != c.rule {
+			t.Errorf("%s on %s: want rule %s, got %v", c.p, c.pl, c.rule, err)
+		}
+	}
+	if err := Check(a, Plan{DP: 2, TP: 2, PP: 1, MicroBatch: 4, GA: 2, ZeRO: 1, Offload: true}, Placement{2, 2}); err != nil {
+		t.Errorf("valid plan rejected: %v", err)
+	}
+}
+
+func TestEnumerateEveryValidPlanOnce(t *testing.T) {
+	a, _ := Builtin("gpt2")
+	valid, rejected, err := Enumerate(a, Placement{4, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[Plan]bool{}
+	for _, p := range valid {
+		if err := Check(a, p, Placement{4, 4}); err != nil {
+			t.Errorf("enumerated invalid plan %s: %v", p, err)
+		}
+		if seen[p] {
+			t.Errorf("plan %s twice", p)
+		}
+		seen[p] = true
+	}
+	if len(valid) == 0 || len(rejected) == 0 {
+		t.Fatalf("valid %d rejected %d", len(valid), len(rejected))
+	}
+	// gpt2 has 25 heads: no TP 2/4/8 on 8 GPUs.
+	for _, p := range valid {
+		if p.TP > 1 {
+			t.Errorf("gpt2 got TP %d", p.TP)
+		}
+	}
+	if _, _, err := Enumerate(a, Placement{}); err == nil {
+		t.Error("empty placement: want error")
+	}
+}
+
+func TestRankAndCurve(t *testing.T) {
+	m := DefaultModel(mustBuiltin(t, "llama7b"), A800)
+	ranked, rejected, err := m.Rank(Resources{Placement: Placement{8}, CPUsPerGPU: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ranked) == 0 {
+		t.Fatal("llama7b on 8 GPUs: no feasible plan")
+	}
+	for i := 1; i < len(ranked); i++ {
+		if ranked[i].Throughput > ranked[i-1].Throughput {
+			t.Fatalf("not sorted at %d", i)
+		}
+	}
+	best, ok := m.Best(Resources{Placement: Placement{8}, CPUsPerGPU: 8})
+	if !ok || best.Plan != ranked[0].Plan {
+		t.Errorf("Best %v disagrees with Rank %v", best.Plan, ranked[0].Plan)
+	}
+	mem := false
+	for _, r := range rejected {
+		if r.Rule == RuleMemoryGPU {
+			mem = true
+		}
+	}
+	if !mem {
+		t.Error("llama7b plain DP on 8 GPUs should be rejected for GPU memory")
+	}
+	// 1 GPU: only offload can hold 7B parameters.
+	one, ok := m.Best(Resources{Placement: Placement{1}, CPUsPerGPU: 8})
+	if ok && !one.Plan.Offload && one.Plan.ZeRO < 3 {
+		t.Errorf("llama7b on 1 GPU chose %s", one.Plan)
+	}
+	pts := m.Curve(16, 8)
+	if len(pts) != 16 {
+		t.Fatalf("curve has %d points", len(pts))
+	}
+	for i := 1; i < len(pts); i++ {
+		if pts[i].Throughput < pts[i-1].Throughput {
+			t.Errorf("curve decreases at %d GPUs", pts[i].GPUs)
+		}
+		approx(t, "slope", pts[i].Slope, pts[i].Throughput-pts[i-1].Throughput)
+	}
+	var c CurveCache
+	a1 := c.Get(m, 8, 8)
+	a2 := c.Get(m, 8, 8)
+	if &a1[0] != &a2[0] {
+		t.Error("cache did not return the stored curve")
+	}
+}
+
+func mustBuiltin(t *testing.T, name string) Arch {
+	t.Helper()
+	a, ok := Builtin(name)
+	if !ok {
+		t.Fatalf("no builtin %s", name)
+	}
+	return a
+}
+
+func TestFitRecoversParameters(t *testing.T) {
+	truth := toyModel()
+	var samples []Sample
+	add := func(p Plan, pl Placement, cpus float64) {
+		b, err := truth.Predict(p, Resources{Placement: pl, CPUsPerGPU: cpus})
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples = append(samples, Sample{Plan: p, Resources: Resources{Placement: pl, CPUsPerGPU: cpus}, IterS: b.Iter})
+	}
+	for _, g := range []int{1, 2, 4, 8} {
+		add(Plan{DP: g, TP: 1, PP: 1, MicroBatch: 8 / g, GA: 1}, Placement{g}, 4)
+		add(Plan{DP: g, TP: 1, PP: 1, MicroBatch: 8 / g, GA: 1, ZeRO: 2, Offload: true}, Placement{g}, 4)
+	}
+	add(Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 1, GA: 1}, Placement{4, 4}, 4)
+	add(Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 1, GA: 1, ZeRO: 2, Offload: true}, Placement{4, 4}, 2)
+	add(Plan{DP: 4, TP: 1, PP: 1, MicroBatch: 1, GA: 2, Ckpt: true}, Placement{4}, 4)
+	start := truth
+	start.Params = DefaultParams
+	k, st, err := Fit(start, samples, FitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Trusted {
+		t.Errorf("stats %+v: want trusted", st)
+	}
+	if st.RMSLE > 0.02 {
+		t.Errorf("fit on noiseless samples: rmsle %.4f", st.RMSLE)
+	}
+	fitted := truth
+	fitted.Params = k
+	// The fit must predict held-out plans well even if parameters differ.
+	for _, p := range []struct {
+		p  Plan
+		pl Placement
+	}{{Plan{DP: 2, TP: 1, PP: 1, MicroBatch: 2, GA: 2}, Placement{1, 1}}, {Plan{DP: 4, TP: 1, PP: 1, MicroBatch: 2, GA: 1, ZeRO: 2, Offload: true}, Placement{2, 2}}} {
+		want, _ := truth.Predict(p.p, Resources{Placement: p.pl, CPUsPerGPU: 4})
+		got, _ := fitted.Predict(p.p, Resources{Placement: p.pl, CPUsPerGPU: 4})
+		if e := math.Abs(got.Iter-want.Iter) / want.Iter; e > 0.05 {
+			t.Errorf("%s on %s: fitted %.4f, truth %.4f (%.1f%%)", p.p, p.pl, got.Iter, want.Iter, 100*e)
+		}
+	}
+	if _, _, err := Fit(start, nil, FitOptions{}); err == nil {
+		t.Error("fit with no samples: want error")
+	}
+	if _, _, err := Fit(start, []Sample{{Plan: Plan{DP: 1, TP: 1, PP: 1, GA: 1, MicroBatch: 8}, Resources: Resources{Placement: Placement{1}}, IterS: -1}}, FitOptions{}); err == nil {
+		t.Error("negative iteration time: want error")
+	}
+}
+
+func TestFitForwardDropsTypo(t *testing.T) {
+	a := toy
+	mk := func(d int, fwd float64) Sample {
+		return Sample{Plan: Plan{DP: d, TP: 1, PP: 1, GA: 1}, Resources: Resources{Placement: Placement{d}}, IterS: 1, FwdS: fwd}
+	}
+	// truth: 0.01 + 0.1·(8/d); the d=4 sample is a typo.
+	f, err := FitForward(a, []Sample{mk(1, 0.81), mk(2, 0.41), mk(4, 0.004), mk(8, 0.11)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(f.Alpha-0.01) > 1e-6 || math.Abs(f.Beta-0.1) > 1e-6 {
+		t.Errorf("forward %+v, want alpha 0.01 beta 0.1", f)
+	}
+	if _, err := FitForward(a, nil); err == nil {
+		t.Error("no samples: want error")
+	}
+}
+
+func TestNeedsRefit(t *testing.T) {
+	if NeedsRefit(1.0, 1.05) || !NeedsRefit(1.0, 1.2) || NeedsRefit(1, 0) {
+		t.Error("refit threshold wrong")
+	}
+}
+
+func TestParsePlanSpec(t *testing.T) {
+	p, err := ParsePlanSpec("dp=2,tp=4,pp=1,mb=2,ga=4,zero=1,ckpt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Plan{DP: 2, TP: 4, PP: 1, MicroBatch: 2, GA: 4, ZeRO: 1, Ckpt: true}
+	if p != want {
+		t.Fatalf("got %+v", p)
+	}
+	if p.String() != "DP2·TP4·PP1 mb2 ga4 ZeRO-1 ckpt" {
+		t.Errorf("String %q", p.String())
+	}
+	back, err := ParsePlanSpec(p.Spec())
+	if err != nil || back != p {
+		t.Errorf("Spec round trip: %v %v", back, err)
+	}
+	for _, bad := range []string{"", "dp=x", "dp=2,dp=3", "foo=1", "dp", "zero=5", "tp=0", "offload=maybe"} {
+		if _, err := ParsePlanSpec(bad); err == nil {
+			t.Errorf("%q: want error", bad)
+		}
+	}
+}
+
+func TestParseArchs(t *testing.T) {
+	good := "version: 1\nmodels:\n  - name: mine\n    params: 1.3e9\n    layers: 24\n    hidden: 2048\n    heads: 16\n    seq_len: 2048\n    vocab: 50000\n    global_batch: 64\n"
+	as, err := ParseArchs("m.yaml", []byte(good))
+	if err != nil || len(as) != 1 || as[0].Params != 1.3e9 {
+		t.Fatalf("got %v %v", as, err)
+	}
+	bad := "version: 1\nmodels:\n  - name: mine\n    params: 0\n    layers: 24\n    hidden: 2048\n    heads: 15\n    seq_len: 2048\n    global_batch: 64\n"
+	_, err = ParseArchs("m.yaml", []byte(bad))
+	if err == nil || !strings.Contains(err.Error(), "m.yaml:3: models[0].params") || !strings.Contains(err.Error(), "heads") {
+		t.Errorf("want file:line:field errors for params and heads, got %v", err)
+	}
+	_, err = ParseArchs("m.yaml", []byte("version: 1\nmodels:\n  - name: x\n    parms: 3\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 4") || !strings.Contains(err.Error(), "parms") {
+		t.Errorf("unknown field: got %v", err)
+	}
+	cat := NewCatalog(as...)
+	if _, err := cat.Lookup("llama7"); err != nil {
+		t.Errorf("alias lookup: %v", err)
+	}
+	if _, err := cat.Lookup("nope"); err == nil || !strings.Contains(err.Error(), "known:") {
+		t.Errorf("unknown model: %v", err)
+	}
+}
