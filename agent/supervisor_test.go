@@ -326,3 +326,40 @@ func TestStaleRecordMarkedExited(t *testing.T) {
 		t.Errorf("after delete: %v", err)
 	}
 }
+
+// A directory that looks like cgroup v2 but is not one: the group is
+// prepared, starting into it fails, and the process starts anyway without
+// the limit, saying why.
+func TestMemoryLimitFallsBackWhenCgroupStartFails(t *testing.T) {
+	mount := t.TempDir()
+	for _, f := range []string{"cgroup.controllers", "cgroup.subtree_control"} {
+		if err := os.WriteFile(filepath.Join(mount, f), []byte("cpu memory pids\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(mount, "replan"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mount, "replan", "cgroup.subtree_control"), []byte(""), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := openSup(t, t.TempDir(), func(c *SupervisorConfig) { c.CgroupMount = mount; c.CgroupRoot = "" })
+	stopAll(t, s)
+	info, err := s.Start(context.Background(), ProcessSpec{ID: "limited", Argv: []string{"sh", "-c", "exit 0"}, MemoryBytes: 123456789})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(mount, "replan", "limited", "memory.max"))
+	if err == nil && string(b) != "123456789" {
+		t.Errorf("memory.max = %q", b)
+	}
+	if got, _ := os.ReadFile(filepath.Join(mount, "replan", "cgroup.subtree_control")); !strings.Contains(string(got), "+memory") {
+		t.Errorf("memory controller not enabled in replan subtree: %q", got)
+	}
+	if !strings.HasPrefix(info.MemoryLimit, "memory limit not enforced: start in cgroup") {
+		t.Errorf("MemoryLimit = %q", info.MemoryLimit)
+	}
+	if info := waitExit(t, s, "limited"); info.ExitCode == nil || *info.ExitCode != 0 {
+		t.Errorf("exit: %+v", info)
+	}
+}
