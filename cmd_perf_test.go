@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := run(context.Background(), args, &out, &errb)
+	return out.String() + errb.String(), err
+}
+
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join("..", "shared", "data", "morphling")
+	if _, err := os.Stat(filepath.Join(dir, "profile")); err != nil {
+		t.Skipf("skipped: ../shared/data/morphling is absent (%v)", err)
+	}
+	return dir
+}
+
+func TestPlanJSON(t *testing.T) {
+	out, err := runCLI(t, "plan", "--model", "gpt2", "--gpus", "8", "--servers", "2", "--data", "", "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var got planOutput
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("json: %v\n%s", err, out)
+	}
+	if got.GPUs != 8 || got.Placement.String() != "44" || len(got.Plans) == 0 || len(got.Rejected) == 0 {
+		t.Fatalf("unexpected output: gpus %d placement %s plans %d rejected %d", got.GPUs, got.Placement, len(got.Plans), len(got.Rejected))
+	}
+	for i := 1; i < len(got.Plans); i++ {
+		if got.Plans[i].Throughput > got.Plans[i-1].Throughput {
+			t.Fatal("plans not ranked by throughput")
+		}
+	}
+	for _, r := range got.Rejected {
+		if r.Rule == "" || r.Reason == "" {
+			t.Fatalf("rejection without reason: %+v", r)
+		}
+	}
+}
+
+func TestPlanTableAndErrors(t *testing.T) {
+	out, err := runCLI(t, "plan", "--model", "llama7b", "--gpus", "16", "--data", "")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"llama7b on 16 GPUs, placement 88", "SAMPLES/s", "gpu-memory", "rejected"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := runCLI(t, "plan", "--model", "nope", "--gpus", "8", "--data", ""); err == nil || !strings.Contains(err.Error(), "unknown model type") {
+		t.Errorf("unknown model: %v", err)
+	}
+	if _, err := runCLI(t, "plan", "--model", "gpt2", "--gpus", "0"); err == nil {
+		t.Error("--gpus 0: want error")
+	}
+	if _, err := runCLI(t, "plan", "--model", "gpt2", "--gpus", "16", "--servers", "1", "--data", ""); err == nil || !strings.Contains(err.Error(), "servers have 8") {
+		t.Errorf("16 GPUs on one server: %v", err)
+	}
+}
+
+func TestPerfValidateJSONContract(t *testing.T) {
+	dir := sharedDir(t)
+	out, err := runCLI(t, "perf", "validate", "--data", dir, "--models", "gpt2,bert", "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var got struct {
+		Protocol string `json:"protocol"`
+		Models   []struct {
+			Model     string   `json:"model"`
+			Rows      int      `json:"rows"`
+			AvgErrPct *float64 `json:"avg_err_pct"`
+			MaxErrPct *float64 `json:"max_err_pct"`
+			Plans     []struct {
+				Plan      string   `json:"plan"`
+				Rows      int      `json:"rows"`
+				AvgErrPct *float64 `json:"avg_err_pct"`
+				MaxErrPct *float64 `json:"max_err_pct"`
+			} `json:"plans"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("json: %v", err)
+	}
+	if got.Protocol == "" || len(got.Models) != 2 {
+		t.Fatalf("protocol %q, %d models", got.Protocol, len(got.Models))
+	}
+	for _, m := range got.Models {
+		if m.Rows == 0 || m.AvgErrPct == nil || m.MaxErrPct == nil || *m.MaxErrPct < *m.AvgErrPct || len(m.Plans) == 0 {
+			t.Errorf("model %+v", m)
+		}
+		sum := 0
+		for _, p := range m.Plans {
+			if p.Plan == "" || p.AvgErrPct == nil || p.MaxErrPct == nil {
+				t.Errorf("plan entry %+v", p)
+			}
+			sum += p.Rows
+		}
+		if sum != m.Rows {
+			t.Errorf("%s: families hold %d rows, model %d", m.Model, sum, m.Rows)
+		}
+	}
+	text, err := runCLI(t, "perf", "validate", "--data", dir, "--models", "llama7")
+	if err != nil || !strings.Contains(text, "protocol:") || !strings.Contains(text, "llama7") {
+		t.Errorf("table: %v\n%s", err, text)
+	}
+}
+
+func TestPerfFitSaveAndReuse(t *testing.T) {
+	dir := t.TempDir()
+	samples := filepath.Join(dir, "s.csv")
+	csv := "plan,placement,iter_s,fwd_s\n" +
+		"\"dp=8,tp=1,pp=1,mb=2,ga=1,zero=2\",8,0.53,0.141\n" +
+		"\"dp=4,tp=1,pp=1,mb=4,ga=1\",4,1.02,0.284\n" +
+		"\"dp=2,tp=1,pp=1,mb=8,ga=1\",2,1.83,0.568\n" +
+		"zero-offload,4,1.715,0.344\n" +
+		"zero-offload,8,1.209,0.141\n" +
+		"zero-offload,2,2.97,0.58\n" +
+		"ga,44,0.821,\n"
+	csv = strings.ReplaceAll(csv, ",\n", ",0\n")
+	if err := os.WriteFile(samples, []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(dir, "gpt2.json")
+	out, err := runCLI(t, "perf", "fit", "--samples", samples, "--model", "gpt2", "--out", model)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "trusted: true") || !strings.Contains(out, "k_const") {
+		t.Errorf("fit output:\n%s", out)
+	}
+	out, err = runCLI(t, "plan", "--model", "gpt2", "--gpus", "8", "--model-file", model, "--top", "3")
+	if err != nil || !strings.Contains(out, "fitted model "+model) {
+		t.Errorf("plan with saved model: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, "perf", "curve", "--model", "gpt2", "--gpus", "16", "--model-file", model, "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var c curveOutput
+	if err := json.Unmarshal([]byte(out), &c); err != nil || len(c.Points) != 16 {
+		t.Fatalf("curve json: %v, %d points", err, len(c.Points))
+	}
+	bad := filepath.Join(dir, "bad.csv")
+	os.WriteFile(bad, []byte("plan,placement,iter_s\nga,44,zero\n"), 0o644)
+	if _, err := runCLI(t, "perf", "fit", "--samples", bad, "--model", "gpt2"); err == nil || !strings.Contains(err.Error(), "bad.csv:2: iter_s") {
+		t.Errorf("bad samples: %v", err)
+	}
+}
