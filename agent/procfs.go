@@ -60,3 +60,4 @@ func bootID() string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
