@@ -27,7 +27,7 @@ var A800 = Env{
 	GPUMemGB:      80,
 	HostMemGB:     1600,
 	CPUsPerServer: 96,
-	IntraGBps:     80,
+	IntraGBps:     150,
 	NICs:          4,
 	NICGBps:       10.7,
 	SpineFactor:   1,
@@ -101,6 +101,12 @@ func overlap(k, x, y float64) float64 {
 	}
 	if m <= 0 {
 		return 0
+	}
+	if s <= 0 {
+		return m
+	}
+	if k == 1 {
+		return m + s
 	}
 	return m * math.Pow(1+math.Pow(s/m, k), 1/k)
 }

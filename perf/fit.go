@@ -107,8 +107,8 @@ type FitStats struct {
 
 // FitOptions tunes Fit. The zero value is the documented default.
 type FitOptions struct {
-	Starts   int     // Nelder–Mead starts (default 6)
-	MaxEvals int     // function evaluations per start (default 1500)
+	Starts   int     // Nelder–Mead starts (default 4)
+	MaxEvals int     // function evaluations per start (default 1000)
 	Prior    float64 // weight pulling log-parameters to DefaultParams (default 1e-5)
 	Seed     uint64  // seed of the start perturbations (fixed: fits are reproducible)
 }
@@ -121,10 +121,10 @@ type FitOptions struct {
 // set (FitForward); m.Params is the first start.
 func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
 	if o.Starts <= 0 {
-		o.Starts = 6
+		o.Starts = 4
 	}
 	if o.MaxEvals <= 0 {
-		o.MaxEvals = 1500
+		o.MaxEvals = 1000
 	}
 	if o.Prior == 0 {
 		o.Prior = 1e-5
@@ -192,7 +192,7 @@ func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
 			}
 		}
 		res, err := optimize.Minimize(optimize.Problem{Func: obj}, x0[:],
-			&optimize.Settings{FuncEvaluations: o.MaxEvals, Converger: &optimize.FunctionConverge{Absolute: 1e-10, Iterations: 200}},
+			&optimize.Settings{FuncEvaluations: o.MaxEvals, Converger: &optimize.FunctionConverge{Absolute: 1e-9, Relative: 1e-7, Iterations: 60}},
 			&optimize.NelderMead{})
 		if err != nil && res == nil {
 			continue
@@ -206,7 +206,7 @@ func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
 		fd.Gradient(g, obj, x, &fd.Settings{Formula: fd.Central, Step: 1e-5})
 	}
 	if res, err := optimize.Minimize(optimize.Problem{Func: obj, Grad: grad}, best[:],
-		&optimize.Settings{MajorIterations: 100, GradientThreshold: 1e-9}, &optimize.BFGS{}); res != nil && (err == nil || res.F < bestF) && res.F < bestF {
+		&optimize.Settings{MajorIterations: 40, GradientThreshold: 1e-8}, &optimize.BFGS{}); res != nil && (err == nil || res.F < bestF) && res.F < bestF {
 		bestF = res.F
 		copy(best[:], res.X)
 	}

@@ -318,31 +318,46 @@ type Rejection struct {
 // validity checking; Enumerate does.
 func Candidates(a Arch, gpus int) []Plan {
 	var out []Plan
+	forEachCandidate(a, gpus, func(p Plan) { out = append(out, p) })
+	return out
+}
+
+// forEachCandidate calls fn with every candidate of Candidates without
+// building the slice (the curve's hot path).
+func forEachCandidate(a Arch, gpus int, fn func(Plan)) {
 	if gpus < 1 || a.GlobalBatch < 1 {
-		return nil
+		return
 	}
-	for _, tp := range divisors(gpus) {
-		for _, pp := range divisors(gpus / tp) {
+	for tp := 1; tp <= gpus; tp++ {
+		if gpus%tp != 0 {
+			continue
+		}
+		for pp := 1; pp <= gpus/tp; pp++ {
+			if (gpus/tp)%pp != 0 {
+				continue
+			}
 			dp := gpus / tp / pp
 			if a.GlobalBatch%dp != 0 {
 				// micro-batch·GA·DP cannot equal the batch: one candidate
 				// documents why.
-				out = append(out, Plan{DP: dp, TP: tp, PP: pp, MicroBatch: 1, GA: 1})
+				fn(Plan{DP: dp, TP: tp, PP: pp, MicroBatch: 1, GA: 1})
 				continue
 			}
 			per := a.GlobalBatch / dp
-			for _, mb := range divisors(per) {
+			for mb := 1; mb <= per; mb++ {
+				if per%mb != 0 {
+					continue
+				}
 				for zero := 0; zero <= 3; zero++ {
-					for _, off := range []bool{false, true} {
-						for _, ck := range []bool{false, true} {
-							out = append(out, Plan{DP: dp, TP: tp, PP: pp, MicroBatch: mb, GA: per / mb, ZeRO: zero, Offload: off, Ckpt: ck})
+					for _, off := range [2]bool{false, true} {
+						for _, ck := range [2]bool{false, true} {
+							fn(Plan{DP: dp, TP: tp, PP: pp, MicroBatch: mb, GA: per / mb, ZeRO: zero, Offload: off, Ckpt: ck})
 						}
 					}
 				}
 			}
 		}
 	}
-	return out
 }
 
 // Enumerate returns every plan for architecture a that is valid on placement

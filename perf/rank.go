@@ -56,17 +56,19 @@ func (m Model) Rank(r Resources) ([]Ranked, []Rejection, error) {
 func (m Model) Best(r Resources) (Ranked, bool) {
 	var best Ranked
 	found := false
-	for _, p := range Candidates(m.Arch, r.Placement.GPUs()) {
+	server := serverOfRank(r.Placement)
+	capGPU, capHost := m.Env.GPUMemGB*GiB, m.Env.HostMemGB*GiB
+	forEachCandidate(m.Arch, r.Placement.GPUs(), func(p Plan) {
 		if !valid(m.Arch, p, r.Placement) || (p.Offload && r.CPUsPerGPU < 1) {
-			continue
+			return
 		}
 		mem := EstimateMemory(m.Arch, p, r.Placement)
-		if mem.GPU > m.Env.GPUMemGB*GiB || mem.HostPerServer > m.Env.HostMemGB*GiB {
-			continue
+		if mem.GPU > capGPU || mem.HostPerServer > capHost {
+			return
 		}
-		s, err := m.prepare(p, r)
+		s, err := m.prepareWith(p, r, server)
 		if err != nil {
-			continue
+			return
 		}
 		b := s.eval(m.Params)
 		tp := b.Throughput(m.Arch.GlobalBatch)
@@ -74,7 +76,7 @@ func (m Model) Best(r Resources) (Ranked, bool) {
 			best = Ranked{Plan: p, Predicted: b, Throughput: tp, Memory: mem}
 			found = true
 		}
-	}
+	})
 	if found {
 		best.PlanString, best.Family = best.Plan.String(), best.Plan.Family()
 	}
