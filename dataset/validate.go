@@ -18,7 +18,7 @@ import (
 const Protocol = `fit on the model's profile samples plus at most 7 placements rows, predict every other placements row (iter_time 0 rows skipped). ` +
 	`Fit rows are chosen before any prediction by a fixed rule: rows are grouped by plan family, families ordered by size (largest first, then name), ` +
 	`rows in a family ordered by (GPUs, servers, placement, exec_plan); families are visited round-robin and each gives its next row in spread order ` +
-	`(middle, first, last, quarter, three-quarter, ...) until 7 rows are taken. ` +
+	`(middle, first, last, quarter, three-quarter, ...) whose placement no chosen row has yet (or its next row when none is left) until 7 rows are taken. ` +
 	`A profile whose parameter count is more than 25% away from the model's (llama30b's profile is llama7b's) is used only for the forward profile, scaled by the parameter ratio.`
 
 // MaxFitRows is the number of placements rows Validate may fit on.
@@ -238,14 +238,40 @@ func chooseFitRows(rows []heldRow, n int) []int {
 		}
 		return fams[a] < fams[b]
 	})
+	// Families are visited round-robin; each takes its next row in spread
+	// order whose placement no chosen row has yet (so the fit sees as many
+	// placements as rows), or its next row when every placement is taken.
 	var out []int
-	for round := 0; len(out) < n; round++ {
+	taken := map[int]bool{}
+	usedPl := map[string]bool{}
+	for len(out) < n {
 		took := false
 		for _, f := range fams {
-			if round < len(byFam[f]) && len(out) < n {
-				out = append(out, byFam[f][round])
-				took = true
+			if len(out) == n {
+				break
 			}
+			pick := -1
+			for _, i := range byFam[f] {
+				if !taken[i] && !usedPl[rows[i].row.Placement.String()] {
+					pick = i
+					break
+				}
+			}
+			if pick < 0 {
+				for _, i := range byFam[f] {
+					if !taken[i] {
+						pick = i
+						break
+					}
+				}
+			}
+			if pick < 0 {
+				continue
+			}
+			taken[pick] = true
+			usedPl[rows[pick].row.Placement.String()] = true
+			out = append(out, pick)
+			took = true
 		}
 		if !took {
 			break

@@ -32,7 +32,7 @@ const (
 
 // FitForward estimates a model type's forward profile from the samples that
 // carry a measured forward time and use neither TP nor PP. The forward of an
-// iteration with GA micro-batches of mb samples is GA·Alpha + Beta·GA·mb; the
+// iteration that pushes n samples through each GPU is Alpha + Beta·n; the
 // two coefficients are fitted by least squares on relative error. Samples
 // more than 50% off the median per-sample time are dropped first (profilers
 // misreport: the t5 profile has a forward time of 4 ms among 50-80 ms ones).
@@ -47,7 +47,7 @@ func FitForward(a Arch, samples []Sample) (Forward, error) {
 		perGPU := float64(a.GlobalBatch) / float64(p.DP)
 		// Profilers report the recomputed forward of checkpointing as part
 		// of the backward, so FwdS is a plain forward for every plan.
-		rows = append(rows, row{float64(p.GA), perGPU, s.FwdS})
+		rows = append(rows, row{1, perGPU, s.FwdS})
 	}
 	if len(rows) == 0 {
 		return Forward{}, errors.New("fit forward: no sample with a measured forward time and TP = PP = 1")

@@ -38,11 +38,12 @@ func ParamsFromVector(v [NumParams]float64) Params {
 // gently pulled towards when samples do not identify a parameter.
 var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01}
 
-// Forward is the profiled forward pass of a model type on one GPU: one
-// micro-batch of mb samples through the whole model takes Alpha + Beta·mb
-// seconds. Alpha is the per-micro-batch overhead (kernel launches, small
-// ops), Beta the time per sample. Tensor parallelism divides the Beta part,
-// pipeline stages divide both.
+// Forward is the profiled forward pass of a model type on one GPU: the
+// forward of an iteration processing n samples per GPU takes Alpha + Beta·n
+// seconds. Alpha is a per-iteration overhead (it does not grow with
+// gradient-accumulation steps: the A800 ga rows show none), Beta the time
+// per sample. Tensor parallelism divides the Beta part by TP, pipeline
+// stages by PP.
 type Forward struct {
 	Alpha float64 `json:"alpha_s"`
 	Beta  float64 `json:"beta_s_per_sample"`
@@ -111,6 +112,7 @@ func (m Model) Predict(p Plan, r Resources) (Breakdown, error) {
 // vectors cheaply.
 type shape struct {
 	f1, ga, pp       float64 // forward of one micro-batch on one stage; GA; PP
+	fixed            float64 // per-iteration forward overhead (Forward.Alpha)
 	ckpt, offload    bool
 	commDP, gather   float64
 	commTP, commPP   float64
@@ -148,7 +150,8 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 	b := float64(a.GlobalBatch)
 	mb := b / (d * ga) // samples per micro-batch (fractional for uneven data rows)
 	s := shape{ga: ga, pp: pp, ckpt: p.Ckpt, offload: p.Offload, tier: r.Tier()}
-	s.f1 = (m.Forward.Alpha + m.Forward.Beta*mb/t) / pp
+	s.f1 = m.Forward.Beta * mb / t / pp
+	s.fixed = m.Forward.Alpha
 
 	// Communication volumes in bytes (Appendix A.1), per GPU.
 	psi := a.Params / (t * pp) // parameters of one TP·PP shard
@@ -217,12 +220,12 @@ func (s *shape) eval(k Params) Breakdown {
 		rc = s.f1
 	}
 	if s.pp == 1 {
-		out.Fwd = s.ga * s.f1
+		out.Fwd = s.fixed + s.ga*s.f1
 		out.Bwd = s.ga * (b1 + rc)
-		out.Tcc = s.ga*(s.f1+rc) + (s.ga-1)*b1 + overlap(k.KSync, b1, s.commDP) + s.commTP
+		out.Tcc = s.fixed + s.ga*(s.f1+rc) + (s.ga-1)*b1 + overlap(k.KSync, b1, s.commDP) + s.commTP
 	} else {
 		fill := s.ga + s.pp - 1
-		out.Fwd = s.f1 * fill
+		out.Fwd = s.fixed + s.f1*fill
 		out.Bwd = (b1 + rc) * fill
 		out.Tcc = out.Fwd + rc*fill + overlap(k.KSync, b1*fill, s.commDP) + s.commTP + s.commPP
 	}
