@@ -167,6 +167,10 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 	}
 	m.Params = params
 	mr.Params, mr.Fit, mr.Forward = params, stats, fwd
+	for _, i := range stats.Dropped {
+		s := fitSamples[i]
+		mr.Notes = append(mr.Notes, fmt.Sprintf("fit screened out a bad measurement: %s on %s, %.3fs", s.Plan, s.Resources.Placement, s.IterS))
+	}
 
 	isFit := map[int]bool{}
 	for _, i := range chosen {

@@ -103,14 +103,23 @@ type FitStats struct {
 	RMSLE          float64 `json:"rmsle"`   // root mean squared log error on the samples
 	Starts         int     `json:"starts"`
 	Evaluations    int     `json:"evaluations"`
+	// Dropped lists the samples (by index) screened out as bad
+	// measurements: more than FitOptions.OutlierLogErr off after the first
+	// fit.
+	Dropped []int `json:"dropped,omitempty"`
 }
 
 // FitOptions tunes Fit. The zero value is the documented default.
 type FitOptions struct {
-	Starts   int     // Nelder–Mead starts (default 4)
+	Starts   int     // Nelder–Mead starts (default 3)
 	MaxEvals int     // function evaluations per start (default 1000)
 	Prior    float64 // weight pulling log-parameters to DefaultParams (default 1e-5)
 	Seed     uint64  // seed of the start perturbations (fixed: fits are reproducible)
+	// OutlierLogErr screens bad measurements: after a first fit, samples
+	// whose |log(pred/meas)| exceeds it are dropped (at most a quarter of the
+	// samples, never below MinSamples) and the fit is redone on the rest.
+	// Default 0.35 (≈ 42% off); negative disables screening.
+	OutlierLogErr float64
 }
 
 // Fit estimates m's seven parameters from samples by minimising the squared
@@ -120,8 +129,60 @@ type FitOptions struct {
 // parameters that no sample identifies at their defaults. m.Forward must be
 // set (FitForward); m.Params is the first start.
 func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
+	if o.OutlierLogErr == 0 {
+		o.OutlierLogErr = 0.35
+	}
+	if o.OutlierLogErr < 0 {
+		return fitOnce(m, samples, o, false)
+	}
+	// A robust pass (pseudo-Huber on the log error) finds the measurements
+	// a squared loss would bend the model towards.
+	kr, st, err := fitOnce(m, samples, o, true)
+	if err != nil {
+		return kr, st, err
+	}
+	robust := m
+	robust.Params = kr
+	var bad []int
+	for i, s := range samples {
+		b, err := robust.Predict(s.Plan, s.Resources)
+		if err == nil && math.Abs(math.Log(b.Iter/s.IterS)) > o.OutlierLogErr {
+			bad = append(bad, i)
+		}
+	}
+	kept := samples
+	if len(bad) > 0 && len(bad) <= len(samples)/4 && len(samples)-len(bad) >= MinSamples {
+		drop := map[int]bool{}
+		for _, i := range bad {
+			drop[i] = true
+		}
+		kept = make([]Sample, 0, len(samples)-len(bad))
+		for i, s := range samples {
+			if !drop[i] {
+				kept = append(kept, s)
+			}
+		}
+	} else {
+		bad = nil
+	}
+	// The fit itself: squared log error on the kept samples, from the
+	// robust solution.
+	m.Params = kr
+	o.Starts = 1
+	k, st2, err := fitOnce(m, kept, o, false)
+	if err != nil {
+		return kr, st, nil
+	}
+	st2.Evaluations += st.Evaluations
+	st2.Starts += st.Starts
+	st2.Samples, st2.OffloadSamples, st2.Trusted = st.Samples, st.OffloadSamples, st.Trusted
+	st2.Dropped = bad
+	return k, st2, nil
+}
+
+func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitStats, error) {
 	if o.Starts <= 0 {
-		o.Starts = 4
+		o.Starts = 3
 	}
 	if o.MaxEvals <= 0 {
 		o.MaxEvals = 1000
@@ -171,7 +232,13 @@ func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
 				return math.Inf(1)
 			}
 			d := math.Log(it) - logY[i]
-			sum += d * d
+			if robust {
+				// pseudo-Huber, quadratic below 10% log error, linear above
+				const delta = 0.1
+				sum += 2 * delta * delta * (math.Sqrt(1+d*d/(delta*delta)) - 1)
+			} else {
+				sum += d * d
+			}
 		}
 		var reg float64
 		for i := range x {

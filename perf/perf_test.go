@@ -412,3 +412,42 @@ func TestParseArchs(t *testing.T) {
 		t.Errorf("unknown model: %v", err)
 	}
 }
+
+func TestFitScreensABadMeasurement(t *testing.T) {
+	truth := toyModel()
+	var samples []Sample
+	for _, g := range []int{1, 2, 4, 8} {
+		for _, off := range []bool{false, true} {
+			p := Plan{DP: g, TP: 1, PP: 1, MicroBatch: 8 / g, GA: 1}
+			if off {
+				p.ZeRO, p.Offload = 2, true
+			}
+			r := Resources{Placement: Placement{g}, CPUsPerGPU: 4}
+			b, _ := truth.Predict(p, r)
+			samples = append(samples, Sample{Plan: p, Resources: r, IterS: b.Iter})
+		}
+	}
+	for _, pl := range []Placement{{4, 4}, {2, 2}, {1, 1}} {
+		p := Plan{DP: pl.GPUs(), TP: 1, PP: 1, MicroBatch: 8 / pl.GPUs(), GA: 1}
+		r := Resources{Placement: pl, CPUsPerGPU: 4}
+		b, _ := truth.Predict(p, r)
+		samples = append(samples, Sample{Plan: p, Resources: r, IterS: b.Iter})
+	}
+	samples[9].IterS *= 4 // a straggler run measured 4× too slow
+	start := truth
+	start.Params = DefaultParams
+	_, st, err := Fit(start, samples, FitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Dropped) != 1 || st.Dropped[0] != 9 {
+		t.Fatalf("dropped %v, want [9]", st.Dropped)
+	}
+	if st.RMSLE > 0.02 {
+		t.Errorf("rmsle after screening %.4f", st.RMSLE)
+	}
+	_, st, _ = Fit(start, samples, FitOptions{OutlierLogErr: -1})
+	if len(st.Dropped) != 0 {
+		t.Errorf("screening disabled but dropped %v", st.Dropped)
+	}
+}
