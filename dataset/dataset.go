@@ -59,7 +59,6 @@ func readTable(name string, r io.Reader, required []string) (*table, error) {
 		return nil, errors.Join(errs...)
 	}
 	for {
-		line, _ := cr.FieldPos(0)
 		rec, err := cr.Read()
 		if err == io.EOF {
 			break
@@ -70,12 +69,11 @@ func readTable(name string, r io.Reader, required []string) (*table, error) {
 		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
 			continue
 		}
+		line, _ := cr.FieldPos(0)
 		if len(rec) != len(head) {
-			line, _ = cr.FieldPos(0)
 			errs = append(errs, fmt.Errorf("%s:%d: want %d columns, got %d", name, line, len(head), len(rec)))
 			continue
 		}
-		line, _ = cr.FieldPos(0)
 		t.rows = append(t.rows, rec)
 		t.lines = append(t.lines, line)
 	}

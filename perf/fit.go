@@ -272,9 +272,8 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 	grad := func(g, x []float64) {
 		fd.Gradient(g, obj, x, &fd.Settings{Formula: fd.Central, Step: 1e-5})
 	}
-	if res, err := optimize.Minimize(optimize.Problem{Func: obj, Grad: grad}, best[:],
-		&optimize.Settings{MajorIterations: 40, GradientThreshold: 1e-8}, &optimize.BFGS{}); res != nil && (err == nil || res.F < bestF) && res.F < bestF {
-		bestF = res.F
+	if res, _ := optimize.Minimize(optimize.Problem{Func: obj, Grad: grad}, best[:],
+		&optimize.Settings{MajorIterations: 40, GradientThreshold: 1e-8}, &optimize.BFGS{}); res != nil && res.F < bestF {
 		copy(best[:], res.X)
 	}
 	var v [NumParams]float64

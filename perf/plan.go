@@ -294,17 +294,6 @@ func Check(a Arch, p Plan, pl Placement) error {
 	return nil
 }
 
-// divisors returns the divisors of n in increasing order.
-func divisors(n int) []int {
-	var d []int
-	for i := 1; i <= n; i++ {
-		if n%i == 0 {
-			d = append(d, i)
-		}
-	}
-	return d
-}
-
 // Rejection is a plan that failed a rule, with the reason.
 type Rejection struct {
 	Plan   Plan   `json:"plan"`
