@@ -330,7 +330,7 @@ func (p *Pool) dial(ctx context.Context, h Host) (*xssh.Client, error) {
 		Timeout:           p.cfg.ConnectTimeout,
 	}
 	var nc net.Conn
-	if p.cfg.JumpHost != nil {
+	if j := p.cfg.JumpHost; j != nil && j.key() != h.key() {
 		jump, err := p.Client(ctx, *p.cfg.JumpHost)
 		if err != nil {
 			return nil, fmt.Errorf("via jump host: %w", err)

@@ -50,7 +50,8 @@ func (p *Pool) upload(ctx context.Context, h Host, r io.Reader, want, remotePath
 	}
 	// The script reads the file from stdin. sha256sum runs on the server;
 	// the rename happens only when its sum matches ours, and the sum is
-	// also printed so the caller checks it a second time.
+	// also printed so the caller checks it a second time. mv -T (GNU) renames
+	// over the target and never into a directory of that name.
 	script := strings.Join([]string{
 		"set -e",
 		"t=$(mktemp " + Quote(path.Join(dir, "."+base+".replan-XXXXXX")) + ")",
@@ -61,7 +62,7 @@ func (p *Pool) upload(ctx context.Context, h Host, r io.Reader, want, remotePath
 		`s=${s%% *}`,
 		`echo "$s"`,
 		`[ "$s" = ` + Quote(want) + ` ] || { echo "sha256 mismatch: remote $s" >&2; exit 3; }`,
-		`mv -f "$t" ` + Quote(remotePath),
+		`mv -fT "$t" ` + Quote(remotePath),
 		"trap - EXIT",
 	}, "\n")
 	var out, errb bytes.Buffer
