@@ -25,6 +25,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newPlanCmd,
 		newPerfCmd,
 		newDemoCmd,
+		newInventoryCmd,
+		newTrustCmd,
 		newAgentCmd,
 	} {
 		root.AddCommand(add(stdout, stderr))

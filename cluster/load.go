@@ -90,11 +90,20 @@ type Options struct {
 // Load reads and validates the inventory file at path. Relative identity
 // paths resolve against the file's directory.
 func Load(path string) (*Inventory, error) {
+	return LoadWith(path, Options{})
+}
+
+// LoadWith is Load with options; an empty BaseDir becomes the file's
+// directory.
+func LoadWith(path string, opts Options) (*Inventory, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read inventory: %w", err)
 	}
-	return Parse(path, data, Options{BaseDir: filepath.Dir(path)})
+	if opts.BaseDir == "" {
+		opts.BaseDir = filepath.Dir(path)
+	}
+	return Parse(path, data, opts)
 }
 
 // maxNodes bounds the work of walking a document, so that alias bombs
