@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -607,5 +608,36 @@ func TestCancelledDialReturns(t *testing.T) {
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("want context.Canceled, got %v", err)
+	}
+}
+
+func TestKeepaliveDropsFrozenConnection(t *testing.T) {
+	s := sshtest.Start(t, sshtest.Config{})
+	p, _ := newPool(t, ssh.Config{Keepalive: 50 * time.Millisecond}, s)
+	h := host(s, "a")
+	if _, err := p.Output(context.Background(), h, "true"); err != nil {
+		t.Fatal(err)
+	}
+	// Freeze the per-connection sshd processes: keepalives go unanswered
+	// and the pool must notice on its own, without a command failing.
+	kids := sshtest.Descendants(s.PID())
+	if len(kids) == 0 {
+		t.Fatal("no per-connection sshd process found")
+	}
+	for _, k := range kids {
+		syscall.Kill(k, syscall.SIGSTOP)
+	}
+	for p.Stats(h).Connected {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, k := range kids {
+		syscall.Kill(k, syscall.SIGKILL)
+		syscall.Kill(k, syscall.SIGCONT)
+	}
+	if _, err := p.Output(context.Background(), h, "true"); err != nil {
+		t.Fatalf("after keepalive failure: %v", err)
+	}
+	if st := p.Stats(h); st.Dials != 2 {
+		t.Errorf("stats %+v, want a redial", st)
 	}
 }

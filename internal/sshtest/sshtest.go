@@ -265,6 +265,17 @@ func (s *Server) start() {
 	s.cmd, s.logs, s.done = cmd, logs, done
 }
 
+// PID is the listening sshd's process id (0 when stopped). Its
+// per-connection processes are Descendants(PID()).
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Logs returns sshd's log so far (of the current run).
 func (s *Server) Logs() string {
 	s.mu.Lock()
