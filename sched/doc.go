@@ -1,0 +1,18 @@
+// Package sched decides, for one snapshot of a GPU training cluster, which
+// jobs run where, on how many GPUs and CPU cores, and with which execution
+// plan. It is pure: a Snapshot goes in (servers, tenants, jobs, the time as a
+// field), Decisions come out (Start, Reconfigure, Preempt, and the reason
+// every other job waits). No I/O, no clock, no goroutines.
+//
+// The full policy is Morphling's Algorithm 1 (Morphling): guaranteed jobs
+// below their minimum demand (minRes) first, then best-effort and running
+// jobs by descending slope of their resource sensitivity curve, taking free
+// resources on each server before shrinking the lowest-slope job that is
+// above its own minRes; shrinking to zero is a preemption. The baselines of
+// the Morphling evaluation share the Policy interface so the simulator (sim/)
+// compares them on the very same code: Static, PlanOnly (Morphling-E),
+// ResourcesOnly (Morphling-R, Sia-like DP scaling), Synergy and AntMan.
+//
+// See README.md in this directory for the pipeline and a glossary, and
+// docs/scheduling.md for how to read the simulator's table.
+package sched

@@ -1,0 +1,89 @@
+package sched
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/replan/replan/perf"
+)
+
+// planFunc gives the plan, predicted throughput and memory estimate of a
+// job's final tentative allocation.
+type planFunc func(i int) (perf.Plan, float64, perf.Memory, bool)
+
+// emitState turns a round's working state into decisions. Host memory is
+// allocated here for the chosen plan (AllocMem): offloaded optimizer states
+// per server in proportion to the job's GPUs there.
+func emitState(st *state, plan planFunc) Decisions {
+	var d Decisions
+	var shrinks, grows, starts []Decision
+	for i := range st.jobs {
+		js := &st.jobs[i]
+		j := js.job
+		switch {
+		case js.orig > 0 && js.total == 0:
+			d.Actions = append(d.Actions, Decision{Kind: Preempt, Job: j.ID, Index: i, Why: "shrunk to zero for a job with a higher slope or below its minRes"})
+		case js.orig > 0 && (js.touched || !sameAlloc(js.alloc, j.Alloc)):
+			p, thr, mem, ok := plan(i)
+			if !ok {
+				d.Actions = append(d.Actions, Decision{Kind: Preempt, Job: j.ID, Index: i, Why: "no feasible plan on what is left of its allocation"})
+				continue
+			}
+			if p == j.Plan && sameAlloc(js.alloc, j.Alloc) {
+				continue
+			}
+			dec := Decision{Kind: Reconfigure, Job: j.ID, Index: i, Plan: p, Throughput: thr}
+			dec.Alloc = withMem(js.alloc, mem)
+			dec.Placement = placementOf(dec.Alloc)
+			switch {
+			case js.total < js.orig:
+				dec.Why = fmt.Sprintf("shrunk from %d to %d GPUs", js.orig, js.total)
+				shrinks = append(shrinks, dec)
+			case js.total > js.orig:
+				dec.Why = fmt.Sprintf("grown from %d to %d GPUs", js.orig, js.total)
+				grows = append(grows, dec)
+			default:
+				dec.Why = "better plan on the same GPUs"
+				grows = append(grows, dec)
+			}
+		case js.orig == 0 && js.total > 0:
+			p, thr, mem, ok := plan(i)
+			if !ok {
+				d.Waiting = append(d.Waiting, Wait{Job: j.ID, Index: i, Reason: fmt.Sprintf("no feasible plan on placement %s", st.placement(i))})
+				continue
+			}
+			dec := Decision{Kind: Start, Job: j.ID, Index: i, Plan: p, Throughput: thr, Why: fmt.Sprintf("%d GPUs", js.total)}
+			dec.Alloc = withMem(js.alloc, mem)
+			dec.Placement = placementOf(dec.Alloc)
+			starts = append(starts, dec)
+		case js.orig == 0:
+			r := js.reason
+			if r == "" {
+				r = "waiting for resources"
+			}
+			d.Waiting = append(d.Waiting, Wait{Job: j.ID, Index: i, Reason: r})
+		}
+	}
+	d.Actions = append(d.Actions, shrinks...)
+	d.Actions = append(d.Actions, grows...)
+	d.Actions = append(d.Actions, starts...)
+	return d
+}
+
+// withMem copies allocs with the plan's host memory filled in (GiB).
+func withMem(allocs []Alloc, mem perf.Memory) []Alloc {
+	out := make([]Alloc, len(allocs))
+	copy(out, allocs)
+	fullest := 0
+	for _, a := range out {
+		fullest = max(fullest, a.GPUs)
+	}
+	for k := range out {
+		out[k].MemGB = 0
+		if mem.HostPerServer > 0 && fullest > 0 {
+			out[k].MemGB = mem.HostPerServer / perf.GiB * float64(out[k].GPUs) / float64(fullest)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Server < out[b].Server })
+	return out
+}

@@ -1,0 +1,584 @@
+package sched
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/replan/replan/perf"
+)
+
+// Options tune the curve-driven policies (Morphling and ResourcesOnly).
+// The zero value of a field means its default (DefaultOptions).
+type Options struct {
+	// RestartCost is the seconds a checkpoint-restart takes (default 260,
+	// the figure of the Morphling artifact's simulator; the paper measured
+	// 78 s on average).
+	RestartCost float64
+	// Horizon is how far ahead, in seconds, a reconfiguration's predicted
+	// gain is counted against its restart cost (default 3600). The gain of
+	// a change is the normalised throughput it adds times
+	// min(Horizon, the job's predicted remaining time); it must exceed
+	// GainFactor times the normalised work the restart loses.
+	Horizon float64
+	// GainFactor is the safety factor of that comparison (default 2).
+	GainFactor float64
+	// MinSlope is the marginal efficiency below which a job is not grown:
+	// an extra GPU must add at least this fraction of the per-GPU
+	// throughput of the job's own request (default 0.2).
+	MinSlope float64
+	// MaxGPUs is the length of the sensitivity curves: no job grows beyond
+	// it, or beyond its request if that is larger (default 64).
+	MaxGPUs int
+	// SLAMargin makes minRes demand a predicted throughput of
+	// (1+SLAMargin)·promise, covering the model's error (default 0.05).
+	SLAMargin float64
+	// FragTolerance is the share of the packed curve's throughput a
+	// placement spread over servers must still reach (default 0.8).
+	FragTolerance float64
+	// KeepPlanFamily restricts plans to the user's plan family, scaling only
+	// DP (Morphling-R; set by NewResourcesOnly).
+	KeepPlanFamily bool
+}
+
+// DefaultOptions returns the documented defaults.
+func DefaultOptions() Options {
+	return Options{RestartCost: 260, Horizon: 3600, GainFactor: 2, MinSlope: 0.2, MaxGPUs: 64, SLAMargin: 0.05, FragTolerance: 0.8}
+}
+
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.RestartCost <= 0 {
+		o.RestartCost = d.RestartCost
+	}
+	if o.Horizon <= 0 {
+		o.Horizon = d.Horizon
+	}
+	if o.GainFactor <= 0 {
+		o.GainFactor = d.GainFactor
+	}
+	if o.MinSlope <= 0 {
+		o.MinSlope = d.MinSlope
+	}
+	if o.MaxGPUs <= 0 {
+		o.MaxGPUs = d.MaxGPUs
+	}
+	if o.SLAMargin < 0 {
+		o.SLAMargin = 0
+	}
+	if o.FragTolerance <= 0 {
+		o.FragTolerance = d.FragTolerance
+	}
+	return o
+}
+
+// Morphling is the full policy: Algorithm 1 over resource sensitivity
+// curves, with plans chosen per placement and reconfigurations gated by the
+// anti-thrashing rule of Options.
+type Morphling struct {
+	name string
+	opt  Options
+	c    *cache
+}
+
+// NewMorphling returns the full Morphling policy.
+func NewMorphling(o Options) *Morphling {
+	o = o.withDefaults()
+	return &Morphling{name: "morphling", opt: o, c: newCache()}
+}
+
+// NewResourcesOnly is Morphling-R: the same allocation policy, but every
+// job keeps its own plan family and only its DP size follows the GPUs
+// (the way Sia scales 3D-parallel jobs).
+func NewResourcesOnly(o Options) *Morphling {
+	o = o.withDefaults()
+	o.KeepPlanFamily = true
+	return &Morphling{name: "resources-only", opt: o, c: newCache()}
+}
+
+// Name implements Policy.
+func (p *Morphling) Name() string { return p.name }
+
+// MinRes is a guaranteed job's minimum demand: the fewest GPUs and cores
+// (with any plan the policy may use) whose predicted throughput reaches the
+// promise, never more than the request; Fallback is set when no smaller
+// demand reaches it and the request itself is used.
+type MinRes struct {
+	GPUs     int
+	CPUs     int
+	Plan     perf.Plan
+	Promise  float64 // samples/s of the request
+	Fallback bool
+}
+
+// MinRes computes j's minimum demand as Schedule does, with servers of
+// perServer GPUs.
+func (p *Morphling) MinRes(j *Job, perServer int) MinRes {
+	var js jstate
+	js.job = j
+	js.cpg = 1
+	if j.ReqGPUs > 0 && j.ReqCPUs > 0 {
+		js.cpg = max(1, j.ReqCPUs/j.ReqGPUs)
+	}
+	p.prepare(&js, perServer)
+	return MinRes{GPUs: js.minG, CPUs: js.minCPUs, Plan: js.minPlan, Promise: js.ref, Fallback: js.fallback}
+}
+
+// prepare fills a job's curve, reference throughput, normalisation and
+// minRes.
+func (p *Morphling) prepare(js *jstate, perServer int) {
+	j := js.job
+	if j.Model == nil {
+		return
+	}
+	if p.opt.KeepPlanFamily {
+		js.fam = familyOf(j.ReqPlan)
+	}
+	maxG := max(p.opt.MaxGPUs, j.ReqGPUs)
+	js.cv = p.c.curve(j.Model, js.fam, maxG, perServer, js.cpg)
+	if js.fam.fixed && js.cv.minRun == 0 {
+		js.fam = family{fixed: true, pinned: true, plan: j.ReqPlan}
+		js.cv = p.c.curve(j.Model, js.fam, maxG, perServer, js.cpg)
+	}
+	reqPl := perf.PackedPlacement(max(j.ReqGPUs, 1), perServer)
+	js.ref = j.Promise
+	if js.ref <= 0 {
+		js.ref = p.c.predict(j.Model, j.ReqPlan, reqPl, false, js.cpg)
+	}
+	if js.ref <= 0 {
+		js.ref = js.cv.at(j.ReqGPUs)
+	}
+	if js.ref <= 0 {
+		js.ref = 1
+	}
+	js.w = float64(max(j.ReqGPUs, 1)) / js.ref
+	js.remaining = math.Max(j.ItersTotal-j.ItersDone, 0)
+	if j.Class != Guaranteed {
+		return
+	}
+	js.minG, js.minCPUs, js.minPlan, js.fallback = j.ReqGPUs, j.ReqCPUs, j.ReqPlan, true
+	target := js.ref * (1 + p.opt.SLAMargin)
+	for _, g := range js.cv.front {
+		if g > j.ReqGPUs {
+			break
+		}
+		if js.cv.thr[g] >= target {
+			if v := p.c.best(j.Model, js.fam, perf.PackedPlacement(g, perServer), false, js.cpg); v.ok && v.thr >= target {
+				js.minG, js.minCPUs, js.minPlan, js.fallback = g, min(g*js.cpg, max(j.ReqCPUs, g)), v.plan, false
+				break
+			}
+		}
+	}
+}
+
+// u is normalised throughput: GPU-equivalents of the job's own request.
+func (js *jstate) u(thr float64) float64 { return thr * js.w }
+
+// next is the job's next growth step on its curve from its current total:
+// the frontier count with the highest marginal normalised throughput per
+// GPU, and that slope.
+func (js *jstate) next(limit int) (int, float64) {
+	if js.cv == nil {
+		return 0, 0
+	}
+	base := js.u(js.cv.at(js.total))
+	bestG, bestS := 0, 0.0
+	for _, f := range js.cv.front {
+		if f <= js.total {
+			continue
+		}
+		if f > limit {
+			break
+		}
+		s := (js.u(js.cv.thr[f]) - base) / float64(f-js.total)
+		if s > bestS {
+			bestG, bestS = f, s
+		}
+	}
+	return bestG, bestS
+}
+
+// Schedule implements Policy: Algorithm 1.
+func (p *Morphling) Schedule(s Snapshot) Decisions {
+	st := newState(&s)
+	perServer := max(st.maxPer, 1)
+	if len(s.Servers) > 0 && s.Servers[0].GPUs > 0 {
+		perServer = s.Servers[0].GPUs
+	}
+	for i := range st.jobs {
+		js := &st.jobs[i]
+		p.prepare(js, perServer)
+		if js.orig > 0 {
+			pl := placementOf(js.job.Alloc)
+			js.origThr = p.c.predict(js.job.Model, js.job.Plan, pl, crossRack(s.Servers, js.job.Alloc), js.cpg)
+			if j := js.job; j.Promise > 0 && j.Plan == j.ReqPlan && pl.GPUs() == j.ReqGPUs && p.packed(pl, st) {
+				js.origThr = j.Promise
+			}
+		}
+	}
+	quota := map[string]int{}
+	for _, t := range s.Tenants {
+		quota[t.Name] = t.QuotaGPUs
+	}
+	used := map[string]int{}
+	for i := range st.jobs {
+		if js := &st.jobs[i]; js.orig > 0 && js.job.Class == Guaranteed {
+			used[js.job.Tenant] += js.minG
+		}
+	}
+
+	// Lines 2-3: privileged guaranteed jobs (waiting, within quota), in
+	// submission order, placed at their minRes.
+	var waitingG []int
+	for i := range st.jobs {
+		if js := &st.jobs[i]; js.orig == 0 && js.job.Class == Guaranteed {
+			waitingG = append(waitingG, i)
+		}
+	}
+	sort.SliceStable(waitingG, func(a, b int) bool { return s.Jobs[waitingG[a]].Submit < s.Jobs[waitingG[b]].Submit })
+	for _, i := range waitingG {
+		js := &st.jobs[i]
+		if js.cv == nil || js.cv.minRun == 0 {
+			js.reason = "no feasible plan for this model on up to " + fmt.Sprint(len(js.cvEnv())-1) + " GPUs"
+			continue
+		}
+		t := js.job.Tenant
+		if q := quota[t]; len(quota) > 0 && used[t]+js.minG > q {
+			js.reason = fmt.Sprintf("quota of tenant %s exhausted: guaranteed jobs use %d of %d GPUs, this one needs %d (its minRes)", t, used[t], quota[t], js.minG)
+			continue
+		}
+		mark := len(st.journal)
+		if ok := p.grow(st, i, js.minG, math.Inf(1), true); !ok || !p.finish(st, i, true) {
+			st.rollback(mark)
+			if js.reason == "" {
+				js.reason = fmt.Sprintf("needs %d GPUs (minRes) and cannot get them: %d free, running jobs are at their own minRes", js.minG, st.freeGPUs)
+			}
+			continue
+		}
+		used[t] += js.minG
+	}
+
+	// Lines 4-5: best-effort and running jobs by descending slope.
+	var order []int
+	for i := range st.jobs {
+		js := &st.jobs[i]
+		if js.cv == nil || js.cv.minRun == 0 {
+			if js.reason == "" && js.orig == 0 {
+				js.reason = "no feasible plan for this model"
+			}
+			continue
+		}
+		if js.orig == 0 && js.job.Class == Guaranteed && js.total == 0 {
+			continue // waits for quota or room: reason set above
+		}
+		if js.orig > 0 && js.total == 0 {
+			continue // preempted in this round
+		}
+		_, js.slope = js.next(len(js.cv.env) - 1)
+		order = append(order, i)
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		x, y := &st.jobs[order[a]], &st.jobs[order[b]]
+		if x.slope != y.slope {
+			return x.slope > y.slope
+		}
+		return x.job.Submit < y.job.Submit
+	})
+	cutoff := math.Inf(-1)
+	cutReason := ""
+	for _, i := range order {
+		js := &st.jobs[i]
+		if js.orig > 0 && js.total == 0 {
+			continue
+		}
+		if js.slope <= cutoff && st.freeGPUs == 0 {
+			if js.total == 0 {
+				js.reason = cutReason
+			}
+			continue
+		}
+		mark := len(st.journal)
+		grew := false
+		for {
+			f, sl := js.next(len(js.cv.env) - 1)
+			if f == 0 || sl < p.opt.MinSlope {
+				if js.total == 0 && js.reason == "" {
+					js.reason = "no GPU count gives this job enough throughput per GPU"
+				}
+				break
+			}
+			step := len(st.journal)
+			if !p.grow(st, i, f, sl, false) {
+				st.rollback(step)
+				if !grew && st.freeGPUs == 0 {
+					cutoff = sl
+					cutReason = fmt.Sprintf("cluster full: needs %d GPUs and no running job above its minRes has a lower slope (%.2f) to shrink", f, sl)
+				}
+				if js.total == 0 && js.reason == "" {
+					js.reason = fmt.Sprintf("needs %d GPUs; %d free, and shrinking lower-slope jobs would not pay for their restarts", f, st.freeGPUs)
+				}
+				break
+			}
+			grew = true
+		}
+		if js.total != js.orig && !p.finish(st, i, false) {
+			st.rollback(mark)
+		}
+	}
+
+	// Plan-only reconfiguration of running jobs whose allocation did not
+	// change: switch to the best plan when it pays for the restart.
+	for i := range st.jobs {
+		js := &st.jobs[i]
+		if js.orig == 0 || js.total != js.orig || js.touched || js.cv == nil {
+			continue
+		}
+		v := p.planFor(st, i)
+		if v.ok && v.plan != js.job.Plan && p.pays(js, js.origThr, v.thr) && js.meets(v) {
+			js.touched, js.planSet, js.newPlan, js.newThr = true, true, v.plan, v.thr
+		}
+	}
+	return p.emit(st)
+}
+
+// planFor is the plan job i runs on its tentative allocation: the best
+// plan the policy may use there, or the user's own plan when the
+// allocation is exactly the request and the measured promise beats every
+// predicted alternative (the model is only a model).
+func (p *Morphling) planFor(st *state, i int) planVal {
+	js := &st.jobs[i]
+	j := js.job
+	pl, cr := st.placement(i), st.cross(i)
+	v := p.c.best(j.Model, js.fam, pl, cr, js.cpg)
+	if j.Promise > 0 && !cr && (!v.ok || v.thr < j.Promise) && pl.GPUs() == j.ReqGPUs && p.packed(pl, st) {
+		v = planVal{ok: true, plan: j.ReqPlan, thr: j.Promise, mem: perf.EstimateMemory(j.Model.Arch, j.ReqPlan, pl)}
+	}
+	return v
+}
+
+// packed reports whether pl uses as few servers as its GPU count allows.
+func (p *Morphling) packed(pl perf.Placement, st *state) bool {
+	return len(pl) == (pl.GPUs()+st.maxPer-1)/max(st.maxPer, 1)
+}
+
+// meets reports whether a guaranteed job's plan keeps its promise.
+func (js *jstate) meets(v planVal) bool {
+	return js.job.Class != Guaranteed || (v.ok && v.thr >= js.ref*(1-1e-9))
+}
+
+func (js *jstate) cvEnv() []float64 {
+	if js.cv == nil {
+		return []float64{0}
+	}
+	return js.cv.env
+}
+
+// pays is the anti-thrashing rule for a job changing from throughput from
+// to to: the normalised gain over min(Horizon, remaining time) must exceed
+// GainFactor times the work the restart loses.
+func (p *Morphling) pays(js *jstate, from, to float64) bool {
+	if to <= from {
+		return false
+	}
+	h := p.opt.Horizon
+	if to > 0 && js.remaining > 0 {
+		h = math.Min(h, js.remaining/(to/float64(js.job.Model.Arch.GlobalBatch)))
+	}
+	gain := js.u(to-from) * h
+	cost := p.opt.GainFactor * js.u(from) * p.opt.RestartCost
+	return gain > cost
+}
+
+// grow tries to bring job i to target GPUs: free GPUs first, then by
+// shrinking the lowest-slope job above its minRes (lines 7-19). must is set
+// for a job below its minRes (it may shrink jobs whatever their slope).
+func (p *Morphling) grow(st *state, i, target int, slope float64, must bool) bool {
+	js := &st.jobs[i]
+	need := target - js.total
+	if need <= 0 {
+		return true
+	}
+	need -= st.takeFree(i, need)
+	banned := map[int]bool{}
+	for need > 0 {
+		v, to := p.victim(st, i, slope, must, banned)
+		if v < 0 {
+			return false
+		}
+		before := len(st.journal)
+		p.shrink(st, v, to, i)
+		if vs := &st.jobs[v]; vs.total > 0 && vs.job.Class == Guaranteed && !vs.meets(p.planFor(st, v)) {
+			st.rollback(before)
+			continue
+		}
+		need -= st.takeFree(i, need)
+	}
+	if must {
+		return true
+	}
+	// Placement check: spread over servers, the job must still get most of
+	// what the packed curve promised.
+	v := p.c.best(js.job.Model, js.fam, st.placement(i), st.cross(i), js.cpg)
+	return v.ok && v.thr >= p.opt.FragTolerance*js.cv.at(js.total) && v.thr > js.origThrOrZero()
+}
+
+func (js *jstate) origThrOrZero() float64 {
+	if js.orig == 0 {
+		return 0
+	}
+	return js.origThr
+}
+
+// victim picks the running job with the lowest loss slope that is above
+// its minRes and may be shrunk for job i, and the count to shrink it to.
+func (p *Morphling) victim(st *state, i int, slope float64, must bool, banned map[int]bool) (int, int) {
+	js := &st.jobs[i]
+	best, bestTo, bestLoss := -1, 0, math.Inf(1)
+	for k := range st.jobs {
+		v := &st.jobs[k]
+		if k == i || v.total == 0 || banned[k] || v.cv == nil || v.total <= v.minG {
+			continue
+		}
+		to := v.cv.below(v.total)
+		if to < v.minG {
+			to = v.minG
+		}
+		if to > 0 && to < v.cv.minRun {
+			to = 0
+		}
+		if v.minG > 0 && to < v.minG {
+			continue
+		}
+		cur := v.u(v.cv.at(v.total))
+		if v.orig > 0 && v.total == v.orig {
+			cur = v.u(v.origThr)
+		}
+		loss := (cur - v.u(v.cv.at(to))) / float64(v.total-to)
+		if !must {
+			if slope <= loss*1.05 {
+				continue
+			}
+			// Anti-thrashing: the gain of moving the GPUs must pay for the
+			// victim's restart (none if it changes this round anyway).
+			if !v.touched && v.total == v.orig && v.orig > 0 {
+				h := p.opt.Horizon
+				if thr := js.cv.at(js.total + (v.total - to)); thr > 0 && js.remaining > 0 {
+					h = math.Min(h, js.remaining/(thr/float64(js.job.Model.Arch.GlobalBatch)))
+				}
+				gain := (slope - loss) * float64(v.total-to) * h
+				if gain <= p.opt.GainFactor*cur*p.opt.RestartCost {
+					continue
+				}
+			}
+		}
+		if loss < bestLoss || (loss == bestLoss && v.job.Submit > st.jobs[best].job.Submit) {
+			best, bestTo, bestLoss = k, to, loss
+		}
+	}
+	if best >= 0 {
+		banned[best] = true
+	}
+	return best, bestTo
+}
+
+// shrink takes victim v down to `to` GPUs, releasing first on the servers
+// job i already uses, then where v holds the most. A guaranteed victim
+// whose spread placement would fall below its promise is not shrunk.
+func (p *Morphling) shrink(st *state, v, to, forJob int) {
+	vs := &st.jobs[v]
+	give := vs.total - to
+	if to == 0 {
+		for len(vs.alloc) > 0 && give > 0 {
+			a := vs.alloc[len(vs.alloc)-1]
+			st.move(v, a.Server, -a.GPUs)
+			give -= a.GPUs
+		}
+		vs.touched = true
+		return
+	}
+	mine := map[int]bool{}
+	for _, a := range st.jobs[forJob].alloc {
+		mine[a.Server] = true
+	}
+	servers := make([]Alloc, len(vs.alloc))
+	copy(servers, vs.alloc)
+	sort.SliceStable(servers, func(a, b int) bool {
+		ma, mb := mine[servers[a].Server], mine[servers[b].Server]
+		if ma != mb {
+			return ma
+		}
+		return servers[a].GPUs+st.free[servers[a].Server] > servers[b].GPUs+st.free[servers[b].Server]
+	})
+	for _, a := range servers {
+		if give == 0 {
+			break
+		}
+		n := min(a.GPUs, give)
+		st.move(v, a.Server, -n)
+		give -= n
+	}
+	sortAlloc(vs.alloc)
+	vs.touched = true
+}
+
+// finish checks job i's new allocation: a feasible best plan, the
+// guarantee, the anti-thrashing rule, cores and host memory (lines 20-24).
+func (p *Morphling) finish(st *state, i int, privileged bool) bool {
+	js := &st.jobs[i]
+	if js.total == 0 {
+		return false
+	}
+	pl := st.placement(i)
+	v := p.planFor(st, i)
+	if !v.ok {
+		js.reason = fmt.Sprintf("no feasible plan on placement %s", pl)
+		return false
+	}
+	if !js.meets(v) {
+		js.reason = fmt.Sprintf("free GPUs (placement %s) are too spread to meet the promised %.2f samples/s", pl, js.ref)
+		return false
+	}
+	if js.orig > 0 && !p.pays(js, js.origThr, v.thr) {
+		return false
+	}
+	js.touched, js.planSet, js.newPlan, js.newThr = true, true, v.plan, v.thr
+	_ = privileged
+	return true
+}
+
+// emit turns the working state into decisions: preemptions and shrinks
+// first, then grows and plan changes, then starts; then the reasons.
+func (p *Morphling) emit(st *state) Decisions {
+	return emitState(st, func(i int) (perf.Plan, float64, perf.Memory, bool) {
+		js := &st.jobs[i]
+		if js.planSet && js.total == js.orig && sameAlloc(js.alloc, js.job.Alloc) {
+			v := p.planFor(st, i)
+			return js.newPlan, js.newThr, v.mem, true
+		}
+		v := p.planFor(st, i)
+		if v.ok && v.plan.Offload {
+			// CPU-bound plan: give it the cores its servers can spare (the
+			// CPU dimension of Algorithm 1) and re-pick the plan.
+			old := js.cpg
+			tuneCPU(st, i)
+			if w := p.planFor(st, i); w.ok && w.thr >= v.thr {
+				v = w
+			} else {
+				js.cpg = old
+			}
+		}
+		return v.plan, v.thr, v.mem, v.ok
+	})
+}
+
+func sameAlloc(a, b []Alloc) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Server != b[i].Server || a[i].GPUs != b[i].GPUs {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,320 @@
+package sched
+
+import (
+	"sort"
+
+	"github.com/replan/replan/perf"
+)
+
+// state is the working copy of the cluster one round mutates: free GPUs
+// and cores per server, every job's tentative allocation, and a journal so
+// a tentative change (with the shrinks it caused) can be undone.
+type state struct {
+	snap     *Snapshot
+	free     []int
+	freeCPU  []int
+	freeMem  []float64
+	idx      freeIndex
+	jobs     []jstate
+	on       [][]int // jobs holding GPUs on each server
+	journal  []op
+	maxPer   int
+	freeGPUs int
+}
+
+// op is one journal entry: job took (gpus > 0) or gave back GPUs and cores
+// on a server.
+type op struct {
+	job, server, gpus, cpus int
+}
+
+// jstate is a job's working state in a round.
+type jstate struct {
+	job   *Job
+	alloc []Alloc // tentative; memory is filled when the round ends
+	total int
+	orig  int
+	cpg   int // cores per GPU
+	// Filled by the policies that use curves.
+	cv        *curve
+	fam       family
+	ref       float64 // reference (promised, for guaranteed) throughput
+	w         float64 // normalisation: GPUs per unit of ref throughput
+	minG      int     // minRes GPUs (0 for best-effort)
+	minCPUs   int
+	minPlan   perf.Plan
+	fallback  bool // minRes fell back to the request
+	remaining float64
+	origThr   float64
+	touched   bool // allocation or plan changes this round
+	newPlan   perf.Plan
+	newThr    float64
+	planSet   bool
+	memOK     bool
+	reason    string
+	slope     float64
+}
+
+func newState(s *Snapshot) *state {
+	st := &state{snap: s}
+	n := len(s.Servers)
+	st.free = make([]int, n)
+	st.freeCPU = make([]int, n)
+	st.freeMem = make([]float64, n)
+	st.on = make([][]int, n)
+	for i, sv := range s.Servers {
+		st.free[i], st.freeCPU[i], st.freeMem[i] = sv.FreeGPUs, sv.FreeCPUs, sv.FreeMemGB
+		st.maxPer = max(st.maxPer, sv.GPUs)
+		st.freeGPUs += max(sv.FreeGPUs, 0)
+	}
+	st.idx.init(st.free, st.maxPer)
+	st.jobs = make([]jstate, len(s.Jobs))
+	for i := range s.Jobs {
+		j := &s.Jobs[i]
+		js := &st.jobs[i]
+		js.job = j
+		js.alloc = append([]Alloc(nil), j.Alloc...)
+		js.total = j.GPUs()
+		js.orig = js.total
+		js.cpg = 1
+		if j.ReqGPUs > 0 && j.ReqCPUs > 0 {
+			js.cpg = max(1, j.ReqCPUs/j.ReqGPUs)
+		}
+		if js.total > 0 {
+			js.cpg = max(1, j.CPUs()/js.total)
+		}
+		for _, a := range j.Alloc {
+			if a.GPUs > 0 {
+				st.on[a.Server] = append(st.on[a.Server], i)
+			}
+		}
+	}
+	return st
+}
+
+// placement is the job's tentative placement, fullest server first.
+func (st *state) placement(j int) perf.Placement { return placementOf(st.jobs[j].alloc) }
+
+func (st *state) cross(j int) bool {
+	a := st.jobs[j].alloc
+	return len(a) > 1 && crossRack(st.snap.Servers, a)
+}
+
+// move gives job j delta GPUs (negative: takes them back) on server s,
+// with cpg cores per GPU, and records it in the journal.
+func (st *state) move(j, s, delta int) {
+	js := &st.jobs[j]
+	cpus := delta * js.cpg
+	k := -1
+	for i := range js.alloc {
+		if js.alloc[i].Server == s {
+			k = i
+			break
+		}
+	}
+	if k < 0 {
+		js.alloc = append(js.alloc, Alloc{Server: s})
+		k = len(js.alloc) - 1
+		st.on[s] = append(st.on[s], j)
+	}
+	a := &js.alloc[k]
+	if delta < 0 && a.GPUs+delta == 0 {
+		cpus = -a.CPUs // give back every core, top-ups included
+	}
+	a.GPUs += delta
+	a.CPUs += cpus
+	js.total += delta
+	st.free[s] -= delta
+	st.freeCPU[s] -= cpus
+	st.freeGPUs -= delta
+	st.idx.set(s, st.free[s])
+	if a.GPUs == 0 {
+		js.alloc = append(js.alloc[:k], js.alloc[k+1:]...)
+		st.removeOn(s, j)
+	}
+	st.journal = append(st.journal, op{job: j, server: s, gpus: delta, cpus: cpus})
+}
+
+func (st *state) removeOn(s, j int) {
+	l := st.on[s]
+	for i, x := range l {
+		if x == j {
+			st.on[s] = append(l[:i], l[i+1:]...)
+			return
+		}
+	}
+}
+
+// rollback undoes the journal back to mark.
+func (st *state) rollback(mark int) {
+	for len(st.journal) > mark {
+		o := st.journal[len(st.journal)-1]
+		st.journal = st.journal[:len(st.journal)-1]
+		js := &st.jobs[o.job]
+		k := -1
+		for i := range js.alloc {
+			if js.alloc[i].Server == o.server {
+				k = i
+				break
+			}
+		}
+		if k < 0 {
+			js.alloc = append(js.alloc, Alloc{Server: o.server})
+			k = len(js.alloc) - 1
+			st.on[o.server] = append(st.on[o.server], o.job)
+		}
+		a := &js.alloc[k]
+		a.GPUs -= o.gpus
+		a.CPUs -= o.cpus
+		js.total -= o.gpus
+		st.free[o.server] += o.gpus
+		st.freeCPU[o.server] += o.cpus
+		st.freeGPUs += o.gpus
+		st.idx.set(o.server, st.free[o.server])
+		if a.GPUs == 0 {
+			js.alloc = append(js.alloc[:k], js.alloc[k+1:]...)
+			st.removeOn(o.server, o.job)
+		}
+	}
+	for i := range st.jobs {
+		sortAlloc(st.jobs[i].alloc)
+	}
+}
+
+func sortAlloc(a []Alloc) {
+	if len(a) > 1 {
+		sort.Slice(a, func(i, k int) bool { return a[i].Server < a[k].Server })
+	}
+}
+
+// takeFree gives job j up to need free GPUs: first on servers it already
+// uses, then the best-fitting single server, then the servers with the most
+// free GPUs (so a job spreads over as few servers as it can). It returns
+// how many it got.
+func (st *state) takeFree(j, need int) int {
+	got := 0
+	js := &st.jobs[j]
+	cpg := js.cpg
+	fit := func(s, want int) int {
+		n := min(want, st.free[s])
+		if cpg > 0 {
+			n = min(n, st.freeCPU[s]/cpg)
+		}
+		return max(n, 0)
+	}
+	for i := 0; i < len(js.alloc) && got < need; i++ {
+		s := js.alloc[i].Server
+		if n := fit(s, need-got); n > 0 {
+			st.move(j, s, n)
+			got += n
+		}
+	}
+	if got < need && need-got <= st.maxPer {
+		for k := need - got; k <= st.maxPer; k++ {
+			if s, ok := st.idx.any(k); ok {
+				if n := fit(s, need-got); n > 0 {
+					st.move(j, s, n)
+					got += n
+				}
+				break
+			}
+		}
+	}
+	for k := st.maxPer; k >= 1 && got < need; k-- {
+		for got < need {
+			s, ok := st.idx.any(k)
+			if !ok {
+				break
+			}
+			n := fit(s, need-got)
+			if n <= 0 {
+				// cores exhausted: park the server in a lower bucket by
+				// skipping it this pass
+				if !st.idx.skip(k, s) {
+					break
+				}
+				continue
+			}
+			st.move(j, s, n)
+			got += n
+		}
+		st.idx.unskip()
+	}
+	sortAlloc(js.alloc)
+	return got
+}
+
+// freeIndex buckets servers by free GPU count so best-fit and
+// largest-first lookups cost O(1).
+type freeIndex struct {
+	b       [][]int
+	pos     []int
+	at      []int
+	skipped []struct{ k, s int }
+}
+
+func (f *freeIndex) init(free []int, maxPer int) {
+	f.b = make([][]int, maxPer+1)
+	f.pos = make([]int, len(free))
+	f.at = make([]int, len(free))
+	for s, n := range free {
+		n = min(max(n, 0), maxPer)
+		f.at[s] = n
+		f.pos[s] = len(f.b[n])
+		f.b[n] = append(f.b[n], s)
+	}
+}
+
+func (f *freeIndex) del(s int) {
+	k := f.at[s]
+	l := f.b[k]
+	i := f.pos[s]
+	last := l[len(l)-1]
+	l[i] = last
+	f.pos[last] = i
+	f.b[k] = l[:len(l)-1]
+}
+
+func (f *freeIndex) set(s, n int) {
+	n = min(max(n, 0), len(f.b)-1)
+	if f.at[s] == n {
+		return
+	}
+	f.del(s)
+	f.at[s] = n
+	f.pos[s] = len(f.b[n])
+	f.b[n] = append(f.b[n], s)
+}
+
+// any returns a server with exactly k free GPUs (the lowest index, so
+// rounds are deterministic and fill servers in order).
+func (f *freeIndex) any(k int) (int, bool) {
+	if k <= 0 || k >= len(f.b) || len(f.b[k]) == 0 {
+		return 0, false
+	}
+	l := f.b[k]
+	return l[len(l)-1], true
+}
+
+// skip takes s out of bucket k until unskip (used when a server has GPUs
+// but no cores left).
+func (f *freeIndex) skip(k, s int) bool {
+	if f.at[s] != k {
+		return false
+	}
+	f.del(s)
+	f.at[s] = 0
+	f.pos[s] = len(f.b[0])
+	f.b[0] = append(f.b[0], s)
+	f.skipped = append(f.skipped, struct{ k, s int }{k, s})
+	return true
+}
+
+func (f *freeIndex) unskip() {
+	for _, x := range f.skipped {
+		if f.at[x.s] == 0 {
+			f.set(x.s, x.k)
+		}
+	}
+	f.skipped = f.skipped[:0]
+}

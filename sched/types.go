@@ -1,0 +1,250 @@
+package sched
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/replan/replan/perf"
+)
+
+// Class is a job's service class.
+type Class int
+
+// Service classes. Guaranteed jobs consume their tenant's quota and are
+// promised at least the throughput of their request; best-effort jobs use
+// what is left and may be shrunk or preempted at any time.
+const (
+	BestEffort Class = iota
+	Guaranteed
+)
+
+func (c Class) String() string {
+	if c == Guaranteed {
+		return "guaranteed"
+	}
+	return "best-effort"
+}
+
+// Server is one machine of the snapshot. Capacities are what the machine
+// has; the Free fields are what no job of the snapshot holds (capacity minus
+// the allocations of running jobs, minus anything held outside replan).
+type Server struct {
+	ID        string
+	Rack      string
+	GPUs      int
+	CPUs      int
+	MemGB     float64
+	FreeGPUs  int
+	FreeCPUs  int
+	FreeMemGB float64
+}
+
+// Tenant owns a GPU quota for its guaranteed jobs.
+type Tenant struct {
+	Name      string
+	QuotaGPUs int
+}
+
+// Alloc is a job's share of one server. Server indexes Snapshot.Servers.
+type Alloc struct {
+	Server int
+	GPUs   int
+	CPUs   int
+	MemGB  float64
+}
+
+// Job is a training job as the scheduler sees it.
+type Job struct {
+	ID     string
+	Tenant string
+	Class  Class
+	// Model is the fitted performance model of the job's model type. Jobs of
+	// one type share the pointer; caches are keyed by it.
+	Model *perf.Model
+	// The request: GPUs, CPU cores and the plan the user asked for. For a
+	// guaranteed job it is the baseline its promised throughput is
+	// measured on (packed onto as few servers as possible).
+	ReqGPUs int
+	ReqCPUs int
+	ReqPlan perf.Plan
+	// Promise is the throughput (samples/s) of the request when it is
+	// known from measurements; 0 means the model's prediction of the
+	// request is used. Guaranteed jobs are promised at least this much.
+	Promise float64
+	// Current allocation and plan; Alloc is empty while the job waits.
+	Alloc []Alloc
+	Plan  perf.Plan
+	// Submit is the submission time in seconds (same clock as Snapshot.Now).
+	Submit float64
+	// Progress in iterations (the global batch is fixed, so iterations are
+	// the unit of work).
+	ItersDone  float64
+	ItersTotal float64
+	Restarts   int
+}
+
+// Running reports whether the job holds resources.
+func (j *Job) Running() bool { return len(j.Alloc) > 0 }
+
+// GPUs is the number of GPUs the job holds.
+func (j *Job) GPUs() int {
+	n := 0
+	for _, a := range j.Alloc {
+		n += a.GPUs
+	}
+	return n
+}
+
+// CPUs is the number of CPU cores the job holds.
+func (j *Job) CPUs() int {
+	n := 0
+	for _, a := range j.Alloc {
+		n += a.CPUs
+	}
+	return n
+}
+
+// Snapshot is everything one scheduling round sees.
+type Snapshot struct {
+	Now     float64
+	Servers []Server
+	Tenants []Tenant
+	Jobs    []Job
+}
+
+// FillFree sets every server's Free fields to its capacity minus the
+// allocations of the snapshot's jobs. Callers that track free resources
+// themselves need not call it.
+func (s *Snapshot) FillFree() {
+	for i := range s.Servers {
+		sv := &s.Servers[i]
+		sv.FreeGPUs, sv.FreeCPUs, sv.FreeMemGB = sv.GPUs, sv.CPUs, sv.MemGB
+	}
+	for i := range s.Jobs {
+		for _, a := range s.Jobs[i].Alloc {
+			sv := &s.Servers[a.Server]
+			sv.FreeGPUs -= a.GPUs
+			sv.FreeCPUs -= a.CPUs
+			sv.FreeMemGB -= a.MemGB
+		}
+	}
+}
+
+// Kind is the kind of a decision.
+type Kind int
+
+// Decision kinds.
+const (
+	// Start launches a waiting job with Plan on Alloc.
+	Start Kind = iota
+	// Reconfigure checkpoints a running job and relaunches it with a new
+	// plan and/or allocation.
+	Reconfigure
+	// Preempt checkpoints a running job and returns it to the queue.
+	Preempt
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Start:
+		return "start"
+	case Reconfigure:
+		return "reconfigure"
+	case Preempt:
+		return "preempt"
+	}
+	return "unknown"
+}
+
+// Decision is one change to apply. For Preempt only Job, Index and Why are
+// set.
+type Decision struct {
+	Kind  Kind
+	Job   string
+	Index int // index into Snapshot.Jobs
+	Plan  perf.Plan
+	Alloc []Alloc
+	// Placement is the GPU count per server of Alloc, fullest first: the
+	// form the performance model and the measured tables use.
+	Placement perf.Placement
+	// Throughput is the predicted samples per second of Plan on Alloc.
+	Throughput float64
+	Why        string
+}
+
+func (d Decision) String() string {
+	if d.Kind == Preempt {
+		return fmt.Sprintf("preempt %s (%s)", d.Job, d.Why)
+	}
+	return fmt.Sprintf("%s %s on %s with %s: %.2f samples/s (%s)", d.Kind, d.Job, d.Placement, d.Plan, d.Throughput, d.Why)
+}
+
+// Wait is a job left waiting and why, in words a user understands.
+type Wait struct {
+	Job    string
+	Index  int
+	Reason string
+}
+
+// Decisions is the outcome of one round: changes, in the order to apply
+// them (preemptions and shrinks before the starts they make room for), and
+// the reason for every waiting job.
+type Decisions struct {
+	Actions []Decision
+	Waiting []Wait
+}
+
+// Policy is a scheduling policy. Schedule must not modify the snapshot.
+// Policies keep caches of pure computations (curves, best plans) between
+// rounds, so a Policy value must not be used by two goroutines at once.
+type Policy interface {
+	Name() string
+	Schedule(s Snapshot) Decisions
+}
+
+// placementOf returns the GPU counts of allocs, fullest server first.
+func placementOf(allocs []Alloc) perf.Placement {
+	pl := make(perf.Placement, 0, len(allocs))
+	for _, a := range allocs {
+		if a.GPUs > 0 {
+			pl = append(pl, a.GPUs)
+		}
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(pl)))
+	return pl
+}
+
+// crossRack reports whether allocs span racks.
+func crossRack(servers []Server, allocs []Alloc) bool {
+	for _, a := range allocs[min(1, len(allocs)):] {
+		if servers[a.Server].Rack != servers[allocs[0].Server].Rack {
+			return true
+		}
+	}
+	return false
+}
+
+// Names lists the policy names New accepts, in table order.
+func Names() []string {
+	return []string{"static", "plan-only", "resources-only", "synergy", "antman", "morphling"}
+}
+
+// New returns the policy called name with default options.
+func New(name string) (Policy, error) {
+	switch name {
+	case "static":
+		return NewStatic(), nil
+	case "plan-only":
+		return NewPlanOnly(), nil
+	case "resources-only":
+		return NewResourcesOnly(DefaultOptions()), nil
+	case "synergy":
+		return NewSynergy(), nil
+	case "antman":
+		return NewAntMan(), nil
+	case "morphling":
+		return NewMorphling(DefaultOptions()), nil
+	}
+	return nil, fmt.Errorf("unknown policy %q (want %s)", name, strings.Join(Names(), ", "))
+}
