@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"net"
@@ -434,7 +436,7 @@ func (p *parser) list(n *yaml.Node, field string, each func(i int, path string, 
 
 func (p *parser) parse(data []byte) *Inventory {
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	syntax := func(err error) {
 		msg := err.Error()
 		line := 0
 		if m := yamlLine.FindStringSubmatch(msg); m != nil {
@@ -444,6 +446,18 @@ func (p *parser) parse(data []byte) *Inventory {
 			msg = strings.TrimPrefix(msg, "yaml: ")
 		}
 		p.errs = append(p.errs, &Problem{File: p.file, Line: line, Msg: msg})
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && err != io.EOF {
+		syntax(err)
+		return nil
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		p.errf(&extra, "", "more than one YAML document: an inventory is one document")
+		return nil
+	} else if err != io.EOF {
+		syntax(err)
 		return nil
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {

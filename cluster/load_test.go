@@ -234,6 +234,16 @@ func TestParseProblems(t *testing.T) {
 			[]string{`x.yaml:2: did not find expected node content`},
 		},
 		{
+			"two documents",
+			good + "---\nversion: 1\n",
+			[]string{`x.yaml:20: more than one YAML document: an inventory is one document`},
+		},
+		{
+			"empty",
+			"",
+			[]string{`x.yaml: empty inventory: want a mapping starting with "version: 1"`},
+		},
+		{
 			"not a mapping",
 			"- 1\n",
 			[]string{`x.yaml:1: want a mapping starting with "version: 1", got a list`},

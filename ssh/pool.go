@@ -70,9 +70,12 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// FromInventory fills the connection settings of a Config from an
-// inventory's ssh block (host keys not accepting new ones).
-func FromInventory(o cluster.SSHOptions, jumpUser string, logger *slog.Logger) Config {
+// FromInventory fills a Config from an inventory's ssh block: known_hosts
+// (not accepting new keys), timeouts, session cap and jump host. The jump
+// host ("[user@]host[:port]") authenticates like the defaults block (its
+// user, identity file or agent).
+func FromInventory(inv *cluster.Inventory, logger *slog.Logger) Config {
+	o := inv.SSH
 	cfg := Config{
 		HostKeys:       NewHostKeys(o.KnownHosts, false, logger),
 		ConnectTimeout: o.ConnectTimeout,
@@ -81,11 +84,15 @@ func FromInventory(o cluster.SSHOptions, jumpUser string, logger *slog.Logger) C
 		Logger:         logger,
 	}
 	if o.JumpHost != "" {
-		addr := o.JumpHost
+		user, addr := inv.Defaults.User, o.JumpHost
+		if i := strings.LastIndex(addr, "@"); i >= 0 {
+			user, addr = addr[:i], addr[i+1:]
+		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			addr = net.JoinHostPort(addr, "22")
 		}
-		cfg.JumpHost = &Host{Name: "jump:" + addr, Addr: addr, User: jumpUser, SSHAgent: true}
+		cfg.JumpHost = &Host{Name: "jump:" + addr, Addr: addr, User: user,
+			IdentityFile: inv.Defaults.IdentityFile, SSHAgent: inv.Defaults.SSHAgent || inv.Defaults.IdentityFile == ""}
 	}
 	return cfg
 }

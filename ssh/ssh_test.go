@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/internal/sshtest"
 	"github.com/replan/replan/ssh"
 	xssh "golang.org/x/crypto/ssh"
@@ -639,5 +640,23 @@ func TestKeepaliveDropsFrozenConnection(t *testing.T) {
 	}
 	if st := p.Stats(h); st.Dials != 2 {
 		t.Errorf("stats %+v, want a redial", st)
+	}
+}
+
+func TestFromInventory(t *testing.T) {
+	inv := &cluster.Inventory{
+		Defaults: cluster.Defaults{User: "replan", IdentityFile: "/k"},
+		SSH:      cluster.SSHOptions{KnownHosts: "/kh", ConnectTimeout: time.Second, Keepalive: 2 * time.Second, MaxSessions: 3, JumpHost: "ops@bastion"},
+	}
+	cfg := ssh.FromInventory(inv, nil)
+	if cfg.HostKeys.Path() != "/kh" || cfg.ConnectTimeout != time.Second || cfg.Keepalive != 2*time.Second || cfg.MaxSessions != 3 {
+		t.Errorf("cfg %+v", cfg)
+	}
+	if j := cfg.JumpHost; j == nil || j.Addr != "bastion:22" || j.User != "ops" || j.IdentityFile != "/k" {
+		t.Errorf("jump %+v", cfg.JumpHost)
+	}
+	s := cluster.Server{Name: "n", Address: "::1", Port: 2222, User: "u", IdentityFile: "/k"}
+	if h := ssh.HostFromServer(s); h.Addr != "[::1]:2222" || h.Name != "n" || h.User != "u" {
+		t.Errorf("host %+v", h)
 	}
 }
