@@ -127,7 +127,9 @@ func Start(t testing.TB, cfg Config) *Server {
 	// sshd insists on its privilege separation directory even when it
 	// does not use it.
 	if _, err := os.Stat("/run/sshd"); err != nil {
-		_ = os.MkdirAll("/run/sshd", 0o755)
+		if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+			t.Skipf("sshd needs its privilege separation directory /run/sshd, which is missing and cannot be created: %v", err)
+		}
 	}
 	u, err := user.Current()
 	if err != nil {
