@@ -248,3 +248,20 @@ func New(name string) (Policy, error) {
 	}
 	return nil, fmt.Errorf("unknown policy %q (want %s)", name, strings.Join(Names(), ", "))
 }
+
+// NewWithRestartCost is New with the checkpoint-restart cost the
+// curve-driven policies weigh reconfigurations against (the FIFO baselines
+// never reconfigure and ignore it).
+func NewWithRestartCost(name string, restartCost float64) (Policy, error) {
+	o := DefaultOptions()
+	if restartCost > 0 {
+		o.RestartCost = restartCost
+	}
+	switch name {
+	case "resources-only":
+		return NewResourcesOnly(o), nil
+	case "morphling":
+		return NewMorphling(o), nil
+	}
+	return New(name)
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/replan/replan/dataset"
+	"github.com/replan/replan/perf"
+	"github.com/replan/replan/sched"
+	"github.com/replan/replan/sim"
+)
+
+func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
+	var (
+		trace, dir, policies string
+		asJSON               bool
+		cfg                  sim.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "sim --trace FILE [--data DIR] [--policy a,b] [--json]",
+		Short: "Replay a job trace against scheduling policies and compare them (Table 4 style)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if trace == "" {
+				return fmt.Errorf("sim: --trace FILE is required (e.g. ../shared/data/morphling/workloads/workload-base.csv)")
+			}
+			ctx := cmd.Context()
+			jobs, err := dataset.LoadWorkload(ctx, trace)
+			if err != nil {
+				return err
+			}
+			models, err := simModels(ctx, dir, jobs, cfg.GPUsPerServer, stderr)
+			if err != nil {
+				return err
+			}
+			ps, err := simPolicies(policies, cfg.RestartCost)
+			if err != nil {
+				return err
+			}
+			results, err := sim.RunAll(ctx, jobs, models, ps, cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(stdout, sim.Report{Policies: results})
+			}
+			fmt.Fprintf(stdout, "%s: %d jobs, %d servers × %d GPUs, restart cost %.0f s\n", trace, len(jobs), max(cfg.Servers, 8), max(cfg.GPUsPerServer, 8), cfg.RestartCost)
+			return sim.WriteTable(stdout, results)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&trace, "trace", "", "workload trace CSV (Morphling layout)")
+	f.StringVar(&dir, "data", "", "data directory for fitting and measured tables (default $REPLAN_DATA or ../shared/data/morphling)")
+	f.StringVar(&policies, "policy", strings.Join(sched.Names(), ","), "policies to compare, comma-separated")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	addClusterFlags(cmd, &cfg)
+	cmd.AddCommand(newSimGenCmd(stdout), newSimBenchCmd(stdout))
+	return cmd
+}
+
+func addClusterFlags(cmd *cobra.Command, cfg *sim.Config) {
+	f := cmd.Flags()
+	f.Float64Var(&cfg.RestartCost, "restart-cost", 260, "seconds every start and every change of plan or placement costs (the paper measured 78)")
+	f.IntVar(&cfg.Servers, "servers", 8, "servers in the cluster")
+	f.IntVar(&cfg.GPUsPerServer, "gpus-per-server", 8, "GPUs per server")
+	f.IntVar(&cfg.CPUsPerServer, "cpus-per-server", 96, "CPU cores per server")
+	f.IntVar(&cfg.ServersPerRack, "servers-per-rack", 0, "servers per rack (0: one rack)")
+	f.IntVar(&cfg.QuotaGPUs, "quota", 0, "GPU quota of the guaranteed jobs' tenant (0: the whole cluster)")
+	f.Float64Var(&cfg.RoundInterval, "round-interval", 0, "run at most one scheduling round per this many seconds (0: on every arrival and completion)")
+}
+
+// simModels fits the trace's model types from dir, or falls back to the
+// unfitted models when no data directory exists.
+func simModels(ctx context.Context, dir string, jobs []dataset.WorkloadJob, gpusPerServer int, stderr io.Writer) (*sim.Models, error) {
+	env := perf.A800
+	if gpusPerServer > 0 {
+		env.GPUsPerServer = gpusPerServer
+	}
+	if dir == "" {
+		dir = defaultDataDir()
+	}
+	if dir == "" {
+		fmt.Fprintln(stderr, "sim: no --data directory: using unfitted default models and no measured tables")
+		return sim.DefaultModels(env), nil
+	}
+	apps := make([]string, 0, len(jobs))
+	for _, j := range jobs {
+		apps = append(apps, j.Application)
+	}
+	return sim.LoadModels(ctx, dir, env, apps)
+}
+
+func simPolicies(list string, restartCost float64) ([]sched.Policy, error) {
+	var ps []sched.Policy
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		p, err := sched.NewWithRestartCost(name, restartCost)
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("sim: --policy: no policy named (want %s)", strings.Join(sched.Names(), ", "))
+	}
+	return ps, nil
+}
+
+func newSimGenCmd(stdout io.Writer) *cobra.Command {
+	var g sim.GenConfig
+	cmd := &cobra.Command{
+		Use:   "gen --jobs N --servers S --seed X > trace.csv",
+		Short: "Generate a synthetic trace: Poisson arrivals, Philly-like GPU demands",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			jobs, err := sim.Generate(g)
+			if err != nil {
+				return fmt.Errorf("sim gen: %w", err)
+			}
+			return dataset.WriteWorkload(stdout, jobs)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&g.Jobs, "jobs", 1000, "number of jobs")
+	f.IntVar(&g.Servers, "servers", 8, "servers in the cluster the trace is sized for")
+	f.IntVar(&g.GPUsPerServer, "gpus-per-server", 8, "GPUs per server")
+	f.Uint64Var(&g.Seed, "seed", 1, "random seed (same seed, same trace)")
+	f.Float64Var(&g.Load, "load", 0.9, "offered load (requested GPU-seconds per second / cluster GPUs)")
+	f.Float64Var(&g.MedianMinutes, "median-minutes", 30, "median job duration at its request, minutes")
+	f.Float64Var(&g.SLAShare, "sla-share", 0, "share of guaranteed jobs")
+	return cmd
+}
+
+func newSimBenchCmd(stdout io.Writer) *cobra.Command {
+	var b sim.BenchConfig
+	cmd := &cobra.Command{
+		Use:   "bench [--data DIR]",
+		Short: "Print the scheduling targets: Table 4 on the Morphling traces and the speed figures",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if b.DataDir == "" {
+				b.DataDir = defaultDataDir()
+			}
+			return sim.Bench(cmd.Context(), stdout, b)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&b.DataDir, "data", "", "data directory (default $REPLAN_DATA or ../shared/data/morphling)")
+	f.IntVar(&b.ScaleJobs, "scale-jobs", 50000, "jobs of the generated scale trace")
+	f.IntVar(&b.ScaleServers, "scale-servers", 1024, "servers of the scale trace and the one-round benchmark")
+	f.Float64Var(&b.ScaleRoundInterval, "scale-round-interval", 0, "round interval of the scale run (0: every event)")
+	f.BoolVar(&b.SkipScale, "skip-scale", false, "skip the 50,000-job run")
+	return cmd
+}

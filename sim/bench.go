@@ -1,0 +1,244 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/replan/replan/dataset"
+	"github.com/replan/replan/perf"
+	"github.com/replan/replan/sched"
+)
+
+// BenchConfig drives Bench.
+type BenchConfig struct {
+	DataDir            string
+	ScaleJobs          int     // default 50,000
+	ScaleServers       int     // default 1,024
+	ScaleRoundInterval float64 // 0: a round on every event
+	SkipScale          bool
+}
+
+// Targets of the scheduling issue.
+const (
+	TargetJCTvsStatic   = 2.5
+	TargetMakespan      = 1.3
+	TargetJCTvsAntMan   = 1.5
+	TargetSixPolicies   = 2 * time.Second
+	TargetRound         = 100 * time.Millisecond
+	TargetScale         = 60 * time.Second
+	benchRoundWaiting   = 5000
+	benchRoundRunningGP = 0.75 // share of the cluster's GPUs held by running jobs
+)
+
+// Bench prints the issue's targets with what this build reaches: Table 4
+// on the Morphling base and multi-tenant traces at both restart costs, and
+// the speed figures.
+func Bench(ctx context.Context, w io.Writer, cfg BenchConfig) error {
+	if cfg.ScaleJobs <= 0 {
+		cfg.ScaleJobs = 50000
+	}
+	if cfg.ScaleServers <= 0 {
+		cfg.ScaleServers = 1024
+	}
+	if cfg.DataDir == "" {
+		fmt.Fprintln(w, "sim bench: skipped the Morphling traces: no data directory (../shared/data/morphling is absent; pass --data)")
+	} else if err := benchTraces(ctx, w, cfg.DataDir); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nspeed")
+	d, err := benchRound(cfg.ScaleServers)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "  one morphling round, %d servers (%d GPUs), %d waiting + running jobs holding %.0f%% of GPUs: %s (target <= %s) %s\n",
+		cfg.ScaleServers, cfg.ScaleServers*8, benchRoundWaiting, 100*benchRoundRunningGP, d.Round(time.Microsecond), TargetRound, met(d <= TargetRound))
+	if cfg.SkipScale {
+		return nil
+	}
+	jobs, err := Generate(GenConfig{Jobs: cfg.ScaleJobs, Servers: cfg.ScaleServers, Seed: 1})
+	if err != nil {
+		return err
+	}
+	models := DefaultModels(perf.A800)
+	for _, name := range []string{"morphling", "static"} {
+		p, _ := sched.New(name)
+		t0 := time.Now()
+		r, err := Run(ctx, jobs, models, p, Config{Servers: cfg.ScaleServers, RoundInterval: cfg.ScaleRoundInterval})
+		if err != nil {
+			return err
+		}
+		el := time.Since(t0)
+		fmt.Fprintf(w, "  %d generated jobs on %d servers, %s, round interval %gs: %s for %d rounds (target <= %s) %s; avg JCT %.2f h, makespan %.1f h\n",
+			len(jobs), cfg.ScaleServers, name, cfg.ScaleRoundInterval, el.Round(time.Millisecond), r.Rounds, TargetScale, met(el <= TargetScale), r.AvgJCT/3600, r.Makespan/3600)
+	}
+	return nil
+}
+
+func met(ok bool) string {
+	if ok {
+		return "MET"
+	}
+	return "MISSED"
+}
+
+func benchTraces(ctx context.Context, w io.Writer, dir string) error {
+	for _, cost := range []float64{260, 78} {
+		for _, name := range []string{"base", "mt"} {
+			path := filepath.Join(dir, "workloads", "workload-"+name+".csv")
+			jobs, err := dataset.LoadWorkload(ctx, path)
+			if err != nil {
+				return err
+			}
+			t0 := time.Now()
+			apps := make([]string, 0, len(jobs))
+			for _, j := range jobs {
+				apps = append(apps, j.Application)
+			}
+			models, err := LoadModels(ctx, dir, perf.A800, apps)
+			if err != nil {
+				return err
+			}
+			fit := time.Since(t0)
+			var ps []sched.Policy
+			for _, n := range sched.Names() {
+				p, err := sched.NewWithRestartCost(n, cost)
+				if err != nil {
+					return err
+				}
+				ps = append(ps, p)
+			}
+			t1 := time.Now()
+			rs, err := RunAll(ctx, jobs, models, ps, Config{RestartCost: cost})
+			if err != nil {
+				return err
+			}
+			run := time.Since(t1)
+			fmt.Fprintf(w, "\n%s (%d jobs, 8 × 8 A800), restart cost %.0f s\n", filepath.Base(path), len(jobs), cost)
+			if err := WriteTable(w, rs); err != nil {
+				return err
+			}
+			by := map[string]*Result{}
+			for _, r := range rs {
+				by[r.Policy] = r
+			}
+			m := by["morphling"]
+			ratio := func(o string, f func(*Result) float64) float64 { return f(by[o]) / f(m) }
+			avg := func(r *Result) float64 { return r.AvgJCT }
+			mk := func(r *Result) float64 { return r.Makespan }
+			if name == "base" {
+				for _, o := range []string{"static", "synergy"} {
+					a, b := ratio(o, avg), ratio(o, mk)
+					fmt.Fprintf(w, "  morphling vs %s: avg JCT %.2f× (target >= %.1f×) %s, makespan %.2f× (target >= %.1f×) %s\n", o, a, TargetJCTvsStatic, met(a >= TargetJCTvsStatic), b, TargetMakespan, met(b >= TargetMakespan))
+				}
+			} else {
+				a := ratio("antman", avg)
+				fmt.Fprintf(w, "  morphling vs antman: avg JCT %.2f× (target >= %.1f×) %s; morphling SLA violations %.0f job-s (target 0) %s\n", a, TargetJCTvsAntMan, met(a >= TargetJCTvsAntMan), m.SLAViolation, met(m.SLAViolation == 0))
+			}
+			fmt.Fprintf(w, "  time: fit %d model types %s, six policies %s (concurrently), total %s (target <= %s) %s\n",
+				len(models.Fitted), fit.Round(time.Millisecond), run.Round(time.Millisecond), (fit + run).Round(time.Millisecond), TargetSixPolicies, met(fit+run <= TargetSixPolicies))
+		}
+	}
+	return nil
+}
+
+// LargeSnapshot builds a synthetic round: servers of 8 GPUs with running
+// jobs holding about runningShare of the GPUs (1-8 GPUs each, on one
+// server) and waiting jobs with Philly-like demands, every job one of the
+// built-in model types with its unfitted model. Deterministic in seed.
+func LargeSnapshot(servers, waiting int, runningShare float64, seed uint64) sched.Snapshot {
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	env := perf.A800
+	models := map[string]*perf.Model{}
+	var names []string
+	for _, a := range perf.Builtins() {
+		m := perf.DefaultModel(a, env)
+		models[a.Name] = &m
+		names = append(names, a.Name)
+	}
+	sort.Strings(names)
+	s := sched.Snapshot{Now: 1e5}
+	for i := 0; i < servers; i++ {
+		s.Servers = append(s.Servers, sched.Server{ID: "s" + strconv.Itoa(i), Rack: "r" + strconv.Itoa(i/32), GPUs: 8, CPUs: 96, MemGB: 1600})
+	}
+	demand := func() int {
+		u := rng.Float64()
+		for _, d := range demandMix {
+			if u < d.p {
+				return d.gpus
+			}
+			u -= d.p
+		}
+		return 1
+	}
+	id := 0
+	newJob := func(g int) sched.Job {
+		for {
+			n := names[rng.IntN(len(names))]
+			m := models[n]
+			pl := perf.PackedPlacement(g, 8)
+			r, ok := m.Best(perf.Resources{Placement: pl, CPUsPerGPU: 8})
+			if !ok {
+				g = max(g, 8)
+				continue
+			}
+			id++
+			class := sched.BestEffort
+			if rng.Float64() < 0.3 {
+				class = sched.Guaranteed
+			}
+			return sched.Job{ID: "j" + strconv.Itoa(id), Tenant: map[sched.Class]string{sched.BestEffort: "B", sched.Guaranteed: "A"}[class], Class: class,
+				Model: m, ReqGPUs: g, ReqCPUs: 8 * g, ReqPlan: r.Plan, Submit: float64(id), ItersTotal: 1000 + float64(rng.IntN(100000))}
+		}
+	}
+	target := int(runningShare * float64(servers*8))
+	held := 0
+	for sv := 0; sv < servers && held < target; sv++ {
+		free := 8
+		for free > 0 && held < target {
+			g := min(1<<rng.IntN(4), free)
+			j := newJob(g)
+			if j.ReqGPUs != g {
+				break
+			}
+			j.Alloc = []sched.Alloc{{Server: sv, GPUs: g, CPUs: 8 * g}}
+			j.Plan = j.ReqPlan
+			j.ItersDone = j.ItersTotal / 3
+			s.Jobs = append(s.Jobs, j)
+			free -= g
+			held += g
+		}
+	}
+	for i := 0; i < waiting; i++ {
+		s.Jobs = append(s.Jobs, newJob(demand()))
+	}
+	s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: servers * 8 / 2}, {Name: "B"}}
+	s.FillFree()
+	return s
+}
+
+
+// benchRound times one morphling round on LargeSnapshot after a warm-up
+// round that fills the policy's curve and plan caches (as a long-running
+// scheduler's are): the median of five rounds.
+func benchRound(servers int) (time.Duration, error) {
+	s := LargeSnapshot(servers, benchRoundWaiting, benchRoundRunningGP, 7)
+	p := sched.NewMorphling(sched.DefaultOptions())
+	p.Schedule(s)
+	var ds []time.Duration
+	for i := 0; i < 5; i++ {
+		t0 := time.Now()
+		d := p.Schedule(s)
+		ds = append(ds, time.Since(t0))
+		if len(d.Actions) == 0 {
+			return 0, fmt.Errorf("bench round: no decisions")
+		}
+	}
+	sort.Slice(ds, func(a, b int) bool { return ds[a] < ds[b] })
+	return ds[len(ds)/2], nil
+}

@@ -1,0 +1,102 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/replan/replan/dataset"
+	"github.com/replan/replan/perf"
+)
+
+// Models holds what the simulator knows about each model type: the fitted
+// performance model (shared with the scheduler) and the measured
+// iteration times it replays.
+type Models struct {
+	Env      perf.Env
+	Fitted   map[string]*perf.Model // by canonical model type name
+	Measured *dataset.Measured
+	Fits     map[string]perf.FitStats
+}
+
+// LoadModels fits every model type that apps name (trace spellings
+// accepted) once from the data directory, with its placements table when
+// it has one, and loads the measured tables.
+func LoadModels(ctx context.Context, dir string, env perf.Env, apps []string) (*Models, error) {
+	m := &Models{Env: env, Fitted: map[string]*perf.Model{}, Fits: map[string]perf.FitStats{}}
+	names := map[string]bool{}
+	for _, a := range apps {
+		names[perf.CanonicalName(a)] = true
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	for _, n := range sorted {
+		if _, ok := perf.Builtin(n); !ok {
+			return nil, fmt.Errorf("model type %q: not a known architecture", n)
+		}
+		fm, st, err := dataset.FitModel(ctx, dir, n, env, true)
+		if err != nil {
+			return nil, fmt.Errorf("fit %s: %w", n, err)
+		}
+		m.Fitted[n] = &fm
+		m.Fits[n] = st
+	}
+	meas, err := dataset.LoadMeasured(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	m.Measured = meas
+	return m, nil
+}
+
+// DefaultModels uses the unfitted default model of every built-in type and
+// no measured tables: for generated traces without a data directory.
+func DefaultModels(env perf.Env) *Models {
+	m := &Models{Env: env, Fitted: map[string]*perf.Model{}, Measured: dataset.NewMeasured()}
+	for _, a := range perf.Builtins() {
+		dm := perf.DefaultModel(a, env)
+		m.Fitted[a.Name] = &dm
+	}
+	return m
+}
+
+// rateKey identifies a priced configuration.
+type rateKey struct {
+	model string
+	plan  perf.Plan
+	pl    string
+	cross bool
+	cpg   int
+}
+
+// rates prices configurations for one run, memoised.
+type rates struct {
+	m     *Models
+	cache map[rateKey]rateVal
+}
+
+type rateVal struct {
+	iter     float64
+	measured bool
+}
+
+// iter is the seconds per iteration of plan on pl: measured when the
+// table has the row, else predicted.
+func (r *rates) iter(model string, plan perf.Plan, pl perf.Placement, cross bool, cpg int) (float64, bool) {
+	k := rateKey{model, plan, pl.String(), cross, cpg}
+	if v, ok := r.cache[k]; ok {
+		return v.iter, v.measured
+	}
+	fm := r.m.Fitted[model]
+	var v rateVal
+	if t, ok := r.m.Measured.IterTime(model, fm.Arch, plan, pl); ok && !cross {
+		v = rateVal{t, true}
+	} else if b, err := fm.Predict(plan, perf.Resources{Placement: pl, CrossRack: cross, CPUsPerGPU: float64(cpg)}); err == nil && b.Iter > 0 {
+		v = rateVal{b.Iter, false}
+	}
+	r.cache[k] = v
+	return v.iter, v.measured
+}

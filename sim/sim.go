@@ -1,0 +1,547 @@
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+
+	"github.com/replan/replan/dataset"
+	"github.com/replan/replan/perf"
+	"github.com/replan/replan/sched"
+)
+
+// Config is the simulated cluster and the simulator's rules.
+type Config struct {
+	Servers        int     // default 8
+	GPUsPerServer  int     // default 8
+	CPUsPerServer  int     // default 96
+	MemGB          float64 // host memory per server, GiB (default 1600)
+	ServersPerRack int     // 0: one rack
+	// RestartCost is the seconds every start and every change of plan or
+	// placement costs (default 260).
+	RestartCost float64
+	// QuotaGPUs is the GPU quota of the tenant that owns the trace's
+	// guaranteed jobs (tenant "A"); 0 means the whole cluster. Best-effort
+	// jobs belong to tenant "B", which has no quota.
+	QuotaGPUs int
+	// RoundInterval, when > 0, runs at most one scheduling round per
+	// interval: arrivals and completions in between wait for the next
+	// round. 0 runs a round on every arrival and completion (the paper's
+	// rule).
+	RoundInterval float64
+	// OnEvent, when set, sees every state change (tests use it to check
+	// conservation).
+	OnEvent func(Event)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Servers <= 0 {
+		c.Servers = 8
+	}
+	if c.GPUsPerServer <= 0 {
+		c.GPUsPerServer = 8
+	}
+	if c.CPUsPerServer <= 0 {
+		c.CPUsPerServer = 96
+	}
+	if c.MemGB <= 0 {
+		c.MemGB = 1600
+	}
+	if c.RestartCost < 0 {
+		c.RestartCost = 0
+	} else if c.RestartCost == 0 {
+		c.RestartCost = 260
+	}
+	return c
+}
+
+// Event is one state change of a job.
+type Event struct {
+	Time      float64
+	Job       string
+	Kind      string // submit, start, reconfigure, preempt, finish
+	ItersDone float64
+	GPUs      int
+	// AllocatedGPUs is the cluster's allocated GPUs after the change.
+	AllocatedGPUs int
+	Plan          string
+	Placement     string
+}
+
+// JobResult is what happened to one job.
+type JobResult struct {
+	Name         string  `json:"name"`
+	Class        string  `json:"class"`
+	Submit       float64 `json:"submit_s"`
+	FirstStart   float64 `json:"first_start_s"`
+	Finish       float64 `json:"finish_s"`
+	Restarts     int     `json:"restarts"`
+	Preemptions  int     `json:"preemptions"`
+	SLAViolation float64 `json:"sla_violation_s"`
+	GPUSeconds   float64 `json:"gpu_s"`
+	Finished     bool    `json:"finished"`
+}
+
+// ClassMetrics are the metrics of one class of jobs (or all of them).
+type ClassMetrics struct {
+	Jobs         int     `json:"jobs"`
+	Finished     int     `json:"finished"`
+	AvgJCT       float64 `json:"avg_jct_s"`
+	P50JCT       float64 `json:"p50_jct_s"`
+	P99JCT       float64 `json:"p99_jct_s"`
+	Makespan     float64 `json:"makespan_s"`
+	Queue        float64 `json:"queue_s"`
+	Restarts     int     `json:"restarts"`
+	SLAViolation float64 `json:"sla_violation_s"`
+}
+
+// Result is one policy's run over a trace.
+type Result struct {
+	Policy string `json:"policy"`
+	ClassMetrics
+	GPUUtil    float64                 `json:"gpu_util"`
+	GPUSeconds float64                 `json:"gpu_s"`
+	Rounds     int                     `json:"rounds"`
+	Classes    map[string]ClassMetrics `json:"classes"`
+	Jobs       []JobResult             `json:"-"`
+	// MeasuredShare is the share of running job-seconds priced from a
+	// measured table rather than predicted.
+	MeasuredShare float64 `json:"measured_share"`
+}
+
+type jstate int
+
+const (
+	pending jstate = iota
+	waiting
+	running
+	finished
+)
+
+type job struct {
+	w        dataset.WorkloadJob
+	model    string
+	m        *perf.Model
+	reqPlan  perf.Plan
+	class    sched.Class
+	promise  float64 // iterations per second at the request
+	st       jstate
+	alloc    []sched.Alloc
+	plan     perf.Plan
+	pl       perf.Placement
+	cpg      int
+	done     float64
+	last     float64
+	restart  float64 // no progress before this time
+	rate     float64 // iterations per second while not restarting
+	measured bool
+	version  int
+	started  bool
+	first    float64
+	finish   float64
+	restarts int
+	preempts int
+	sla      float64
+	gpuSec   float64
+	measSec  float64
+	runSec   float64
+	gpus     int
+}
+
+// Run simulates trace under policy p.
+func Run(ctx context.Context, trace []dataset.WorkloadJob, models *Models, p sched.Policy, cfg Config) (*Result, error) {
+	cfg = cfg.withDefaults()
+	s := &simulator{cfg: cfg, p: p, models: models, r: &rates{m: models, cache: map[rateKey]rateVal{}}}
+	if err := s.init(trace); err != nil {
+		return nil, err
+	}
+	if err := s.loop(ctx); err != nil {
+		return nil, err
+	}
+	return s.result(), nil
+}
+
+type simulator struct {
+	cfg     Config
+	p       sched.Policy
+	models  *Models
+	r       *rates
+	jobs    []*job
+	servers []sched.Server
+	tenants []sched.Tenant
+	now     float64
+	heap    evHeap
+	active  []*job // waiting or running, in submission order
+	alloc   int
+	rounds  int
+	snap    sched.Snapshot
+}
+
+func (s *simulator) init(trace []dataset.WorkloadJob) error {
+	c := s.cfg
+	s.servers = make([]sched.Server, c.Servers)
+	for i := range s.servers {
+		rack := "r0"
+		if c.ServersPerRack > 0 {
+			rack = "r" + strconv.Itoa(i/c.ServersPerRack)
+		}
+		s.servers[i] = sched.Server{ID: "s" + strconv.Itoa(i), Rack: rack, GPUs: c.GPUsPerServer, CPUs: c.CPUsPerServer, MemGB: c.MemGB,
+			FreeGPUs: c.GPUsPerServer, FreeCPUs: c.CPUsPerServer, FreeMemGB: c.MemGB}
+	}
+	total := c.Servers * c.GPUsPerServer
+	anySLA := false
+	order := make([]int, len(trace))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return trace[order[a]].Submit < trace[order[b]].Submit })
+	for _, k := range order {
+		w := trace[k]
+		name := perf.CanonicalName(w.Application)
+		m, ok := s.models.Fitted[name]
+		if !ok {
+			return fmt.Errorf("%s:%d: application %q: no model for it", "trace", w.Line, w.Application)
+		}
+		if w.GPUs > total {
+			return fmt.Errorf("trace:%d: job %s asks for %d GPUs, the cluster has %d", w.Line, w.Name, w.GPUs, total)
+		}
+		plan, err := dataset.PlanFromCode(w.ExecPlan, m.Arch, w.GPUs)
+		if err != nil {
+			return fmt.Errorf("trace:%d: job %s: %w", w.Line, w.Name, err)
+		}
+		if plan.MicroBatch == 0 {
+			plan.MicroBatch = 1
+		}
+		j := &job{w: w, model: name, m: m, reqPlan: plan, class: sched.BestEffort}
+		if w.SLA {
+			j.class = sched.Guaranteed
+			anySLA = true
+		}
+		cpg := max(1, w.CPUs/max(w.GPUs, 1))
+		if cpg*c.GPUsPerServer > c.CPUsPerServer {
+			cpg = max(1, c.CPUsPerServer/c.GPUsPerServer)
+		}
+		j.cpg = cpg
+		if it, _ := s.r.iter(name, plan, perf.PackedPlacement(w.GPUs, c.GPUsPerServer), false, cpg); it > 0 {
+			j.promise = 1 / it
+		}
+		s.jobs = append(s.jobs, j)
+	}
+	if anySLA {
+		q := c.QuotaGPUs
+		if q <= 0 {
+			q = total
+		}
+		s.tenants = []sched.Tenant{{Name: "A", QuotaGPUs: q}, {Name: "B", QuotaGPUs: 0}}
+	}
+	return nil
+}
+
+func (s *simulator) emit(j *job, kind string) {
+	if s.cfg.OnEvent == nil {
+		return
+	}
+	s.cfg.OnEvent(Event{Time: s.now, Job: j.w.Name, Kind: kind, ItersDone: j.done, GPUs: j.gpus, AllocatedGPUs: s.alloc, Plan: j.plan.String(), Placement: j.pl.String()})
+}
+
+// advance brings a running job's progress and counters to time t.
+func (s *simulator) advance(j *job, t float64) {
+	if j.st != running {
+		j.last = t
+		return
+	}
+	start := math.Max(j.last, j.restart)
+	if t > start {
+		d := t - start
+		j.done += d * j.rate
+		j.runSec += d
+		if j.measured {
+			j.measSec += d
+		}
+		if j.class == sched.Guaranteed && j.rate < j.promise*(1-1e-9) {
+			j.sla += d
+		}
+	}
+	if t > j.last {
+		j.gpuSec += (t - j.last) * float64(j.gpus)
+	}
+	j.last = t
+}
+
+func (s *simulator) finishTime(j *job) float64 {
+	left := float64(j.w.Steps) - j.done
+	if left <= 1e-9 {
+		return math.Max(s.now, j.restart)
+	}
+	if j.rate <= 0 {
+		return math.Inf(1)
+	}
+	return math.Max(s.now, j.restart) + left/j.rate
+}
+
+func (s *simulator) loop(ctx context.Context) error {
+	next := 0 // next arrival
+	nextRound := math.Inf(-1)
+	roundDue := false
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t := math.Inf(1)
+		if next < len(s.jobs) {
+			t = s.jobs[next].w.Submit
+		}
+		for s.heap.Len() > 0 {
+			top := s.heap[0]
+			if top.j.version != top.v || top.j.st != running {
+				heap.Pop(&s.heap)
+				continue
+			}
+			t = math.Min(t, top.t)
+			break
+		}
+		if roundDue && nextRound < t {
+			t = nextRound
+		}
+		if math.IsInf(t, 1) {
+			break
+		}
+		s.now = math.Max(s.now, t)
+		changed := false
+		// Completions.
+		for s.heap.Len() > 0 {
+			top := s.heap[0]
+			if top.j.version != top.v || top.j.st != running {
+				heap.Pop(&s.heap)
+				continue
+			}
+			if top.t > s.now+1e-9 {
+				break
+			}
+			heap.Pop(&s.heap)
+			j := top.j
+			s.advance(j, s.now)
+			j.done = float64(j.w.Steps)
+			j.st = finished
+			j.finish = s.now
+			s.release(j)
+			s.emit(j, "finish")
+			changed = true
+		}
+		// Arrivals.
+		for next < len(s.jobs) && s.jobs[next].w.Submit <= s.now+1e-9 {
+			j := s.jobs[next]
+			j.st = waiting
+			j.last = s.now
+			s.emit(j, "submit")
+			next++
+			changed = true
+		}
+		if changed {
+			roundDue = true
+			if s.cfg.RoundInterval <= 0 || nextRound < s.now {
+				nextRound = s.now
+				if s.cfg.RoundInterval > 0 {
+					nextRound = math.Ceil(s.now/s.cfg.RoundInterval) * s.cfg.RoundInterval
+				}
+			}
+		}
+		if roundDue && nextRound <= s.now+1e-9 {
+			roundDue = false
+			if err := s.round(); err != nil {
+				return err
+			}
+			if s.cfg.RoundInterval > 0 {
+				nextRound = s.now + s.cfg.RoundInterval
+			}
+		}
+	}
+	for _, j := range s.jobs {
+		if j.st != finished {
+			return fmt.Errorf("simulation ended with job %s unfinished (%s): no policy round could place it", j.w.Name, map[jstate]string{pending: "never submitted", waiting: "waiting", running: "running"}[j.st])
+		}
+	}
+	return nil
+}
+
+func (s *simulator) release(j *job) {
+	for _, a := range j.alloc {
+		sv := &s.servers[a.Server]
+		sv.FreeGPUs += a.GPUs
+		sv.FreeCPUs += a.CPUs
+		sv.FreeMemGB += a.MemGB
+		s.alloc -= a.GPUs
+	}
+	j.alloc = nil
+	j.gpus = 0
+	j.version++
+}
+
+// round runs the policy once and applies its decisions.
+func (s *simulator) round() error {
+	s.rounds++
+	s.active = s.active[:0]
+	for _, j := range s.jobs {
+		if j.st == waiting || j.st == running {
+			s.active = append(s.active, j)
+		}
+	}
+	if len(s.active) == 0 {
+		return nil
+	}
+	snap := &s.snap
+	snap.Now = s.now
+	snap.Servers = s.servers
+	snap.Tenants = s.tenants
+	snap.Jobs = snap.Jobs[:0]
+	for _, j := range s.active {
+		s.advance(j, s.now)
+		tenant := "B"
+		if j.class == sched.Guaranteed {
+			tenant = "A"
+		}
+		snap.Jobs = append(snap.Jobs, sched.Job{
+			ID: j.w.Name, Tenant: tenant, Class: j.class, Model: j.m,
+			ReqGPUs: j.w.GPUs, ReqCPUs: j.cpg * j.w.GPUs, ReqPlan: j.reqPlan, Promise: j.promise * float64(j.m.Arch.GlobalBatch),
+			Alloc: j.alloc, Plan: j.plan, Submit: j.w.Submit,
+			ItersDone: j.done, ItersTotal: float64(j.w.Steps), Restarts: j.restarts,
+		})
+	}
+	servers := append([]sched.Server(nil), s.servers...)
+	snap.Servers = servers
+	d := s.p.Schedule(*snap)
+	return s.apply(d)
+}
+
+func (s *simulator) apply(d sched.Decisions) error {
+	// Release everything that changes, then take the new allocations, so
+	// a decision may use GPUs another decision of the same round frees.
+	for _, a := range d.Actions {
+		if a.Index < 0 || a.Index >= len(s.active) || s.active[a.Index].w.Name != a.Job {
+			return fmt.Errorf("policy %s: decision for unknown job %s", s.p.Name(), a.Job)
+		}
+		j := s.active[a.Index]
+		switch a.Kind {
+		case sched.Preempt, sched.Reconfigure:
+			if j.st != running {
+				return fmt.Errorf("policy %s: %s of job %s that is not running", s.p.Name(), a.Kind, j.w.Name)
+			}
+			s.advance(j, s.now)
+			s.release(j)
+		case sched.Start:
+			if j.st != waiting {
+				return fmt.Errorf("policy %s: start of job %s that is not waiting", s.p.Name(), j.w.Name)
+			}
+		}
+	}
+	for _, a := range d.Actions {
+		j := s.active[a.Index]
+		switch a.Kind {
+		case sched.Preempt:
+			j.st = waiting
+			j.preempts++
+			j.plan = perf.Plan{}
+			j.pl = nil
+			s.emit(j, "preempt")
+			continue
+		case sched.Reconfigure:
+			j.restarts++
+		case sched.Start:
+			if j.started {
+				j.restarts++
+			} else {
+				j.started = true
+				j.first = s.now
+			}
+		}
+		if len(a.Alloc) == 0 {
+			return fmt.Errorf("policy %s: %s of job %s with no GPUs", s.p.Name(), a.Kind, j.w.Name)
+		}
+		for _, al := range a.Alloc {
+			if al.Server < 0 || al.Server >= len(s.servers) {
+				return fmt.Errorf("policy %s: job %s on unknown server %d", s.p.Name(), j.w.Name, al.Server)
+			}
+			sv := &s.servers[al.Server]
+			sv.FreeGPUs -= al.GPUs
+			sv.FreeCPUs -= al.CPUs
+			sv.FreeMemGB -= al.MemGB
+			s.alloc += al.GPUs
+			if sv.FreeGPUs < 0 || sv.FreeCPUs < 0 || sv.FreeMemGB < -1e-6 {
+				return fmt.Errorf("policy %s: server %s over-committed by job %s (free GPUs %d, cores %d, memory %.0f GiB)", s.p.Name(), sv.ID, j.w.Name, sv.FreeGPUs, sv.FreeCPUs, sv.FreeMemGB)
+			}
+		}
+		j.alloc = append([]sched.Alloc(nil), a.Alloc...)
+		j.gpus = 0
+		cpg := 1 << 30
+		for _, al := range a.Alloc {
+			j.gpus += al.GPUs
+			if al.GPUs > 0 {
+				cpg = min(cpg, al.CPUs/al.GPUs)
+			}
+		}
+		j.plan = a.Plan
+		j.pl = a.Placement
+		if len(j.pl) == 0 {
+			j.pl = placementFromAlloc(a.Alloc)
+		}
+		cross := false
+		for _, al := range a.Alloc {
+			if s.servers[al.Server].Rack != s.servers[a.Alloc[0].Server].Rack {
+				cross = true
+			}
+		}
+		it, meas := s.r.iter(j.model, j.plan, j.pl, cross, max(cpg, 1))
+		if it <= 0 {
+			return fmt.Errorf("policy %s: job %s: plan %s on %s cannot be priced", s.p.Name(), j.w.Name, j.plan, j.pl)
+		}
+		j.rate = 1 / it
+		j.measured = meas
+		j.st = running
+		j.last = s.now
+		j.restart = s.now + s.cfg.RestartCost
+		j.version++
+		heap.Push(&s.heap, ev{t: s.finishTime(j), j: j, v: j.version})
+		if a.Kind == sched.Start {
+			s.emit(j, "start")
+		} else {
+			s.emit(j, "reconfigure")
+		}
+	}
+	return nil
+}
+
+func placementFromAlloc(a []sched.Alloc) perf.Placement {
+	var pl perf.Placement
+	for _, x := range a {
+		pl = append(pl, x.GPUs)
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(pl)))
+	return pl
+}
+
+type ev struct {
+	t float64
+	j *job
+	v int
+}
+
+type evHeap []ev
+
+func (h evHeap) Len() int { return len(h) }
+func (h evHeap) Less(a, b int) bool {
+	if h[a].t != h[b].t {
+		return h[a].t < h[b].t
+	}
+	return h[a].j.w.Name < h[b].j.w.Name
+}
+func (h evHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
+func (h *evHeap) Push(x any)   { *h = append(*h, x.(ev)) }
+func (h *evHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
