@@ -28,6 +28,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newInventoryCmd,
 		newTrustCmd,
 		newAgentCmd,
+		newSimCmd,
 	} {
 		root.AddCommand(add(stdout, stderr))
 	}
