@@ -122,12 +122,12 @@ type curveOutput struct {
 
 func newPerfCurveCmd(stdout io.Writer) *cobra.Command {
 	var model, data, modelFile, archFile string
-	var gpus int
+	var gpus, maxCPUs int
 	var cpus float64
-	var asJSON bool
+	var asJSON, byCPU bool
 	cmd := &cobra.Command{
-		Use:   "curve --model M [--gpus N] [--cpus-per-gpu C] [--json]",
-		Short: "Resource sensitivity curve: best plan and throughput for 1..N GPUs",
+		Use:   "curve --model M [--gpus N] [--cpus-per-gpu C] [--by-cpu] [--json]",
+		Short: "Resource sensitivity curve: best plan and throughput for 1..N GPUs (or 1..C CPUs per GPU)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" {
@@ -144,18 +144,24 @@ func newPerfCurveCmd(stdout io.Writer) *cobra.Command {
 				return fmt.Errorf("perf curve: %w", err)
 			}
 			pts := m.Curve(gpus, cpus)
+			if byCPU {
+				if maxCPUs < 1 {
+					return fmt.Errorf("perf curve: --max-cpus-per-gpu must be >= 1")
+				}
+				pts = m.CPUCurve(perf.PackedPlacement(gpus, m.Env.GPUsPerServer), maxCPUs)
+			}
 			if asJSON {
 				return writeJSON(stdout, curveOutput{Model: m.Arch.Name, Source: src, Points: pts})
 			}
 			fmt.Fprintf(stdout, "%s sensitivity curve (global batch %d, %.0f CPUs/GPU); model: %s\n\n", m.Arch.Name, m.Arch.GlobalBatch, cpus, src.Source)
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "GPUS\tPLACEMENT\tSAMPLES/s\tSLOPE\tBEST PLAN")
+			fmt.Fprintln(tw, "GPUS\tCPUS/GPU\tPLACEMENT\tSAMPLES/s\tSLOPE\tBEST PLAN")
 			for _, p := range pts {
 				plan := p.PlanString
 				if !p.Feasible {
 					plan = "(no feasible plan)"
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%.2f\t%+.2f\t%s\n", p.GPUs, p.Placement, p.Throughput, p.Slope, plan)
+				fmt.Fprintf(tw, "%d\t%.0f\t%s\t%.2f\t%+.2f\t%s\n", p.GPUs, p.CPUsPerGPU, p.Placement, p.Throughput, p.Slope, plan)
 			}
 			return tw.Flush()
 		},
@@ -163,6 +169,8 @@ func newPerfCurveCmd(stdout io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&model, "model", "", "model type")
 	cmd.Flags().IntVar(&gpus, "gpus", 64, "largest GPU count")
 	cmd.Flags().Float64Var(&cpus, "cpus-per-gpu", 8, "CPU cores per GPU")
+	cmd.Flags().BoolVar(&byCPU, "by-cpu", false, "curve over CPU cores per GPU at --gpus GPUs instead of over GPUs")
+	cmd.Flags().IntVar(&maxCPUs, "max-cpus-per-gpu", 12, "largest CPU count per GPU with --by-cpu")
 	cmd.Flags().StringVar(&data, "data", "", "fit on this data directory (default $REPLAN_DATA or ../shared/data/morphling when present)")
 	cmd.Flags().StringVar(&modelFile, "model-file", "", "use a fitted model saved by `replan perf fit --out`")
 	cmd.Flags().StringVar(&archFile, "arch-file", "", "YAML file with user-defined model architectures")

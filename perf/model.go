@@ -167,8 +167,10 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 		case p.ZeRO == 2:
 			vDP = frac * psi * bytesPerParam16 // reduce-scatter
 			vGather = frac * psi * bytesPerParam16
-		default: // ZeRO-3 gathers parameters in forward and backward
-			vDP = 3 * frac * psi * bytesPerParam16
+		default: // ZeRO-3: reduce-scatter and the backward all-gather overlap
+			// the backward; the forward all-gather waits in front of compute
+			vDP = 2 * frac * psi * bytesPerParam16
+			vGather = frac * psi * bytesPerParam16
 		}
 	}
 	hsl := float64(a.SeqLen) * float64(a.Hidden)

@@ -248,7 +248,7 @@ func TestRankAndCurve(t *testing.T) {
 		}
 	}
 	best, ok := m.Best(Resources{Placement: Placement{8}, CPUsPerGPU: 8})
-	if !ok || best.Plan != ranked[0].Plan {
+	if !ok || best.Plan != ranked[0].Plan || best.Throughput != ranked[0].Throughput {
 		t.Errorf("Best %v disagrees with Rank %v", best.Plan, ranked[0].Plan)
 	}
 	mem := false
@@ -449,5 +449,58 @@ func TestFitScreensABadMeasurement(t *testing.T) {
 	_, st, _ = Fit(start, samples, FitOptions{OutlierLogErr: -1})
 	if len(st.Dropped) != 0 {
 		t.Errorf("screening disabled but dropped %v", st.Dropped)
+	}
+}
+
+func TestOnlineRefitsOnlyWhenOff(t *testing.T) {
+	truth := toyModel()
+	o := &Online{Model: truth}
+	o.Model.Params = DefaultParams
+	var samples []Sample
+	for _, g := range []int{1, 2, 4, 8} {
+		for _, off := range []bool{false, true} {
+			p := Plan{DP: g, TP: 1, PP: 1, MicroBatch: 8 / g, GA: 1}
+			if off {
+				p.ZeRO, p.Offload = 2, true
+			}
+			r := Resources{Placement: Placement{g}, CPUsPerGPU: 4}
+			b, _ := truth.Predict(p, r)
+			samples = append(samples, Sample{Plan: p, Resources: r, IterS: b.Iter})
+		}
+	}
+	refits := 0
+	for _, s := range samples {
+		r, err := o.Observe(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r {
+			refits++
+		}
+	}
+	if refits == 0 || !o.Trusted() {
+		t.Fatalf("refits %d trusted %v: the default model is far off, it must refit", refits, o.Trusted())
+	}
+	// Now the model is right: an accurate sample does not refit.
+	before := o.Refits
+	if r, _ := o.Observe(samples[3]); r || o.Refits != before {
+		t.Error("refitted on an accurate sample")
+	}
+	if _, err := o.Observe(Sample{Plan: Plan{DP: 3, TP: 1, PP: 1, GA: 1}, Resources: Resources{Placement: Placement{2}}, IterS: 1}); err == nil {
+		t.Error("unpriceable sample: want error")
+	}
+}
+
+func TestCPUCurveOffloadGainsFromCPUs(t *testing.T) {
+	m := DefaultModel(mustBuiltin(t, "llama7b"), A800)
+	pts := m.CPUCurve(Placement{1}, 8)
+	if len(pts) != 8 {
+		t.Fatalf("%d points", len(pts))
+	}
+	if !pts[7].Feasible || !pts[7].Plan.Offload {
+		t.Fatalf("llama7b on one GPU needs offload, got %+v", pts[7])
+	}
+	if !(pts[7].Throughput > pts[0].Throughput) {
+		t.Errorf("offloaded optimizer should gain from CPUs: %v vs %v", pts[0].Throughput, pts[7].Throughput)
 	}
 }

@@ -47,7 +47,13 @@ func (m Model) Rank(r Resources) ([]Ranked, []Rejection, error) {
 		}
 		out = append(out, Ranked{Plan: p, PlanString: p.String(), Family: p.Family(), Predicted: b, Throughput: b.Throughput(m.Arch.GlobalBatch), Memory: mem})
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Throughput > out[j].Throughput })
+	sort.SliceStable(out, func(i, j int) bool {
+		ti, tj := out[i].Throughput, out[j].Throughput
+		if ti > tj*(1+1e-9) || tj > ti*(1+1e-9) {
+			return ti > tj
+		}
+		return simpler(out[i].Plan, out[j].Plan)
+	})
 	return out, rejected, nil
 }
 
@@ -72,7 +78,7 @@ func (m Model) Best(r Resources) (Ranked, bool) {
 		}
 		b := s.eval(m.Params)
 		tp := b.Throughput(m.Arch.GlobalBatch)
-		if !found || tp > best.Throughput {
+		if !found || tp > best.Throughput*(1+1e-9) || (tp >= best.Throughput*(1-1e-9) && simpler(p, best.Plan)) {
 			best = Ranked{Plan: p, Predicted: b, Throughput: tp, Memory: mem}
 			found = true
 		}
@@ -187,4 +193,16 @@ func DefaultForward(a Arch) Forward {
 // DefaultModel is the unfitted model of a: DefaultForward, DefaultParams.
 func DefaultModel(a Arch, e Env) Model {
 	return Model{Arch: a, Forward: DefaultForward(a), Params: DefaultParams, Env: e}
+}
+
+// simpler breaks ties between plans predicted equally fast: fewer
+// memory-saving features (ZeRO stage, offload, checkpointing), then the
+// larger micro-batch (fewer, fuller kernels).
+func simpler(a, b Plan) bool {
+	ca := a.ZeRO + 2*b2i(a.Offload) + b2i(a.Ckpt)
+	cb := b.ZeRO + 2*b2i(b.Offload) + b2i(b.Ckpt)
+	if ca != cb {
+		return ca < cb
+	}
+	return a.MicroBatch > b.MicroBatch
 }

@@ -1,0 +1,84 @@
+package perf
+
+import "errors"
+
+// Online is a model type's fitted model together with the samples it was
+// fitted on. Observe adds measurements from running jobs and refits when a
+// measurement is more than RefitThreshold off the prediction, so one fitted
+// model is reused, and improved, across every job of its type.
+type Online struct {
+	Model   Model    `json:"model"`
+	Samples []Sample `json:"samples"`
+	Stats   FitStats `json:"stats"`
+	// MaxSamples bounds the history (oldest dropped first); 0 means 256.
+	MaxSamples int `json:"max_samples"`
+	// Refits counts the refits Observe made.
+	Refits int `json:"refits"`
+}
+
+// Trusted reports whether the model has enough samples of the right kinds
+// to be used for scheduling (MinSamples, MinOffloadSamples).
+func (o *Online) Trusted() bool {
+	off := 0
+	for _, s := range o.Samples {
+		if s.Plan.Offload {
+			off++
+		}
+	}
+	return len(o.Samples) >= MinSamples && off >= MinOffloadSamples
+}
+
+// Observe records a measured iteration. It returns whether the model was
+// refitted: when the prediction for the sample is more than RefitThreshold
+// off and at least MinSamples samples exist. A sample whose plan cannot be
+// priced on its resources is an error and is not recorded.
+func (o *Online) Observe(s Sample) (refitted bool, err error) {
+	if s.IterS <= 0 {
+		return false, errors.New("observe: iteration time must be > 0")
+	}
+	b, err := o.Model.Predict(s.Plan, s.Resources)
+	if err != nil {
+		return false, err
+	}
+	o.Samples = append(o.Samples, s)
+	limit := o.MaxSamples
+	if limit <= 0 {
+		limit = 256
+	}
+	if len(o.Samples) > limit {
+		o.Samples = append([]Sample(nil), o.Samples[len(o.Samples)-limit:]...)
+	}
+	if !NeedsRefit(b.Iter, s.IterS) || len(o.Samples) < MinSamples {
+		return false, nil
+	}
+	k, st, err := Fit(o.Model, o.Samples, FitOptions{})
+	if err != nil {
+		return false, err
+	}
+	o.Model.Params, o.Stats = k, st
+	o.Refits++
+	return true, nil
+}
+
+// CPUCurve is the sensitivity of m to CPU cores on a fixed placement: the
+// best plan and throughput for 1..maxCPUsPerGPU cores per GPU (it matters to
+// plans that offload the optimizer to the CPU).
+func (m Model) CPUCurve(pl Placement, maxCPUsPerGPU int) []CurvePoint {
+	pts := make([]CurvePoint, 0, maxCPUsPerGPU)
+	prev := 0.0
+	for c := 1; c <= maxCPUsPerGPU; c++ {
+		pt := CurvePoint{GPUs: pl.GPUs(), CPUsPerGPU: float64(c), Placement: pl, Throughput: prev}
+		if best, ok := m.Best(Resources{Placement: pl, CPUsPerGPU: float64(c)}); ok {
+			pt.Feasible, pt.Plan, pt.PlanString = true, best.Plan, best.PlanString
+			if best.Throughput > prev {
+				pt.Throughput = best.Throughput
+			}
+		}
+		if c > 1 {
+			pt.Slope = pt.Throughput - prev
+		}
+		prev = pt.Throughput
+		pts = append(pts, pt)
+	}
+	return pts
+}
