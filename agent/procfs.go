@@ -60,4 +60,3 @@ func bootID() string {
 	}
 	return strings.TrimSpace(string(b))
 }
-

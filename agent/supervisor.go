@@ -143,16 +143,26 @@ type proc struct {
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // wrapperScript runs the command in the background of a shell that records
-// its exit status in the file named by $1, forwarding TERM and INT. Waiting
-// is repeated because a trapped signal interrupts `wait`.
+// its exit status in the file named by $1 and forwards TERM and INT to it.
+// The shell's own messages (e.g. "Terminated") go to /dev/null; the command
+// keeps the real stderr. A trapped signal interrupts `wait`, so it waits
+// again: for a command that ended meanwhile the shell still remembers its
+// status, and 127 means the previous wait had already returned it.
 const wrapperScript = `f=$1; shift
-trap 'kill -TERM "$c" 2>/dev/null' TERM
-trap 'kill -INT "$c" 2>/dev/null' INT
-"$@" &
+exec 3>&2 2>/dev/null
+t=0
+trap 't=1; kill -TERM "$c"' TERM
+trap 't=1; kill -INT "$c"' INT
+"$@" 2>&3 3>&- &
 c=$!
+exec 3>&-
+s=
 while :; do
-  wait "$c"; s=$?
-  kill -0 "$c" 2>/dev/null || break
+  t=0
+  wait "$c"; r=$?
+  if [ "$t" = 0 ]; then s=$r; break; fi
+  if [ "$r" = 127 ]; then break; fi
+  s=$r
 done
 printf '%s\n' "$s" > "$f.tmp" && mv -f "$f.tmp" "$f"
 exit "$s"`
