@@ -232,7 +232,9 @@ func (s *Server) start() {
 		return
 	}
 	cmd := exec.Command(SSHD, "-D", "-e", "-f", s.ConfigFile)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Own process group (Stop kills it whole); and killed with the test
+	// binary, so a test that panics or times out leaves no sshd behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
