@@ -120,9 +120,13 @@ func TestAPIEndToEnd(t *testing.T) {
 
 	var samples []Sample
 	waitFor(t, "3 samples", func() bool {
-		samples, err = c.Samples(ctx, "ds-job")
+		samples, err = c.Samples(ctx, "ds-job", time.Time{})
 		return err == nil && len(samples) >= 3
 	})
+	newer, err := c.Samples(ctx, "ds-job", samples[1].Time)
+	if err != nil || len(newer) == 0 || !newer[0].Time.After(samples[1].Time) {
+		t.Errorf("Samples since %v = %d samples, %v", samples[1].Time, len(newer), err)
+	}
 	if s := samples[0]; s.SamplesPerSec != 13 || s.AvgSamplesPerSec != 12.5 || s.Step != 1 || s.Format != "deepspeed-throughput" || s.Time.IsZero() {
 		t.Errorf("first sample = %+v", s)
 	}
@@ -185,9 +189,17 @@ func TestAPIEndToEnd(t *testing.T) {
 	}
 }
 
-func TestListenUnixRefusesLiveSocket(t *testing.T) {
-	_, _, sock, _, _ := startTestAgent(t)
+func TestSecondAgentRefused(t *testing.T) {
+	a, _, sock, _, _ := startTestAgent(t)
 	if _, err := ListenUnix(context.Background(), sock); err == nil || !strings.Contains(err.Error(), "already serving") {
 		t.Errorf("second listen: %v", err)
+	}
+	_, err := New(context.Background(), Config{StateDir: a.cfg.StateDir, FakeGPUs: "1xA800"})
+	if err == nil || !strings.Contains(err.Error(), "in use by another agent") {
+		t.Errorf("second agent on the same state dir: %v", err)
+	}
+	code, body := rawPost(t, sock, "/v1/processes/x/stop", `{"grace_seconds":"soon"}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, `"field": "grace_seconds"`) {
+		t.Errorf("stop with string grace: %d %s", code, body)
 	}
 }

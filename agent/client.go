@@ -167,10 +167,16 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/processes/"+url.PathEscape(id), nil, nil)
 }
 
-// Samples returns the throughput samples parsed from the process's log.
-func (c *Client) Samples(ctx context.Context, id string) ([]Sample, error) {
+// Samples returns the throughput samples parsed from the process's log,
+// oldest first; with a non-zero since, only those stamped after it (pass the
+// last sample's Time to poll for new ones).
+func (c *Client) Samples(ctx context.Context, id string, since time.Time) ([]Sample, error) {
+	path := "/v1/processes/" + url.PathEscape(id) + "/samples"
+	if !since.IsZero() {
+		path += "?since=" + url.QueryEscape(since.Format(time.RFC3339Nano))
+	}
 	var l SampleList
-	err := c.do(ctx, http.MethodGet, "/v1/processes/"+url.PathEscape(id)+"/samples", nil, &l)
+	err := c.do(ctx, http.MethodGet, path, nil, &l)
 	return l.Samples, err
 }
 

@@ -82,7 +82,15 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/processes/{id}/logs", a.handleLogs)
 	mux.HandleFunc("GET /v1/processes/{id}/samples", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		s, err := a.sup.Samples(id)
+		var since time.Time
+		if v := r.URL.Query().Get("since"); v != "" {
+			var err error
+			if since, err = time.Parse(time.RFC3339Nano, v); err != nil {
+				writeError(w, &FieldError{"since", fmt.Sprintf("%q is not an RFC 3339 time", v)})
+				return
+			}
+		}
+		s, err := a.sup.Samples(id, since)
 		if err != nil {
 			writeError(w, err)
 			return

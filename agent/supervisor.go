@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/replan/replan/agent/logparse"
+	"golang.org/x/sys/unix"
 )
 
 // Process states.
@@ -123,6 +124,7 @@ type Supervisor struct {
 	ctx    context.Context // watchers' lifetime; cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	lock   *os.File // flock on STATE/lock: one agent per state dir
 
 	mu    sync.Mutex
 	procs map[string]*proc
@@ -205,11 +207,20 @@ func OpenSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, err
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "procs"), 0o700); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
+	lock, err := os.OpenFile(filepath.Join(cfg.StateDir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: %w", err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("supervisor: state dir %s is in use by another agent: %w", cfg.StateDir, err)
+	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &Supervisor{cfg: cfg, log: cfg.Log, clock: cfg.Clock, boot: bootID(), ctx: wctx, cancel: cancel,
+	s := &Supervisor{cfg: cfg, log: cfg.Log, clock: cfg.Clock, boot: bootID(), ctx: wctx, cancel: cancel, lock: lock,
 		cg: cgroupMemory{mount: cfg.CgroupMount, root: cfg.CgroupRoot}, procs: map[string]*proc{}}
 	if err := s.load(); err != nil {
 		cancel()
+		lock.Close()
 		return nil, err
 	}
 	return s, nil
@@ -269,6 +280,12 @@ func (s *Supervisor) load() error {
 func (s *Supervisor) Close() error {
 	s.cancel()
 	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lock != nil {
+		s.lock.Close() // releases the flock
+		s.lock = nil
+	}
 	return nil
 }
 
@@ -772,15 +789,20 @@ func (s *Supervisor) List() []ProcessInfo {
 	return out
 }
 
-// Samples returns the throughput samples parsed so far, oldest first.
-func (s *Supervisor) Samples(id string) ([]logparse.Sample, error) {
+// Samples returns the throughput samples parsed so far, oldest first; with
+// a non-zero since, only those stamped after it.
+func (s *Supervisor) Samples(id string, since time.Time) ([]logparse.Sample, error) {
 	p, err := s.get(id)
 	if err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]logparse.Sample{}, p.samples...), nil
+	i := 0
+	if !since.IsZero() {
+		i = sort.Search(len(p.samples), func(i int) bool { return p.samples[i].Time.After(since) })
+	}
+	return append([]logparse.Sample{}, p.samples[i:]...), nil
 }
 
 // LogPath returns the path of the process's current log file.

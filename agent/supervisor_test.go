@@ -233,7 +233,7 @@ func TestLogRotation(t *testing.T) {
 			t.Errorf("%s is %d bytes, limit 2000", f, st.Size())
 		}
 	}
-	samples, _ := s.Samples("chatty")
+	samples, _ := s.Samples("chatty", time.Time{})
 	if len(samples) < 100 {
 		t.Errorf("parsed %d samples, want most of 200", len(samples))
 	}
