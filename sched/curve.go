@@ -104,11 +104,12 @@ type cache struct {
 	curves map[curveKey]*curve
 	plans  map[planKey]planVal
 	preds  map[predKey]float64
+	prep   map[string]prepared
 	perf   perf.CurveCache
 }
 
 func newCache() *cache {
-	return &cache{curves: map[curveKey]*curve{}, plans: map[planKey]planVal{}, preds: map[predKey]float64{}}
+	return &cache{curves: map[curveKey]*curve{}, plans: map[planKey]planVal{}, preds: map[predKey]float64{}, prep: map[string]prepared{}}
 }
 
 func resources(pl perf.Placement, cross bool, cpg int) perf.Resources {

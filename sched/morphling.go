@@ -124,6 +124,23 @@ func (p *Morphling) MinRes(j *Job, perServer int) MinRes {
 	return MinRes{GPUs: js.minG, CPUs: js.minCPUs, Plan: js.minPlan, Promise: js.ref, Fallback: js.fallback}
 }
 
+// prepared is what prepare computes for a job; it depends only on the
+// job's request and model, so it is memoised per job across rounds.
+type prepared struct {
+	model    *perf.Model
+	reqGPUs  int
+	reqPlan  perf.Plan
+	promise  float64
+	cpg      int
+	cv       *curve
+	fam      family
+	ref      float64
+	minG     int
+	minCPUs  int
+	minPlan  perf.Plan
+	fallback bool
+}
+
 // prepare fills a job's curve, reference throughput, normalisation and
 // minRes.
 func (p *Morphling) prepare(js *jstate, perServer int) {
@@ -131,44 +148,59 @@ func (p *Morphling) prepare(js *jstate, perServer int) {
 	if j.Model == nil {
 		return
 	}
+	js.remaining = math.Max(j.ItersTotal-j.ItersDone, 0)
+	p.c.mu.Lock()
+	pr, ok := p.c.prep[j.ID]
+	p.c.mu.Unlock()
+	if !ok || pr.model != j.Model || pr.reqGPUs != j.ReqGPUs || pr.reqPlan != j.ReqPlan || pr.promise != j.Promise || pr.cpg != js.cpg {
+		pr = p.compute(j, js.cpg, perServer)
+		p.c.mu.Lock()
+		p.c.prep[j.ID] = pr
+		p.c.mu.Unlock()
+	}
+	js.cv, js.fam, js.ref = pr.cv, pr.fam, pr.ref
+	js.w = float64(max(j.ReqGPUs, 1)) / js.ref
+	if j.Class == Guaranteed {
+		js.minG, js.minCPUs, js.minPlan, js.fallback = pr.minG, pr.minCPUs, pr.minPlan, pr.fallback
+	}
+}
+
+func (p *Morphling) compute(j *Job, cpg, perServer int) prepared {
+	pr := prepared{model: j.Model, reqGPUs: j.ReqGPUs, reqPlan: j.ReqPlan, promise: j.Promise, cpg: cpg}
 	if p.opt.KeepPlanFamily {
-		js.fam = familyOf(j.ReqPlan)
+		pr.fam = familyOf(j.ReqPlan)
 	}
 	maxG := max(p.opt.MaxGPUs, j.ReqGPUs)
-	js.cv = p.c.curve(j.Model, js.fam, maxG, perServer, js.cpg)
-	if js.fam.fixed && js.cv.minRun == 0 {
-		js.fam = family{fixed: true, pinned: true, plan: j.ReqPlan}
-		js.cv = p.c.curve(j.Model, js.fam, maxG, perServer, js.cpg)
+	pr.cv = p.c.curve(j.Model, pr.fam, maxG, perServer, cpg)
+	if pr.fam.fixed && pr.cv.minRun == 0 {
+		pr.fam = family{fixed: true, pinned: true, plan: j.ReqPlan}
+		pr.cv = p.c.curve(j.Model, pr.fam, maxG, perServer, cpg)
 	}
 	reqPl := perf.PackedPlacement(max(j.ReqGPUs, 1), perServer)
-	js.ref = j.Promise
-	if js.ref <= 0 {
-		js.ref = p.c.predict(j.Model, j.ReqPlan, reqPl, false, js.cpg)
+	pr.ref = j.Promise
+	if pr.ref <= 0 {
+		pr.ref = p.c.predict(j.Model, j.ReqPlan, reqPl, false, cpg)
 	}
-	if js.ref <= 0 {
-		js.ref = js.cv.at(j.ReqGPUs)
+	if pr.ref <= 0 {
+		pr.ref = pr.cv.at(j.ReqGPUs)
 	}
-	if js.ref <= 0 {
-		js.ref = 1
+	if pr.ref <= 0 {
+		pr.ref = 1
 	}
-	js.w = float64(max(j.ReqGPUs, 1)) / js.ref
-	js.remaining = math.Max(j.ItersTotal-j.ItersDone, 0)
-	if j.Class != Guaranteed {
-		return
-	}
-	js.minG, js.minCPUs, js.minPlan, js.fallback = j.ReqGPUs, j.ReqCPUs, j.ReqPlan, true
-	target := js.ref * (1 + p.opt.SLAMargin)
-	for _, g := range js.cv.front {
+	pr.minG, pr.minCPUs, pr.minPlan, pr.fallback = j.ReqGPUs, j.ReqCPUs, j.ReqPlan, true
+	target := pr.ref * (1 + p.opt.SLAMargin)
+	for _, g := range pr.cv.front {
 		if g > j.ReqGPUs {
 			break
 		}
-		if js.cv.thr[g] >= target {
-			if v := p.c.best(j.Model, js.fam, perf.PackedPlacement(g, perServer), false, js.cpg); v.ok && v.thr >= target {
-				js.minG, js.minCPUs, js.minPlan, js.fallback = g, min(g*js.cpg, max(j.ReqCPUs, g)), v.plan, false
+		if pr.cv.thr[g] >= target {
+			if v := p.c.best(j.Model, pr.fam, perf.PackedPlacement(g, perServer), false, cpg); v.ok && v.thr >= target {
+				pr.minG, pr.minCPUs, pr.minPlan, pr.fallback = g, min(g*cpg, max(j.ReqCPUs, g)), v.plan, false
 				break
 			}
 		}
 	}
+	return pr
 }
 
 // u is normalised throughput: GPU-equivalents of the job's own request.
@@ -433,30 +465,32 @@ func (js *jstate) origThrOrZero() float64 {
 // its minRes and may be shrunk for job i, and the count to shrink it to.
 func (p *Morphling) victim(st *state, i int, slope float64, must bool, banned map[int]bool) (int, int) {
 	js := &st.jobs[i]
+	if st.vlist == nil {
+		// Victims that have not changed this round, by ascending loss:
+		// built once per round, so a search stops at the first eligible.
+		st.vlist = make([]vcand, 0, len(st.jobs))
+		for k := range st.jobs {
+			if to, loss, ok := p.lossOf(st, k); ok {
+				st.vlist = append(st.vlist, vcand{job: k, to: to, loss: loss})
+			}
+		}
+		sort.SliceStable(st.vlist, func(a, b int) bool {
+			x, y := st.vlist[a], st.vlist[b]
+			if x.loss != y.loss {
+				return x.loss < y.loss
+			}
+			return st.jobs[x.job].job.Submit > st.jobs[y.job].job.Submit
+		})
+	}
 	best, bestTo, bestLoss := -1, 0, math.Inf(1)
-	for k := range st.jobs {
+	consider := func(k, to int, loss float64) bool {
 		v := &st.jobs[k]
-		if k == i || v.total == 0 || banned[k] || v.cv == nil || v.total <= v.minG {
-			continue
+		if k == i || banned[k] {
+			return false
 		}
-		to := v.cv.below(v.total)
-		if to < v.minG {
-			to = v.minG
-		}
-		if to > 0 && to < v.cv.minRun {
-			to = 0
-		}
-		if v.minG > 0 && to < v.minG {
-			continue
-		}
-		cur := v.u(v.cv.at(v.total))
-		if v.orig > 0 && v.total == v.orig {
-			cur = v.u(v.origThr)
-		}
-		loss := (cur - v.u(v.cv.at(to))) / float64(v.total-to)
 		if !must {
 			if slope <= loss*1.05 {
-				continue
+				return false
 			}
 			// Anti-thrashing: the gain of moving the GPUs must pay for the
 			// victim's restart (none if it changes this round anyway).
@@ -466,19 +500,68 @@ func (p *Morphling) victim(st *state, i int, slope float64, must bool, banned ma
 					h = math.Min(h, js.remaining/(thr/float64(js.job.Model.Arch.GlobalBatch)))
 				}
 				gain := (slope - loss) * float64(v.total-to) * h
-				if gain <= p.opt.GainFactor*cur*p.opt.RestartCost {
-					continue
+				if gain <= p.opt.GainFactor*v.u(v.origThr)*p.opt.RestartCost {
+					return false
 				}
 			}
 		}
 		if loss < bestLoss || (loss == bestLoss && v.job.Submit > st.jobs[best].job.Submit) {
 			best, bestTo, bestLoss = k, to, loss
 		}
+		return true
+	}
+	for _, k := range st.dirty {
+		if to, loss, ok := p.lossOf(st, k); ok {
+			consider(k, to, loss)
+		}
+	}
+	for _, c := range st.vlist {
+		if c.loss > bestLoss || (!must && slope <= c.loss*1.05) {
+			break
+		}
+		if st.isDirty[c.job] {
+			continue
+		}
+		if consider(c.job, c.to, c.loss) {
+			break
+		}
 	}
 	if best >= 0 {
 		banned[best] = true
 	}
 	return best, bestTo
+}
+
+// vcand is a possible victim with the count it would shrink to and the
+// normalised throughput it would lose per GPU.
+type vcand struct {
+	job, to int
+	loss    float64
+}
+
+// lossOf is what shrinking job k by one step costs: the count it would
+// drop to (0: preemption) and the normalised throughput lost per GPU; ok
+// is false when k cannot be shrunk (not running, at its minRes).
+func (p *Morphling) lossOf(st *state, k int) (int, float64, bool) {
+	v := &st.jobs[k]
+	if v.total == 0 || v.cv == nil || v.total <= v.minG {
+		return 0, 0, false
+	}
+	to := v.cv.below(v.total)
+	if to < v.minG {
+		to = v.minG
+	}
+	if to > 0 && to < v.cv.minRun {
+		to = 0
+	}
+	if v.minG > 0 && to < v.minG {
+		return 0, 0, false
+	}
+	cur := v.u(v.cv.at(v.total))
+	if v.orig > 0 && v.total == v.orig {
+		cur = v.u(v.origThr)
+	}
+	return to, (cur - v.u(v.cv.at(to))) / float64(v.total-to), true
 }
 
 // shrink takes victim v down to `to` GPUs, releasing first on the servers

@@ -20,6 +20,13 @@ type state struct {
 	journal  []op
 	maxPer   int
 	freeGPUs int
+	// touchedBuf is rollback's scratch list of jobs to re-sort.
+	touchedBuf []int
+	// dirty lists the jobs whose GPU count changed this round; vlist is
+	// the round's victim list of the others (Morphling).
+	dirty   []int
+	isDirty []bool
+	vlist   []vcand
 }
 
 // op is one journal entry: job took (gpus > 0) or gave back GPUs and cores
@@ -69,6 +76,7 @@ func newState(s *Snapshot) *state {
 	}
 	st.idx.init(st.free, st.maxPer)
 	st.jobs = make([]jstate, len(s.Jobs))
+	st.isDirty = make([]bool, len(s.Jobs))
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
 		js := &st.jobs[i]
@@ -117,6 +125,10 @@ func (st *state) move(j, s, delta int) {
 		k = len(js.alloc) - 1
 		st.on[s] = append(st.on[s], j)
 	}
+	if !st.isDirty[j] {
+		st.isDirty[j] = true
+		st.dirty = append(st.dirty, j)
+	}
 	a := &js.alloc[k]
 	if delta < 0 && a.GPUs+delta == 0 {
 		cpus = -a.CPUs // give back every core, top-ups included
@@ -147,10 +159,14 @@ func (st *state) removeOn(s, j int) {
 
 // rollback undoes the journal back to mark.
 func (st *state) rollback(mark int) {
+	touched := st.touchedBuf[:0]
 	for len(st.journal) > mark {
 		o := st.journal[len(st.journal)-1]
 		st.journal = st.journal[:len(st.journal)-1]
 		js := &st.jobs[o.job]
+		if len(touched) == 0 || touched[len(touched)-1] != o.job {
+			touched = append(touched, o.job)
+		}
 		k := -1
 		for i := range js.alloc {
 			if js.alloc[i].Server == o.server {
@@ -176,13 +192,20 @@ func (st *state) rollback(mark int) {
 			st.removeOn(o.server, o.job)
 		}
 	}
-	for i := range st.jobs {
+	for _, i := range touched {
 		sortAlloc(st.jobs[i].alloc)
 	}
+	st.touchedBuf = touched
 }
 
 func sortAlloc(a []Alloc) {
-	if len(a) > 1 {
+	if len(a) == 2 {
+		if a[0].Server > a[1].Server {
+			a[0], a[1] = a[1], a[0]
+		}
+		return
+	}
+	if len(a) > 2 {
 		sort.Slice(a, func(i, k int) bool { return a[i].Server < a[k].Server })
 	}
 }

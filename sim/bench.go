@@ -222,7 +222,6 @@ func LargeSnapshot(servers, waiting int, runningShare float64, seed uint64) sche
 	return s
 }
 
-
 // benchRound times one morphling round on LargeSnapshot after a warm-up
 // round that fills the policy's curve and plan caches (as a long-running
 // scheduler's are): the median of five rounds.

@@ -3,7 +3,9 @@ package sim
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sort"
+	"sync"
 
 	"github.com/replan/replan/dataset"
 	"github.com/replan/replan/perf"
@@ -33,16 +35,31 @@ func LoadModels(ctx context.Context, dir string, env perf.Env, apps []string) (*
 		sorted = append(sorted, n)
 	}
 	sort.Strings(sorted)
-	for _, n := range sorted {
+	// Fits are independent: run them on every core.
+	fits := make([]perf.Model, len(sorted))
+	stats := make([]perf.FitStats, len(sorted))
+	errs := make([]error, len(sorted))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+	for i, n := range sorted {
 		if _, ok := perf.Builtin(n); !ok {
 			return nil, fmt.Errorf("model type %q: not a known architecture", n)
 		}
-		fm, st, err := dataset.FitModel(ctx, dir, n, env, true)
-		if err != nil {
-			return nil, fmt.Errorf("fit %s: %w", n, err)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			fits[i], stats[i], errs[i] = dataset.FitModel(ctx, dir, n, env, true)
+		}()
+	}
+	wg.Wait()
+	for i, n := range sorted {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("fit %s: %w", n, errs[i])
 		}
-		m.Fitted[n] = &fm
-		m.Fits[n] = st
+		m.Fitted[n] = &fits[i]
+		m.Fits[n] = stats[i]
 	}
 	meas, err := dataset.LoadMeasured(ctx, dir)
 	if err != nil {
@@ -94,6 +111,18 @@ func (r *rates) iter(model string, plan perf.Plan, pl perf.Placement, cross bool
 	var v rateVal
 	if t, ok := r.m.Measured.IterTime(model, fm.Arch, plan, pl); ok && !cross {
 		v = rateVal{t, true}
+		if plan.Offload && cpg != dataset.DefaultCPUThreads {
+			// Offload rows were measured with DefaultCPUThreads cores per
+			// GPU; another core count scales the measured time by the
+			// model's ratio (the CPU optimizer step is what changes).
+			res := perf.Resources{Placement: pl, CPUsPerGPU: float64(cpg)}
+			at, err1 := fm.Predict(plan, res)
+			res.CPUsPerGPU = dataset.DefaultCPUThreads
+			base, err2 := fm.Predict(plan, res)
+			if err1 == nil && err2 == nil && base.Iter > 0 {
+				v.iter = t * at.Iter / base.Iter
+			}
+		}
 	} else if b, err := fm.Predict(plan, perf.Resources{Placement: pl, CrossRack: cross, CPUsPerGPU: float64(cpg)}); err == nil && b.Iter > 0 {
 		v = rateVal{b.Iter, false}
 	}
