@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"time"
 
@@ -26,6 +25,7 @@ type nvmlBackend struct {
 	uuids   []string
 	names   []string
 	peers   [][]PeerLink
+	links   [][]NVLink    // per GPU: the links NVML reports, with their static peer
 	events  nvml.EventSet // nil when events are not supported
 	closeMu sync.Once
 }
@@ -33,7 +33,12 @@ type nvmlBackend struct {
 // NewNVMLBackend initialises NVML and opens every GPU. Any failure of
 // nvml.Init (library missing, no driver, no GPU) is reported as ErrNoNVML.
 func NewNVMLBackend(ctx context.Context, log *slog.Logger) (GPUBackend, error) {
-	lib := nvml.New()
+	return newNVMLBackend(ctx, log, nvml.New())
+}
+
+// newNVMLBackend opens the GPUs through lib (the real library, or a mock in
+// tests).
+func newNVMLBackend(ctx context.Context, log *slog.Logger, lib nvml.Interface) (GPUBackend, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("%w: nvml init: %s", ErrNoNVML, ret.Error())
 	}
@@ -62,7 +67,7 @@ func NewNVMLBackend(ctx context.Context, log *slog.Logger) (GPUBackend, error) {
 			busIDs[i] = cString(pci.BusId[:])
 		}
 	}
-	b.peers = b.readTopology(busIDs)
+	b.peers, b.links = b.readTopology(busIDs)
 	b.openEvents()
 	return b, nil
 }
@@ -76,7 +81,9 @@ func cString(b []uint8) string {
 	return string(b)
 }
 
-func (b *nvmlBackend) readTopology(busIDs []string) [][]PeerLink {
+// readTopology reads, once, how GPUs reach each other and where each NVLink
+// goes (a peer GPU, or -1 for an NVSwitch or an unknown end).
+func (b *nvmlBackend) readTopology(busIDs []string) ([][]PeerLink, [][]NVLink) {
 	byBus := map[string]int{}
 	for i, id := range busIDs {
 		if id != "" {
@@ -84,18 +91,24 @@ func (b *nvmlBackend) readTopology(busIDs []string) [][]PeerLink {
 		}
 	}
 	peers := make([][]PeerLink, len(b.devs))
+	links := make([][]NVLink, len(b.devs))
 	for i, d := range b.devs {
-		direct := map[int]int{} // peer index -> NVLinks straight to it
+		direct := map[int]int{} // peer index -> active NVLinks straight to it
 		for l := 0; l < nvml.NVLINK_MAX_LINKS; l++ {
 			st, ret := d.GetNvLinkState(l)
-			if ret != nvml.SUCCESS || st != nvml.FEATURE_ENABLED {
+			if ret != nvml.SUCCESS {
 				continue
 			}
+			link := NVLink{Link: l, Active: st == nvml.FEATURE_ENABLED, Peer: -1}
 			if pci, ret := d.GetNvLinkRemotePciInfo(l); ret == nvml.SUCCESS {
-				if j, ok := byBus[cString(pci.BusId[:])]; ok {
-					direct[j]++
+				if j, ok := byBus[cString(pci.BusId[:])]; ok && j != i {
+					link.Peer = j
+					if link.Active {
+						direct[j]++
+					}
 				}
 			}
+			links[i] = append(links[i], link)
 		}
 		for j, o := range b.devs {
 			if j == i {
@@ -113,7 +126,7 @@ func (b *nvmlBackend) readTopology(busIDs []string) [][]PeerLink {
 			peers[i] = append(peers[i], p)
 		}
 	}
-	return peers
+	return peers, links
 }
 
 func topoLevel(l nvml.GpuTopologyLevel) string {
@@ -167,7 +180,8 @@ func (b *nvmlBackend) GPUs(ctx context.Context) ([]GPU, error) {
 	defer b.mu.Unlock()
 	out := make([]GPU, len(b.devs))
 	for i, d := range b.devs {
-		g := GPU{Index: i, UUID: b.uuids[i], Name: b.names[i], Processes: []GPUProcess{}, Peers: b.peers[i]}
+		g := GPU{Index: i, UUID: b.uuids[i], Name: b.names[i], Processes: []GPUProcess{},
+			Peers: append([]PeerLink(nil), b.peers[i]...)}
 		if m, ret := d.GetMemoryInfo(); ret == nvml.SUCCESS {
 			g.MemoryUsedBytes, g.MemoryTotalBytes = m.Used, m.Total
 		}
@@ -178,29 +192,19 @@ func (b *nvmlBackend) GPUs(ctx context.Context) ([]GPU, error) {
 			g.TemperatureC = t
 		}
 		if mw, ret := d.GetPowerUsage(); ret == nvml.SUCCESS {
-			g.PowerW = math.Round(float64(mw)) / 1000
+			g.PowerW = float64(mw) / 1000
 		}
 		if ps, ret := d.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
 			for _, p := range ps {
 				g.Processes = append(g.Processes, GPUProcess{PID: p.Pid, UsedMemoryBytes: p.UsedGpuMemory})
 			}
 		}
-		for l := 0; l < nvml.NVLINK_MAX_LINKS; l++ {
-			st, ret := d.GetNvLinkState(l)
-			if ret != nvml.SUCCESS {
-				continue
+		// Link ends are static; only whether each link is up is re-read.
+		for _, l := range b.links[i] {
+			if st, ret := d.GetNvLinkState(l.Link); ret == nvml.SUCCESS {
+				l.Active = st == nvml.FEATURE_ENABLED
 			}
-			g.NVLinks = append(g.NVLinks, NVLink{Link: l, Active: st == nvml.FEATURE_ENABLED, Peer: -1})
-		}
-		for k, l := range g.NVLinks {
-			if pci, ret := d.GetNvLinkRemotePciInfo(l.Link); ret == nvml.SUCCESS {
-				bus := cString(pci.BusId[:])
-				for j, o := range b.devs {
-					if op, ret := o.GetPciInfo(); ret == nvml.SUCCESS && cString(op.BusId[:]) == bus && j != i {
-						g.NVLinks[k].Peer = j
-					}
-				}
-			}
+			g.NVLinks = append(g.NVLinks, l)
 		}
 		out[i] = g
 	}

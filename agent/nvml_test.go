@@ -1,0 +1,126 @@
+//go:build nvml && cgo
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+)
+
+func busID(s string) [32]uint8 {
+	var b [32]uint8
+	copy(b[:], s)
+	return b
+}
+
+// mockNVML is a 2-GPU server: links 0-3 of each GPU go to the other GPU,
+// link 2 of GPU 1 is down, and GPU 0 has one queued Xid 79.
+func mockNVML(t *testing.T) *mock.Interface {
+	buses := []string{"00000000:07:00.0", "00000000:0F:00.0"}
+	var devs []*mock.Device
+	xidSent := false
+	evset := &mock.EventSet{FreeFunc: func() nvml.Return { return nvml.SUCCESS }}
+	for i := 0; i < 2; i++ {
+		i := i
+		other := 1 - i
+		d := &mock.Device{
+			GetUUIDFunc:    func() (string, nvml.Return) { return []string{"GPU-aaaa", "GPU-bbbb"}[i], nvml.SUCCESS },
+			GetNameFunc:    func() (string, nvml.Return) { return "NVIDIA A800-SXM4-80GB", nvml.SUCCESS },
+			GetIndexFunc:   func() (int, nvml.Return) { return i, nvml.SUCCESS },
+			GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{BusId: busID(buses[i])}, nvml.SUCCESS },
+			GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
+				return nvml.Memory{Total: 80 << 30, Used: uint64(i+1) << 30, Free: 80<<30 - uint64(i+1)<<30}, nvml.SUCCESS
+			},
+			GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{Gpu: uint32(40 + i)}, nvml.SUCCESS },
+			GetTemperatureFunc:      func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 55, nvml.SUCCESS },
+			GetPowerUsageFunc:       func() (uint32, nvml.Return) { return 251500, nvml.SUCCESS },
+			GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) {
+				return []nvml.ProcessInfo{{Pid: uint32(1000 + i), UsedGpuMemory: 1 << 30}}, nvml.SUCCESS
+			},
+			GetNvLinkStateFunc: func(l int) (nvml.EnableState, nvml.Return) {
+				if l >= 4 {
+					return 0, nvml.ERROR_INVALID_ARGUMENT
+				}
+				if i == 1 && l == 2 {
+					return nvml.FEATURE_DISABLED, nvml.SUCCESS
+				}
+				return nvml.FEATURE_ENABLED, nvml.SUCCESS
+			},
+			GetNvLinkRemotePciInfoFunc: func(l int) (nvml.PciInfo, nvml.Return) {
+				return nvml.PciInfo{BusId: busID(buses[other])}, nvml.SUCCESS
+			},
+			GetP2PStatusFunc: func(nvml.Device, nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
+				return nvml.P2P_STATUS_OK, nvml.SUCCESS
+			},
+			GetTopologyCommonAncestorFunc: func(nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
+				return nvml.TOPOLOGY_SYSTEM, nvml.SUCCESS
+			},
+			GetSupportedEventTypesFunc: func() (uint64, nvml.Return) {
+				return nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError, nvml.SUCCESS
+			},
+			RegisterEventsFunc: func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
+		}
+		devs = append(devs, d)
+	}
+	evset.WaitFunc = func(uint32) (nvml.EventData, nvml.Return) {
+		if xidSent {
+			return nvml.EventData{}, nvml.ERROR_TIMEOUT
+		}
+		xidSent = true
+		return nvml.EventData{Device: devs[0], EventType: nvml.EventTypeXidCriticalError, EventData: 79}, nvml.SUCCESS
+	}
+	return &mock.Interface{
+		InitFunc:                   func() nvml.Return { return nvml.SUCCESS },
+		ShutdownFunc:               func() nvml.Return { return nvml.SUCCESS },
+		SystemGetDriverVersionFunc: func() (string, nvml.Return) { return "550.54.15", nvml.SUCCESS },
+		DeviceGetCountFunc:         func() (int, nvml.Return) { return len(devs), nvml.SUCCESS },
+		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) { return devs[i], nvml.SUCCESS },
+		EventSetCreateFunc:         func() (nvml.EventSet, nvml.Return) { return evset, nvml.SUCCESS },
+	}
+}
+
+func TestNVMLBackendOnMock(t *testing.T) {
+	ctx := context.Background()
+	b, err := newNVMLBackend(ctx, slog.New(slog.DiscardHandler), mockNVML(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.Name() != "nvml driver 550.54.15" {
+		t.Errorf("Name = %q", b.Name())
+	}
+	gpus, err := b.GPUs(ctx)
+	if err != nil || len(gpus) != 2 {
+		t.Fatalf("GPUs = %v, %v", gpus, err)
+	}
+	g := gpus[1]
+	if g.UUID != "GPU-bbbb" || g.MemoryUsedBytes != 2<<30 || g.MemoryTotalBytes != 80<<30 || g.UtilizationPct != 41 ||
+		g.TemperatureC != 55 || g.PowerW != 251.5 || len(g.Processes) != 1 || g.Processes[0].PID != 1001 {
+		t.Errorf("gpu 1 = %+v", g)
+	}
+	if len(g.NVLinks) != 4 || g.NVLinks[2].Active || !g.NVLinks[0].Active || g.NVLinks[0].Peer != 0 {
+		t.Errorf("gpu 1 links = %+v", g.NVLinks)
+	}
+	if len(g.Peers) != 1 || g.Peers[0] != (PeerLink{Peer: 0, Level: LevelNVLink, NVLinks: 3, P2P: true}) {
+		t.Errorf("gpu 1 peers = %+v", g.Peers)
+	}
+	now := time.Unix(1, 0)
+	evs, err := b.HealthEvents(ctx, now)
+	if err != nil || len(evs) != 1 || evs[0] != (HealthEvent{Time: now, GPUIndex: 0, GPUUUID: "GPU-aaaa", Kind: HealthXid, Xid: 79}) {
+		t.Errorf("events = %+v, %v", evs, err)
+	}
+}
+
+func TestNVMLInitFailureIsErrNoNVML(t *testing.T) {
+	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_DRIVER_NOT_LOADED }}
+	_, err := newNVMLBackend(context.Background(), slog.New(slog.DiscardHandler), lib)
+	if !errors.Is(err, ErrNoNVML) {
+		t.Fatalf("err = %v, want ErrNoNVML", err)
+	}
+}
