@@ -59,21 +59,21 @@ func TestFootprint(t *testing.T) {
 		return err == nil && s.GPUCount == 8
 	})
 	pid := cmd.Process.Pid
-	cpu0 := cpuSeconds(t, pid)
-	t0 := time.Now()
-	time.Sleep(idle)
-	cpu1 := cpuSeconds(t, pid)
-	wall := time.Since(t0).Seconds()
-	rss := vmRSSKiB(t, pid)
-	// One API round trip after idling, so the numbers include a served request.
-	if _, err := c.GPUs(context.Background()); err != nil {
-		t.Fatal(err)
+	measure := func(phase string) (rssKiB int64, pct float64) {
+		cpu0 := cpuSeconds(t, pid)
+		t0 := time.Now()
+		time.Sleep(idle)
+		cpu1 := cpuSeconds(t, pid)
+		wall := time.Since(t0).Seconds()
+		rssKiB = vmRSSKiB(t, pid)
+		pct = 100 * (cpu1 - cpu0) / wall
+		report := fmt.Sprintf("%s: binary %.1f MB (%d bytes); RSS %.1f MB (%d KiB); CPU %.3fs over %.1fs = %.2f%% of a core",
+			phase, float64(st.Size())/1e6, st.Size(), float64(rssKiB)/1024, rssKiB, cpu1-cpu0, wall, pct)
+		t.Log(report)
+		fmt.Println("footprint:", report)
+		return rssKiB, pct
 	}
-	pct := 100 * (cpu1 - cpu0) / wall
-	report := fmt.Sprintf("binary %.1f MB (%d bytes); RSS after %.0fs idle %.1f MB (%d KiB); CPU %.3fs over %.1fs = %.2f%% of a core",
-		float64(st.Size())/1e6, st.Size(), wall, float64(rss)/1024, rss, cpu1-cpu0, wall, pct)
-	t.Log(report)
-	fmt.Println("footprint:", report)
+	rss, pct := measure("idle")
 	if st.Size() > 10<<20 {
 		t.Errorf("binary %d bytes > 10 MiB", st.Size())
 	}
@@ -82,6 +82,23 @@ func TestFootprint(t *testing.T) {
 	}
 	if pct > 0.5 {
 		t.Logf("warning: idle CPU %.2f%% above the 0.5%% target (a busy host inflates this)", pct)
+	}
+
+	// The same with one supervised process logging a DeepSpeed line a second.
+	ctx := context.Background()
+	script := `i=0; while :; do i=$((i+1)); echo "epoch=0/micro_step=$i/global_step=$i, RunningAvgSamplesPerSec=12.5, CurrSamplesPerSec=13.0, MemAllocated=1GB, MaxMemAllocated=2GB"; sleep 1; done`
+	if _, err := c.Start(ctx, ProcessSpec{ID: "footprint-job", Argv: []string{"sh", "-c", script}}); err != nil {
+		t.Fatal(err)
+	}
+	rss, _ = measure("one supervised job")
+	if s, err := c.Samples(ctx, "footprint-job", time.Time{}); err != nil || len(s) == 0 {
+		t.Errorf("no samples from the job: %v", err)
+	}
+	if _, err := c.Stop(ctx, "footprint-job", 5*time.Second); err != nil {
+		t.Error(err)
+	}
+	if rss > 20*1024 {
+		t.Errorf("RSS with a job %d KiB > 20 MiB", rss)
 	}
 }
 
