@@ -631,6 +631,16 @@ func signalName(sig syscall.Signal) string {
 	return "signal " + strconv.Itoa(int(sig))
 }
 
+// tailState is where a log tailer stands in the current log file.
+type tailState struct {
+	off     int64  // bytes of the current file consumed
+	partial []byte // unterminated last line
+	skip    bool   // inside an overlong line: drop up to its newline
+}
+
+// maxLogLine is the longest log line parsed; longer ones are skipped.
+const maxLogLine = 64 << 10
+
 // tail follows the process's log, parses throughput samples and rotates the
 // file by size, until the process has exited (and its log is drained) or
 // the supervisor closes.
@@ -638,9 +648,7 @@ func (p *proc) tail() {
 	defer p.s.wg.Done()
 	t := time.NewTicker(p.s.cfg.PollInterval)
 	defer t.Stop()
-	path := p.info.LogPath
-	var off int64
-	var partial []byte
+	var st tailState
 	for {
 		exited := false
 		select {
@@ -648,7 +656,7 @@ func (p *proc) tail() {
 			exited = true
 		default:
 		}
-		off, partial = p.readLog(path, off, partial)
+		p.readLog(p.info.LogPath, &st)
 		if exited {
 			return
 		}
@@ -661,41 +669,38 @@ func (p *proc) tail() {
 	}
 }
 
-// readLog parses new bytes of the log from off and rotates it when too big;
-// it returns the new offset and any unterminated last line.
-func (p *proc) readLog(path string, off int64, partial []byte) (int64, []byte) {
-	st, err := os.Stat(path)
+// readLog parses the log's new bytes and rotates it when too big.
+func (p *proc) readLog(path string, st *tailState) {
+	fi, err := os.Stat(path)
 	if err != nil {
-		return off, partial
+		return
 	}
-	if st.Size() < off { // truncated behind our back
-		off, partial = 0, nil
+	if fi.Size() < st.off { // truncated behind our back
+		*st = tailState{}
 	}
-	if st.Size() > off {
+	if fi.Size() > st.off {
 		f, err := os.Open(path)
 		if err != nil {
-			return off, partial
+			return
 		}
-		n, rest := p.parseFrom(f, off, partial)
+		st.off += p.parseLines(&offsetReader{f, st.off}, st)
 		f.Close()
-		off, partial = off+n, rest
 	}
-	if st.Size() >= p.s.cfg.LogMaxBytes {
+	if fi.Size() >= p.s.cfg.LogMaxBytes {
 		copied, err := rotateCopyTruncate(path, p.s.cfg.LogKeep)
 		if err != nil {
 			p.s.log.Warn("rotate log", "id", p.info.Spec.ID, "err", err)
-			return off, partial
+			return
 		}
 		// Lines written between our read and the copy are in the copy.
-		if copied > off {
+		if copied > st.off {
 			if f, err := os.Open(path + ".1"); err == nil {
-				_, partial = p.parseFrom(io.LimitReader(&offsetReader{f, off}, copied-off), 0, partial)
+				p.parseLines(io.LimitReader(&offsetReader{f, st.off}, copied-st.off), st)
 				f.Close()
 			}
 		}
-		off = 0
+		st.off = 0
 	}
-	return off, partial
 }
 
 type offsetReader struct {
@@ -712,34 +717,34 @@ func (r *offsetReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// parseFrom reads r from off (when r is an *os.File) to EOF, parsing full
-// lines; it returns the bytes consumed and the unterminated rest.
-func (p *proc) parseFrom(r io.Reader, off int64, partial []byte) (int64, []byte) {
-	if f, ok := r.(*os.File); ok {
-		r = &offsetReader{f, off}
-	}
-	br := bufio.NewReaderSize(r, 64<<10)
+// parseLines reads r to EOF, parsing complete lines into samples and keeping
+// an unterminated last line in st.partial; it returns the bytes read.
+func (p *proc) parseLines(r io.Reader, st *tailState) int64 {
+	br := bufio.NewReaderSize(r, maxLogLine)
 	var n int64
 	for {
 		line, err := br.ReadSlice('\n')
 		n += int64(len(line))
-		if err == bufio.ErrBufferFull {
-			partial = nil // absurdly long line: drop it
+		if err == bufio.ErrBufferFull || len(st.partial)+len(line) > maxLogLine {
+			st.partial, st.skip = nil, true
+			if err == nil { // the overlong line ended here
+				st.skip = false
+			}
 			continue
 		}
-		if err != nil {
-			partial = append(partial, line...)
-			if len(partial) > 64<<10 {
-				partial = nil
+		if err != nil { // EOF: keep the unterminated rest for next time
+			if !st.skip {
+				st.partial = append(st.partial, line...)
 			}
-			return n, partial
+			return n
 		}
-		full := line
-		if len(partial) > 0 {
-			full = append(partial, line...)
-			partial = nil
+		if st.skip {
+			st.skip = false
+			continue
 		}
-		if s, ok := logparse.ParseLine(strings.TrimRight(string(full), "\r\n"), p.s.clock.Now()); ok {
+		full := string(append(st.partial, line...))
+		st.partial = nil
+		if s, ok := logparse.ParseLine(strings.TrimRight(full, "\r\n"), p.s.clock.Now()); ok {
 			p.mu.Lock()
 			p.samples = append(p.samples, s)
 			if over := len(p.samples) - p.s.cfg.MaxSamples; over > 0 {

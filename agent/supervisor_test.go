@@ -363,3 +363,27 @@ func TestMemoryLimitFallsBackWhenCgroupStartFails(t *testing.T) {
 		t.Errorf("exit: %+v", info)
 	}
 }
+
+func TestParseLinesAcrossChunksAndOverlongLines(t *testing.T) {
+	p := &proc{s: &Supervisor{cfg: SupervisorConfig{MaxSamples: 3}, clock: SystemClock{}}}
+	var st tailState
+	long := strings.Repeat("x", 3*maxLogLine) + " CurrSamplesPerSec=9"
+	for _, chunk := range []string{
+		"CurrSamplesPerSec=1\nCurrSamples", // a line split across reads
+		"PerSec=2\n" + long[:maxLogLine/2], // then a line too long to parse,
+		long[maxLogLine/2:],                // arriving in pieces,
+		"\nnoise\nCurrSamplesPerSec=3\n",   // ended, then normal lines again
+		"CurrSamplesPerSec=4\n",
+	} {
+		if n := p.parseLines(strings.NewReader(chunk), &st); n != int64(len(chunk)) {
+			t.Fatalf("consumed %d of %d bytes", n, len(chunk))
+		}
+	}
+	var got []float64
+	for _, s := range p.samples {
+		got = append(got, s.SamplesPerSec)
+	}
+	if len(got) != 3 || got[0] != 2 || got[1] != 3 || got[2] != 4 {
+		t.Errorf("samples = %v, want [2 3 4] (1 dropped by MaxSamples=3, 9 by the length limit)", got)
+	}
+}
