@@ -15,7 +15,7 @@
 //     still running when the agent restarts.
 //   - Throughput: each supervised process's log is tailed and parsed by
 //     package logparse into samples.
-//   - API: small HTTP/JSON over the unix socket ([NewHandler]); [Client] is
+//   - API: small HTTP/JSON over the unix socket ([Agent.Handler]); [Client] is
 //     the Go side the manager uses, with a dial function so it can go
 //     through SSH.
 //
