@@ -42,7 +42,7 @@ func TestParseExampleInventory(t *testing.T) {
 	}
 	s := inv.Servers[3]
 	if s.Name != "a800-04" || s.Addr() != "10.0.1.14:22" || s.User != "replan" || s.GPUs != 8 ||
-		s.IdentityFile != "/home/op/.ssh/replan_ed25519" || s.Labels["maintenance-window"] != "sunday" ||
+		!s.SSHAgent || s.IdentityFile != "" || s.Labels["maintenance-window"] != "sunday" ||
 		s.NVLinkGBps != 400 || s.NICGBps != 100 || s.Rack != "rack-a" {
 		t.Errorf("server 3 = %+v", s)
 	}
