@@ -1,0 +1,317 @@
+// Package jobspec reads job specs: the YAML a user submits to describe a
+// training job (what to run, with which framework, its global batch and
+// length, the resources and plan it asks for). Decoding is strict and every
+// problem is reported with file, line and field; a spec with problems is
+// never returned. See docs/jobspec.md for the reference.
+package jobspec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/replan/replan/internal/yamlcheck"
+	"github.com/replan/replan/perf"
+)
+
+// Version is the job spec format this replan reads.
+const Version = 1
+
+// Class is how a job is treated when the cluster is short: guaranteed jobs
+// count against their tenant's quota and never fall below the throughput
+// of what they asked for; best-effort jobs use what is left and may be
+// preempted.
+type Class string
+
+// Job classes.
+const (
+	Guaranteed Class = "guaranteed"
+	BestEffort Class = "best-effort"
+)
+
+// Framework is the training launcher a job uses.
+type Framework string
+
+// Frameworks replan can launch.
+const (
+	DeepSpeed Framework = "deepspeed"
+	Megatron  Framework = "megatron"
+)
+
+// Request is what a job asks for: the resources and plan a guaranteed job
+// is promised the throughput of.
+type Request struct {
+	GPUs     int       `json:"gpus"`
+	CPUs     int       `json:"cpus"`
+	MemoryGB int       `json:"memory_gb"`
+	Plan     perf.Plan `json:"plan"`
+	HasPlan  bool      `json:"has_plan"`
+}
+
+// Pin restricts what the scheduler may change.
+type Pin struct {
+	Plan  bool        `json:"plan"`  // never change the plan (resources may still change)
+	Tiers []perf.Tier `json:"tiers"` // allowed placement tiers; empty: any
+}
+
+// Spec is a validated job spec.
+type Spec struct {
+	Name          string            `json:"name"`
+	Tenant        string            `json:"tenant"`
+	Class         Class             `json:"class"`
+	Model         string            `json:"model"`
+	Arch          perf.Arch         `json:"arch"` // resolved; GlobalBatch is the job's
+	Framework     Framework         `json:"framework"`
+	WorkDir       string            `json:"workdir"`
+	Entrypoint    string            `json:"entrypoint"`
+	Args          []string          `json:"args"`
+	Env           map[string]string `json:"env"`
+	GlobalBatch   int               `json:"global_batch"`
+	Iterations    int               `json:"iterations"`
+	CheckpointDir string            `json:"checkpoint_dir"`
+	Request       Request           `json:"request"`
+	Pin           Pin               `json:"pin"`
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+var envRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Load reads and validates a job spec file.
+func Load(file string, cat perf.Catalog) (*Spec, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read job spec: %w", err)
+	}
+	return Parse(file, data, cat)
+}
+
+// Parse validates data (named name in problems) against the model
+// catalog cat (nil: the built-in models).
+func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
+	if cat == nil {
+		cat = perf.NewCatalog()
+	}
+	w := &yamlcheck.Walker{File: name}
+	root := w.Document(data, "a job spec", `a mapping starting with "version: 1"`)
+	if root == nil {
+		return nil, w.Err()
+	}
+	s := &Spec{Class: BestEffort}
+	var (
+		modelNode, planNode, gpusNode *yaml.Node
+		archBlock                                *perf.Arch
+		planSpec                                 string
+	)
+	seen := w.Mapping(root, "", map[string]func(string, *yaml.Node){
+		"version": func(f string, v *yaml.Node) {
+			if i, ok := w.Int(v, f); ok && i != Version {
+				w.Errf(v, f, "unsupported version %d (this replan reads version %d)", i, Version)
+			}
+		},
+		"name": func(f string, v *yaml.Node) {
+			if n, ok := w.Str(v, f); ok {
+				if !nameRE.MatchString(n) {
+					w.Errf(v, f, "want lower-case letters, digits, '.', '_' or '-' (at most 63, starting with a letter or digit), got %q", n)
+				}
+				s.Name = n
+			}
+		},
+		"tenant": func(f string, v *yaml.Node) {
+			if n, ok := w.Str(v, f); ok {
+				s.Tenant = n
+			}
+		},
+		"class": func(f string, v *yaml.Node) {
+			if c, ok := w.Str(v, f); ok {
+				switch Class(c) {
+				case Guaranteed, BestEffort:
+					s.Class = Class(c)
+				default:
+					w.Errf(v, f, "want guaranteed or best-effort, got %q", c)
+				}
+			}
+		},
+		"model": func(f string, v *yaml.Node) {
+			modelNode = v
+			if v.Kind == yaml.MappingNode {
+				a := perf.Arch{}
+				w.Mapping(v, f, map[string]func(string, *yaml.Node){
+					"name": func(f string, v *yaml.Node) {
+						if n, ok := w.Str(v, f); ok {
+							a.Name = n
+						}
+					},
+					"params":  func(f string, v *yaml.Node) { a.Params, _ = w.Positive(v, f) },
+					"layers":  func(f string, v *yaml.Node) { a.Layers, _ = w.Count(v, f) },
+					"hidden":  func(f string, v *yaml.Node) { a.Hidden, _ = w.Count(v, f) },
+					"heads":   func(f string, v *yaml.Node) { a.Heads, _ = w.Count(v, f) },
+					"seq_len": func(f string, v *yaml.Node) { a.SeqLen, _ = w.Count(v, f) },
+					"vocab":   func(f string, v *yaml.Node) { a.Vocab, _ = w.NonNegative(v, f) },
+				})
+				archBlock = &a
+				return
+			}
+			if n, ok := w.Str(v, f); ok {
+				s.Model = n
+			}
+		},
+		"framework": func(f string, v *yaml.Node) {
+			if fw, ok := w.Str(v, f); ok {
+				switch Framework(fw) {
+				case DeepSpeed, Megatron:
+					s.Framework = Framework(fw)
+				default:
+					w.Errf(v, f, "want deepspeed or megatron, got %q", fw)
+				}
+			}
+		},
+		"workdir": func(f string, v *yaml.Node) {
+			if d, ok := w.Str(v, f); ok {
+				if !path.IsAbs(d) {
+					w.Errf(v, f, "want an absolute path, got %q", d)
+				}
+				s.WorkDir = d
+			}
+		},
+		"entrypoint": func(f string, v *yaml.Node) {
+			if e, ok := w.Str(v, f); ok {
+				s.Entrypoint = e
+			}
+		},
+		"args": func(f string, v *yaml.Node) {
+			s.Args = []string{}
+			w.List(v, f, func(i int, p string, item *yaml.Node) {
+				if w.Scalar(item, p, "a string") {
+					s.Args = append(s.Args, item.Value)
+				}
+			})
+		},
+		"env": func(f string, v *yaml.Node) {
+			s.Env = w.Labels(v, f)
+			for k := range s.Env {
+				if !envRE.MatchString(k) {
+					w.Errf(yamlcheck.FieldNode(v, k), f+"."+k, "not a valid environment variable name")
+				}
+			}
+		},
+		"global_batch": func(f string, v *yaml.Node) { s.GlobalBatch, _ = w.Count(v, f) },
+		"iterations":   func(f string, v *yaml.Node) { s.Iterations, _ = w.Count(v, f) },
+		"checkpoint_dir": func(f string, v *yaml.Node) {
+			if d, ok := w.Str(v, f); ok {
+				if !path.IsAbs(d) {
+					w.Errf(v, f, "want an absolute path, got %q", d)
+				}
+				s.CheckpointDir = d
+			}
+		},
+		"request": func(f string, v *yaml.Node) {
+			w.Mapping(v, f, map[string]func(string, *yaml.Node){
+				"gpus":      func(f string, v *yaml.Node) { gpusNode = v; s.Request.GPUs, _ = w.Count(v, f) },
+				"cpus":      func(f string, v *yaml.Node) { s.Request.CPUs, _ = w.NonNegative(v, f) },
+				"memory_gb": func(f string, v *yaml.Node) { s.Request.MemoryGB, _ = w.NonNegative(v, f) },
+				"plan": func(f string, v *yaml.Node) {
+					if p, ok := w.Str(v, f); ok {
+						planNode, planSpec = v, p
+					}
+				},
+			})
+		},
+		"pin": func(f string, v *yaml.Node) {
+			w.Mapping(v, f, map[string]func(string, *yaml.Node){
+				"plan": func(f string, v *yaml.Node) { s.Pin.Plan, _ = w.Bool(v, f) },
+				"tiers": func(f string, v *yaml.Node) {
+					w.List(v, f, func(i int, p string, item *yaml.Node) {
+						if t, ok := w.Str(item, p); ok {
+							switch t {
+							case "server":
+								s.Pin.Tiers = append(s.Pin.Tiers, perf.TierServer)
+							case "rack":
+								s.Pin.Tiers = append(s.Pin.Tiers, perf.TierRack)
+							case "cross-rack":
+								s.Pin.Tiers = append(s.Pin.Tiers, perf.TierCrossRack)
+							default:
+								w.Errf(item, p, "want server, rack or cross-rack, got %q", t)
+							}
+						}
+					})
+				},
+			})
+		},
+	})
+	for _, req := range []string{"version", "name", "tenant", "class", "model", "framework", "workdir", "entrypoint", "global_batch", "iterations", "checkpoint_dir", "request"} {
+		if seen[req] == nil {
+			w.Errf(root, req, "missing required field")
+		}
+	}
+	if req := seen["request"]; req != nil && gpusNode == nil {
+		w.Errf(req, "request.gpus", "missing required field")
+	}
+
+	// The model: a known type, or an architecture block.
+	if archBlock != nil {
+		archBlock.GlobalBatch = max(s.GlobalBatch, 1)
+		if archBlock.Name == "" {
+			archBlock.Name = s.Name
+		}
+		if err := archBlock.Validate(); err != nil && len(w.Errs) == 0 {
+			for _, e := range unjoin(err) {
+				w.Errf(modelNode, "model", "%v", e)
+			}
+		}
+		s.Arch, s.Model = *archBlock, archBlock.Name
+	} else if s.Model != "" {
+		a, err := cat.Lookup(s.Model)
+		if err != nil {
+			w.Errf(modelNode, "model", "%v", err)
+		} else {
+			a.GlobalBatch = s.GlobalBatch
+			s.Arch = a
+		}
+	}
+
+	// The plan a guaranteed job is promised; checked against the model.
+	if planNode != nil {
+		p, err := perf.ParsePlanSpec(planSpec)
+		if err != nil {
+			w.Errf(planNode, "request.plan", "%v", strings.TrimPrefix(err.Error(), fmt.Sprintf("plan spec %q: ", planSpec)))
+		} else {
+			s.Request.Plan, s.Request.HasPlan = p, true
+			if s.Request.GPUs > 0 && s.Arch.Name != "" && s.GlobalBatch > 0 {
+				if err := perf.Check(s.Arch, p, perf.Placement{s.Request.GPUs}); err != nil {
+					w.Errf(planNode, "request.plan", "%v", err)
+				}
+			}
+		}
+	} else if s.Class == Guaranteed && seen["request"] != nil {
+		w.Errf(seen["request"], "request.plan", "a guaranteed job must say which plan it is promised the throughput of")
+	}
+	if s.Request.CPUs == 0 && s.Request.GPUs > 0 {
+		s.Request.CPUs = 8 * s.Request.GPUs
+	}
+	if s.Request.Plan.Offload && s.Request.CPUs < s.Request.GPUs {
+		w.Errf(planNode, "request.cpus", "optimizer offload needs at least one CPU per GPU, asked for %d CPUs for %d GPUs", s.Request.CPUs, s.Request.GPUs)
+	}
+	if s.Framework == Megatron && s.Request.HasPlan && (s.Request.Plan.ZeRO > 1 || s.Request.Plan.Offload) {
+		w.Errf(planNode, "request.plan", "megatron runs ZeRO-0 or ZeRO-1 (distributed optimizer) without offload; use framework: deepspeed for ZeRO-%d%s", s.Request.Plan.ZeRO, map[bool]string{true: " with offload"}[s.Request.Plan.Offload])
+	}
+	if len(w.Errs) > 0 {
+		return nil, w.Err()
+	}
+	if s.Env == nil {
+		s.Env = map[string]string{}
+	}
+	return s, nil
+}
+
+func unjoin(err error) []error {
+	var j interface{ Unwrap() []error }
+	if errors.As(err, &j) {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
