@@ -7,8 +7,9 @@
 // when sshd or ssh-keygen is not installed.
 //
 // Nothing here is a mock: the code under test talks to the same sshd that
-// runs on the cluster's servers. The listen address is a parameter so that a
-// test can put servers in network namespaces later.
+// runs on the cluster's servers. The listen address and a command wrapping
+// sshd (Config.Wrap, e.g. `ip netns exec NS`) are parameters, so a test can
+// run servers inside network namespaces; NetNS sets one up.
 package sshtest
 
 import (
@@ -51,6 +52,12 @@ type Config struct {
 	MaxSessions int
 	// Extra lines appended to sshd_config.
 	Extra []string
+	// Wrap, when set, is prepended to sshd's command line, e.g.
+	// {"ip", "netns", "exec", "rp-e2e-1"} to run sshd inside a network
+	// namespace. The wrapper must exec sshd (not fork it), so that PID and
+	// Stop still reach sshd itself. With Wrap and no Port, the port is 22:
+	// a free port cannot be probed from outside the namespace.
+	Wrap []string
 }
 
 // Server is a running sshd.
@@ -64,6 +71,7 @@ type Server struct {
 	ConfigFile string
 
 	t    testing.TB
+	wrap []string
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	logs *lockedBuffer
@@ -142,7 +150,11 @@ func Start(t testing.TB, cfg Config) *Server {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	dir, _ = filepath.Abs(dir)
 
-	s := &Server{Dir: dir, Host: cfg.ListenAddr, Port: cfg.Port, User: u.Username, HostKeys: map[string]string{}, t: t}
+	s := &Server{Dir: dir, Host: cfg.ListenAddr, Port: cfg.Port, User: u.Username, HostKeys: map[string]string{}, t: t,
+		wrap: append([]string(nil), cfg.Wrap...)}
+	if s.Port == 0 && len(cfg.Wrap) > 0 {
+		s.Port = 22
+	}
 	if s.Port == 0 {
 		s.Port = FreePort(t, cfg.ListenAddr)
 	}
@@ -231,7 +243,8 @@ func (s *Server) start() {
 	if s.cmd != nil {
 		return
 	}
-	cmd := exec.Command(SSHD, "-D", "-e", "-f", s.ConfigFile)
+	argv := append(append([]string(nil), s.wrap...), SSHD, "-D", "-e", "-f", s.ConfigFile)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	// Own process group (Stop kills it whole); and killed with the test
 	// binary, so a test that panics or times out leaves no sshd behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
