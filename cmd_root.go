@@ -24,6 +24,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	for _, add := range []func(io.Writer, io.Writer) *cobra.Command{
 		newPlanCmd,
 		newPerfCmd,
+		newLaunchCmd,
 		newDemoCmd,
 		newInventoryCmd,
 		newTrustCmd,
