@@ -118,7 +118,7 @@ func resources(pl perf.Placement, cross bool, cpg int) perf.Resources {
 
 // best is the fastest feasible plan of family fam on pl (memory checked).
 func (c *cache) best(m *perf.Model, fam family, pl perf.Placement, cross bool, cpg int) planVal {
-	k := planKey{m, fam, pl.String(), cross, cpg}
+	k := planKey{m, fam, plKey(pl), cross, cpg}
 	c.mu.Lock()
 	v, ok := c.plans[k]
 	c.mu.Unlock()
@@ -163,7 +163,7 @@ func (c *cache) best(m *perf.Model, fam family, pl perf.Placement, cross bool, c
 // predict is the predicted throughput of plan p on pl (0 when it cannot be
 // priced).
 func (c *cache) predict(m *perf.Model, p perf.Plan, pl perf.Placement, cross bool, cpg int) float64 {
-	k := predKey{m, p, pl.String(), cross, cpg}
+	k := predKey{m, p, plKey(pl), cross, cpg}
 	c.mu.Lock()
 	v, ok := c.preds[k]
 	c.mu.Unlock()
@@ -230,4 +230,19 @@ func max64(a, b float64) float64 {
 		return a
 	}
 	return b
+}
+
+// plKey is a compact map key for a placement (one byte per server, counts
+// above 255 spill into more bytes).
+func plKey(pl perf.Placement) string {
+	var buf [64]byte
+	b := buf[:0]
+	for _, g := range pl {
+		for g >= 255 {
+			b = append(b, 255)
+			g -= 255
+		}
+		b = append(b, byte(g))
+	}
+	return string(b)
 }

@@ -329,6 +329,9 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			}
 			continue
 		}
+		if js.orig > 0 && js.total == js.orig && !p.pays(js, js.origThr, js.cv.at(len(js.cv.env)-1)) {
+			continue // no growth could pay for the restart
+		}
 		mark := len(st.journal)
 		grew := false
 		for {
@@ -449,8 +452,12 @@ func (p *Morphling) grow(st *state, i, target int, slope float64, must bool) boo
 		return true
 	}
 	// Placement check: spread over servers, the job must still get most of
-	// what the packed curve promised.
-	v := p.c.best(js.job.Model, js.fam, st.placement(i), st.cross(i), js.cpg)
+	// what the packed curve promised (a packed placement is the curve).
+	pl := st.placement(i)
+	if p.packed(pl, st) && !st.cross(i) && js.total < len(js.cv.thr) && js.cv.thr[js.total] > 0 && (len(pl) == 1 || pl[len(pl)-1] == js.total-(len(pl)-1)*st.maxPer) {
+		return js.cv.thr[js.total] > js.origThrOrZero()
+	}
+	v := p.c.best(js.job.Model, js.fam, pl, st.cross(i), js.cpg)
 	return v.ok && v.thr >= p.opt.FragTolerance*js.cv.at(js.total) && v.thr > js.origThrOrZero()
 }
 
@@ -577,6 +584,7 @@ func (p *Morphling) shrink(st *state, v, to, forJob int) {
 			give -= a.GPUs
 		}
 		vs.touched = true
+		vs.planSet = false
 		return
 	}
 	mine := map[int]bool{}
@@ -602,6 +610,7 @@ func (p *Morphling) shrink(st *state, v, to, forJob int) {
 	}
 	sortAlloc(vs.alloc)
 	vs.touched = true
+	vs.planSet = false
 }
 
 // finish checks job i's new allocation: a feasible best plan, the
@@ -634,7 +643,7 @@ func (p *Morphling) finish(st *state, i int, privileged bool) bool {
 func (p *Morphling) emit(st *state) Decisions {
 	return emitState(st, func(i int) (perf.Plan, float64, perf.Memory, bool) {
 		js := &st.jobs[i]
-		if js.planSet && js.total == js.orig && sameAlloc(js.alloc, js.job.Alloc) {
+		if js.planSet && js.newPlan.GPUs() == js.total && sameAlloc(js.alloc, js.job.Alloc) {
 			v := p.planFor(st, i)
 			return js.newPlan, js.newThr, v.mem, true
 		}

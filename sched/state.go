@@ -1,8 +1,6 @@
 package sched
 
 import (
-	"sort"
-
 	"github.com/replan/replan/perf"
 )
 
@@ -205,8 +203,10 @@ func sortAlloc(a []Alloc) {
 		}
 		return
 	}
-	if len(a) > 2 {
-		sort.Slice(a, func(i, k int) bool { return a[i].Server < a[k].Server })
+	for i := 1; i < len(a); i++ {
+		for k := i; k > 0 && a[k].Server < a[k-1].Server; k-- {
+			a[k], a[k-1] = a[k-1], a[k]
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package sched
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/replan/replan/perf"
@@ -211,7 +210,12 @@ func placementOf(allocs []Alloc) perf.Placement {
 			pl = append(pl, a.GPUs)
 		}
 	}
-	sort.Sort(sort.Reverse(sort.IntSlice(pl)))
+	// insertion sort, fullest first: placements are short
+	for i := 1; i < len(pl); i++ {
+		for k := i; k > 0 && pl[k] > pl[k-1]; k-- {
+			pl[k], pl[k-1] = pl[k-1], pl[k]
+		}
+	}
 	return pl
 }
 
