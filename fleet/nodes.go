@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	xssh "golang.org/x/crypto/ssh"
+
 	"github.com/replan/replan/agent"
 	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/ssh"
@@ -137,6 +139,15 @@ func (f *Fleet) node(ctx context.Context, s cluster.Server, opts NodesOptions, n
 	c := f.Client(s, l)
 	st, err := c.Status(ctx)
 	if err != nil {
+		// The pooled connection may have died since it was checked: tell
+		// a dead server from a missing agent by connecting again.
+		var oc *xssh.OpenChannelError
+		if !errors.As(err, &oc) {
+			if _, cerr := f.pool.Client(ctx, h); cerr != nil {
+				fail(NodeUnreachable, cerr)
+				return
+			}
+		}
 		fail(NodeNoAgent, fmt.Errorf("agent at %s: %w", l.Socket, err))
 		return
 	}
