@@ -30,6 +30,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newTrustCmd,
 		newAgentCmd,
 		newSimCmd,
+		newDeployCmd,
+		newNodesCmd,
 	} {
 		root.AddCommand(add(stdout, stderr))
 	}

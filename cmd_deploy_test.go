@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/replan/replan/fleet"
+	"github.com/replan/replan/internal/sshtest"
+)
+
+func runSplit(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err = run(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+// TestDeployAndNodesCLI drives `replan trust`, `replan deploy` and `replan
+// nodes` against one real sshd on loopback (fleet/e2e_test.go covers
+// several servers in network namespaces).
+func TestDeployAndNodesCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("deploy CLI test skipped in -short mode")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go toolchain not on PATH: cannot build the agent")
+	}
+	s := sshtest.Start(t, sshtest.Config{})
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "replan-agent")
+	if out, err := exec.Command(gobin, "build", "-ldflags", "-X main.version=cli-test", "-o", bin, "./cmd/replan-agent").CombinedOutput(); err != nil {
+		t.Fatalf("build agent: %v\n%s", err, out)
+	}
+	remote := filepath.Join(tmp, "{server}")
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(filepath.Join(tmp, "box", "agent.pid")); err == nil {
+			if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	inv := filepath.Join(tmp, "inventory.yaml")
+	data := fmt.Sprintf("version: 1\ndefaults: {user: %s, identity_file: %s, gpus: 4, gpu_memory_gb: 80, cpu_cores: 2, host_memory_gb: 8, nvlink_gbps: 400, nic_gbps: 25}\n"+
+		"racks: [{name: r1, spine_gbps: 50}]\nservers:\n  - {name: box, address: %s, port: %d, rack: r1}\nssh: {known_hosts: %s}\n",
+		s.User, s.ClientKey, s.Host, s.Port, filepath.Join(tmp, "known_hosts"))
+	if err := os.WriteFile(inv, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--inventory", inv, "--remote-dir", remote}
+	deploy := append([]string{"deploy", "--agent-binary", bin, "--fake-gpus", "4xH100"}, common...)
+
+	if out, errOut, err := runSplit(t, deploy...); err == nil || !strings.Contains(out, "box: failed:") || !strings.Contains(out, "replan trust") {
+		t.Fatalf("deploy to an untrusted server: %v\n%s%s", err, out, errOut)
+	}
+	if out, errOut, err := runSplit(t, "trust", "box", "--yes", "--inventory", inv); err != nil {
+		t.Fatalf("trust: %v\n%s%s", err, out, errOut)
+	}
+	out, errOut, err := runSplit(t, append(deploy, "--json")...)
+	if err != nil {
+		t.Fatalf("deploy: %v\n%s%s", err, out, errOut)
+	}
+	var dj deployJSON
+	if err := json.Unmarshal([]byte(out), &dj); err != nil {
+		t.Fatalf("deploy --json: %v\n%s", err, out)
+	}
+	if !dj.OK || len(dj.Servers) != 1 || dj.Servers[0].Status != fleet.StatusDeployed || dj.Servers[0].GPUs != 4 ||
+		dj.Servers[0].AgentVersion != "cli-test" || dj.SHA256 == "" {
+		t.Fatalf("deploy --json: %s", out)
+	}
+	if out, errOut, err = runSplit(t, deploy...); err != nil || !strings.HasPrefix(out, "box: up to date (agent cli-test, 4 GPUs") {
+		t.Fatalf("second deploy: %v\n%s%s", err, out, errOut)
+	}
+	out, errOut, err = runSplit(t, append([]string{"nodes", "--json"}, common...)...)
+	if err != nil {
+		t.Fatalf("nodes: %v\n%s%s", err, out, errOut)
+	}
+	var nj nodesJSON
+	if err := json.Unmarshal([]byte(out), &nj); err != nil {
+		t.Fatalf("nodes --json: %v\n%s", err, out)
+	}
+	if nj.Servers != 1 || nj.Reachable != 1 || nj.AgentsUp != 1 || nj.Nodes[0].GPUs != 4 || nj.Nodes[0].NVML.Available {
+		t.Fatalf("nodes --json: %s", out)
+	}
+	out, _, err = runSplit(t, append([]string{"nodes"}, common...)...)
+	if err != nil || !strings.Contains(out, "box") || !strings.Contains(out, " up ") || !strings.Contains(out, "1 servers, 1 reachable, 1 agents up") {
+		t.Fatalf("nodes table: %v\n%s", err, out)
+	}
+
+	// A dead server is a row, not a failure.
+	s.Stop()
+	out, _, err = runSplit(t, append([]string{"nodes"}, common...)...)
+	if err != nil || !strings.Contains(out, "unreachable") || !strings.Contains(out, "box: connect box") {
+		t.Fatalf("nodes with the server down: %v\n%s", err, out)
+	}
+	if _, _, err := runSplit(t, append([]string{"nodes", "nosuch"}, common...)...); err == nil || !strings.Contains(err.Error(), "no server named nosuch") {
+		t.Errorf("unknown server: %v", err)
+	}
+}
