@@ -14,6 +14,7 @@ all: build
 
 build:
 	$(GO) build -o $(BIN) .
+	$(GO) build -ldflags "-s -w" -o $(dir $(BIN))replan-agent ./cmd/replan-agent
 
 test:
 	$(GO) test -count=1 -timeout 15m $(PKGS)
