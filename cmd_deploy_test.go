@@ -80,6 +80,17 @@ func TestDeployAndNodesCLI(t *testing.T) {
 	if out, errOut, err = runSplit(t, deploy...); err != nil || !strings.HasPrefix(out, "box: up to date (agent cli-test, 4 GPUs") {
 		t.Fatalf("second deploy: %v\n%s%s", err, out, errOut)
 	}
+	// Upgrade to the whole replan binary, which serves the agent as
+	// `replan agent serve`.
+	full := filepath.Join(tmp, "replan")
+	if out, err := exec.Command(gobin, "build", "-ldflags", "-X main.version=cli-full", "-o", full, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build replan: %v\n%s", err, out)
+	}
+	upgrade := append([]string{"deploy", "--agent-binary", full, "--fake-gpus", "4xH100"}, common...)
+	if out, errOut, err = runSplit(t, upgrade...); err != nil || !strings.HasPrefix(out, "box: upgraded (agent cli-full, 4 GPUs") {
+		t.Fatalf("upgrade to replan itself: %v\n%s%s", err, out, errOut)
+	}
+
 	out, errOut, err = runSplit(t, append([]string{"nodes", "--json"}, common...)...)
 	if err != nil {
 		t.Fatalf("nodes: %v\n%s%s", err, out, errOut)
@@ -88,7 +99,8 @@ func TestDeployAndNodesCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &nj); err != nil {
 		t.Fatalf("nodes --json: %v\n%s", err, out)
 	}
-	if nj.Servers != 1 || nj.Reachable != 1 || nj.AgentsUp != 1 || nj.Nodes[0].GPUs != 4 || nj.Nodes[0].NVML.Available {
+	if nj.Servers != 1 || nj.Reachable != 1 || nj.AgentsUp != 1 || nj.Nodes[0].GPUs != 4 || nj.Nodes[0].NVML.Available ||
+		nj.Nodes[0].AgentVersion != "cli-full" {
 		t.Fatalf("nodes --json: %s", out)
 	}
 	out, _, err = runSplit(t, append([]string{"nodes"}, common...)...)
