@@ -155,7 +155,7 @@ func newSimBenchCmd(stdout io.Writer) *cobra.Command {
 	f.StringVar(&b.DataDir, "data", "", "data directory (default $REPLAN_DATA or ../shared/data/morphling)")
 	f.IntVar(&b.ScaleJobs, "scale-jobs", 50000, "jobs of the generated scale trace")
 	f.IntVar(&b.ScaleServers, "scale-servers", 1024, "servers of the scale trace and the one-round benchmark")
-	f.Float64Var(&b.ScaleRoundInterval, "scale-round-interval", 0, "round interval of the scale run (0: every event)")
+	f.Float64Var(&b.ScaleRoundInterval, "scale-round-interval", 60, "round interval of the scale run in seconds (0: a round on every event)")
 	f.BoolVar(&b.SkipScale, "skip-scale", false, "skip the 50,000-job run")
 	return cmd
 }

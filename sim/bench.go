@@ -20,7 +20,7 @@ type BenchConfig struct {
 	DataDir            string
 	ScaleJobs          int     // default 50,000
 	ScaleServers       int     // default 1,024
-	ScaleRoundInterval float64 // 0: a round on every event
+	ScaleRoundInterval float64 // seconds; 0: a round on every event
 	SkipScale          bool
 }
 
@@ -66,7 +66,7 @@ func Bench(ctx context.Context, w io.Writer, cfg BenchConfig) error {
 		return err
 	}
 	models := DefaultModels(perf.A800)
-	for _, name := range []string{"morphling", "static"} {
+	for _, name := range []string{"morphling"} {
 		p, _ := sched.New(name)
 		t0 := time.Now()
 		r, err := Run(ctx, jobs, models, p, Config{Servers: cfg.ScaleServers, RoundInterval: cfg.ScaleRoundInterval})
