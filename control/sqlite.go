@@ -86,6 +86,8 @@ var migrations = []string{
 	);
 	CREATE INDEX timer_waits_at ON timer_waits(at);
 	CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);`,
+	// 2: failures (non-zero exits) counted apart from restarts
+	`ALTER TABLE jobs ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // SQLite is the Store on a SQLite database in WAL mode (modernc.org/sqlite,
@@ -173,14 +175,14 @@ func nullJSON(b json.RawMessage) any {
 	return string(b)
 }
 
-const jobCols = `id, name, tenant, class, spec, state, reason, plan, placement, submitted_at, started_at, finished_at, iterations, checkpoint, restarts, attempt, version`
+const jobCols = `id, name, tenant, class, spec, state, reason, plan, placement, submitted_at, started_at, finished_at, iterations, checkpoint, restarts, attempt, failures, version`
 
 func scanJob(sc interface{ Scan(...any) error }) (JobRecord, error) {
 	var j JobRecord
 	var spec string
 	var plan, placement sql.NullString
 	var sub, start, fin int64
-	err := sc.Scan(&j.ID, &j.Name, &j.Tenant, &j.Class, &spec, &j.State, &j.Reason, &plan, &placement, &sub, &start, &fin, &j.Iterations, &j.Checkpoint, &j.Restarts, &j.Attempt, &j.Version)
+	err := sc.Scan(&j.ID, &j.Name, &j.Tenant, &j.Class, &spec, &j.State, &j.Reason, &plan, &placement, &sub, &start, &fin, &j.Iterations, &j.Checkpoint, &j.Restarts, &j.Attempt, &j.Failures, &j.Version)
 	if err != nil {
 		return j, err
 	}
@@ -202,9 +204,9 @@ func (s *SQLite) CreateJob(ctx context.Context, j JobRecord) error {
 		return err
 	}
 	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, `INSERT INTO jobs(`+jobCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO jobs(`+jobCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1)`,
 		j.ID, j.Name, j.Tenant, j.Class, string(j.Spec), j.State, j.Reason, nullJSON(j.Plan), nullJSON(j.Placement),
-		ns(j.SubmittedAt), ns(j.StartedAt), ns(j.FinishedAt), j.Iterations, j.Checkpoint, j.Restarts, j.Attempt)
+		ns(j.SubmittedAt), ns(j.StartedAt), ns(j.FinishedAt), j.Iterations, j.Checkpoint, j.Restarts, j.Attempt, j.Failures)
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") || strings.Contains(err.Error(), "PRIMARY KEY") {
 			return fmt.Errorf("create job %s: %w", j.ID, ErrExists)
@@ -279,8 +281,8 @@ func (s *SQLite) UpdateJob(ctx context.Context, j JobRecord, reason string, at t
 	if cur.Final() && cur != j.State {
 		return 0, fmt.Errorf("update job %s: it is %s: %w", j.ID, cur, ErrConflict)
 	}
-	_, err = tx.ExecContext(ctx, `UPDATE jobs SET state=?, reason=?, plan=?, placement=?, started_at=?, finished_at=?, iterations=?, checkpoint=?, restarts=?, attempt=?, version=version+1 WHERE id=?`,
-		j.State, j.Reason, nullJSON(j.Plan), nullJSON(j.Placement), ns(j.StartedAt), ns(j.FinishedAt), j.Iterations, j.Checkpoint, j.Restarts, j.Attempt, j.ID)
+	_, err = tx.ExecContext(ctx, `UPDATE jobs SET state=?, reason=?, plan=?, placement=?, started_at=?, finished_at=?, iterations=?, checkpoint=?, restarts=?, attempt=?, failures=?, version=version+1 WHERE id=?`,
+		j.State, j.Reason, nullJSON(j.Plan), nullJSON(j.Placement), ns(j.StartedAt), ns(j.FinishedAt), j.Iterations, j.Checkpoint, j.Restarts, j.Attempt, j.Failures, j.ID)
 	if err != nil {
 		return 0, err
 	}

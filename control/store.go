@@ -44,7 +44,8 @@ type JobRecord struct {
 	FinishedAt  time.Time       `json:"finished_at,omitzero"`
 	Iterations  int             `json:"iterations"` // done, as last measured
 	Checkpoint  int             `json:"checkpoint"` // iteration of the last checkpoint
-	Restarts    int             `json:"restarts"`
+	Restarts    int             `json:"restarts"`   // relaunches (preemption, reconfiguration, failure)
+	Failures    int             `json:"failures"`   // non-zero exits and failed launches
 	Attempt     int             `json:"attempt"`
 	Version     int64           `json:"version"` // bumped by every update (optimistic concurrency)
 }
