@@ -277,7 +277,7 @@ pid=
 p=$(cat "$d/agent.pid" 2>/dev/null)
 case $p in ''|*[!0-9]*) ;; *) alive "$p" && pid=$p ;; esac
 if [ -z "$pid" ]; then
-	for c in /proc/[0-9]*/cmdline; do
+	for c in $(grep -lzxF -- "$sock" /proc/[0-9]*/cmdline 2>/dev/null); do
 		p=${c#/proc/}; p=${p%/cmdline}
 		[ "$p" = "$$" ] && continue
 		if alive "$p"; then pid=$p; break; fi

@@ -31,13 +31,21 @@ type testHost struct {
 
 // startHosts starts n sshd servers sharing one client key. Each runs in
 // its own network namespace behind a veth pair (10.250.N.2, reached from
-// 10.250.N.1) when the test can create namespaces, else on loopback.
+// 10.250.N.1) when the test can create namespaces, else (or with
+// REPLAN_E2E_LOOPBACK=1) on loopback.
 func startHosts(t *testing.T, n int, clientKey string) (hosts []testHost, netns bool) {
 	t.Helper()
 	pid := os.Getpid()
 	netns = true
 	var spaces []*sshtest.NetNS
+	if os.Getenv("REPLAN_E2E_LOOPBACK") != "" {
+		t.Logf("REPLAN_E2E_LOOPBACK set: %d sshd on loopback ports instead of network namespaces", n)
+		netns = false
+	}
 	for i := range n {
+		if !netns {
+			break
+		}
 		sub, err := sshtest.FreeSubnet(pid*n + i)
 		if err == nil {
 			var ns *sshtest.NetNS
@@ -237,6 +245,16 @@ func TestEndToEnd(t *testing.T) {
 		if r.Status != fleet.StatusUpToDate || r.PID != nodesPID(t, dirs[i]) {
 			t.Fatalf("second deploy %s: %+v", r.Server, r)
 		}
+	}
+
+	// Without its PID file the agent is found through its socket.
+	pid3 := nodesPID(t, dirs[2])
+	if err := os.Remove(filepath.Join(dirs[2], "agent.pid")); err != nil {
+		t.Fatal(err)
+	}
+	res, err = fl.Deploy(ctx, inv.Servers[2:], opts)
+	if err != nil || res[0].Status != fleet.StatusUpToDate || res[0].PID != pid3 {
+		t.Fatalf("deploy without agent.pid: %+v, %v", res, err)
 	}
 
 	// A fake training run on h1, through the agent API over SSH.
