@@ -15,7 +15,8 @@ type Launch struct {
 	Plan    perf.Plan       `json:"plan"`
 	Servers []launch.Server `json:"servers"` // rank order, with device and core ids
 	Attempt int             `json:"attempt"`
-	Resume  bool            `json:"resume"` // start from the last checkpoint
+	Resume  bool            `json:"resume"`         // start from the last checkpoint
+	From    int             `json:"from_iteration"` // the checkpoint's iteration when resuming
 }
 
 // JobObservation is what an executor saw of a job since the last Observe.

@@ -1,0 +1,189 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/replan/replan/dataset"
+	"github.com/replan/replan/perf"
+)
+
+// SimExecutor runs jobs on a simulated cluster: a job advances at the
+// measured iteration time of its (plan, placement) when the Morphling
+// tables have it, else at its model's prediction; every start costs
+// RestartCost of no progress; a stopped job keeps what it had done (it
+// checkpoints on stop). Time is whatever Clock says, so `replan demo` can
+// run it accelerated. Servers can be failed and recovered.
+type SimExecutor struct {
+	Clock       func() time.Time
+	Measured    *dataset.Measured // may be nil
+	Models      func(perf.Arch) perf.Model
+	RestartCost time.Duration
+
+	mu      sync.Mutex
+	running map[string]*simJob
+	down    map[string]bool
+	servers []string
+}
+
+type simJob struct {
+	l        Launch
+	base     float64   // iterations done when it (re)started (its checkpoint)
+	ready    time.Time // when the restart cost has been paid
+	iterTime float64   // seconds per iteration
+}
+
+// NewSimExecutor returns a simulated executor for the named servers.
+func NewSimExecutor(clock func() time.Time, servers []string, measured *dataset.Measured, models func(perf.Arch) perf.Model, restart time.Duration) *SimExecutor {
+	return &SimExecutor{Clock: clock, Measured: measured, Models: models, RestartCost: restart, running: map[string]*simJob{}, down: map[string]bool{}, servers: servers}
+}
+
+// SetDown marks a server dead (its jobs stop, it misses heartbeats) or alive.
+func (e *SimExecutor) SetDown(server string, down bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.down[server] = down
+}
+
+func (e *SimExecutor) iterTime(l Launch) (float64, error) {
+	pl := make(perf.Placement, 0, len(l.Servers))
+	cpus, gpus := 0, 0
+	for _, s := range l.Servers {
+		pl = append(pl, len(s.GPUs))
+		cpus += len(s.CPUs)
+		gpus += len(s.GPUs)
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(pl)))
+	a := l.Spec.Arch
+	if e.Measured != nil {
+		if t, ok := e.Measured.IterTime(a.Name, a, l.Plan, pl); ok && t > 0 {
+			return t, nil
+		}
+	}
+	m := perf.DefaultModel(a, perf.A800)
+	if e.Models != nil {
+		m = e.Models(a)
+		m.Arch = a
+	}
+	b, err := m.Predict(l.Plan, perf.Resources{Placement: pl, CPUsPerGPU: float64(cpus) / float64(max(gpus, 1))})
+	if err != nil {
+		return 0, err
+	}
+	return b.Iter, nil
+}
+
+func (e *SimExecutor) start(l Launch, base float64) error {
+	it, err := e.iterTime(l)
+	if err != nil {
+		return fmt.Errorf("simulated start %s: %w", l.JobID, err)
+	}
+	for _, s := range l.Servers {
+		if e.down[s.Name] {
+			return fmt.Errorf("simulated start %s: server %s is down", l.JobID, s.Name)
+		}
+	}
+	now := e.Clock()
+	e.running[l.JobID] = &simJob{l: l, base: base, ready: now.Add(e.RestartCost), iterTime: it}
+	return nil
+}
+
+// Start implements Executor.
+func (e *SimExecutor) Start(ctx context.Context, l Launch) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.start(l, float64(l.From))
+}
+
+// Reconfigure implements Executor.
+func (e *SimExecutor) Reconfigure(ctx context.Context, from, to Launch, last int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	base := float64(last)
+	if j := e.running[from.JobID]; j != nil {
+		base = math.Max(base, e.progress(j))
+	}
+	delete(e.running, from.JobID)
+	return e.start(to, base)
+}
+
+func (e *SimExecutor) progress(j *simJob) float64 {
+	base := j.base
+	d := e.Clock().Sub(j.ready).Seconds()
+	if d <= 0 {
+		return base
+	}
+	return base + d/j.iterTime
+}
+
+// Stop implements Executor.
+func (e *SimExecutor) Stop(ctx context.Context, id string, checkpoint bool) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	j := e.running[id]
+	if j == nil {
+		return 0, nil
+	}
+	delete(e.running, id)
+	if !checkpoint {
+		return 0, nil
+	}
+	return int(e.progress(j)), nil
+}
+
+// Observe implements Executor.
+func (e *SimExecutor) Observe(ctx context.Context) (Observation, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var o Observation
+	for _, s := range e.servers {
+		n := NodeObservation{Name: s, Reachable: !e.down[s]}
+		if e.down[s] {
+			n.Err = "simulated failure"
+		}
+		o.Nodes = append(o.Nodes, n)
+	}
+	ids := make([]string, 0, len(e.running))
+	for id := range e.running {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		j := e.running[id]
+		dead := false
+		for _, s := range j.l.Servers {
+			dead = dead || e.down[s.Name]
+		}
+		if dead {
+			continue
+		}
+		it := int(e.progress(j))
+		obs := JobObservation{JobID: id, Iterations: it, Checkpoint: it}
+		if e.Clock().After(j.ready) {
+			obs.SamplesPerSec = float64(j.l.Spec.GlobalBatch) / j.iterTime
+		}
+		if it >= j.l.Spec.Iterations {
+			obs.Exited, obs.Iterations = true, j.l.Spec.Iterations
+			delete(e.running, id)
+		}
+		o.Jobs = append(o.Jobs, obs)
+	}
+	return o, nil
+}
+
+// Running lists the jobs the simulated cluster runs.
+func (e *SimExecutor) Running() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for id := range e.running {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+var _ Executor = (*SimExecutor)(nil)
