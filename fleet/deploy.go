@@ -188,6 +188,10 @@ func (f *Fleet) deployOne(ctx context.Context, s cluster.Server, sum string, opt
 		st, err := f.status(ctx, s, l, 5*time.Second)
 		if err == nil {
 			r.Status, r.AgentVersion, r.GPUs, r.PID = StatusUpToDate, st.Version, st.GPUCount, before.PID
+			if !before.PIDFileOK { // found through its socket: record its PID again
+				_, err = f.script(ctx, h, `echo "$2" > "$1"`, l.PIDFile, strconv.Itoa(before.PID))
+				r.Err = err
+			}
 			return r
 		}
 		log.Warn("agent runs the same binary but does not answer; restarting it", "err", err)
@@ -263,6 +267,7 @@ type agentProc struct {
 	RunningSHA   string   // sha256 of the running agent's executable
 	Args         []string // its argv
 	InstalledSHA string   // sha256 of DIR/bin/replan-agent, "" when absent
+	PIDFileOK    bool     // DIR/agent.pid names the running agent
 }
 
 // probeScript finds the agent serving DIR/agent.sock: by the PID it
@@ -275,7 +280,7 @@ sock="$d/agent.sock"
 alive() { [ -r "/proc/$1/cmdline" ] && grep -qzxF -- "$sock" "/proc/$1/cmdline" 2>/dev/null && [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)" != Z ]; }
 pid=
 p=$(cat "$d/agent.pid" 2>/dev/null)
-case $p in ''|*[!0-9]*) ;; *) alive "$p" && pid=$p ;; esac
+case $p in ''|*[!0-9]*) ;; *) alive "$p" && pid=$p && echo "pidfile=ok" ;; esac
 if [ -z "$pid" ]; then
 	for c in $(grep -lzxF -- "$sock" /proc/[0-9]*/cmdline 2>/dev/null); do
 		p=${c#/proc/}; p=${p%/cmdline}
@@ -312,6 +317,8 @@ func (f *Fleet) probe(ctx context.Context, h ssh.Host, l Layout) (agentProc, err
 			p.Args = append(p.Args, v)
 		case "installed_sha":
 			p.InstalledSHA = v
+		case "pidfile":
+			p.PIDFileOK = v == "ok"
 		}
 	}
 	return p, nil

@@ -117,6 +117,12 @@ func killLeftovers(t *testing.T, dirs []string) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
+		// An agent whose PID file is gone is still found by its socket.
+		for _, p := range pgrep("--socket " + filepath.Join(d, "agent.sock")) {
+			if pid, err := strconv.Atoi(p); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
 	}
 }
 
@@ -137,7 +143,7 @@ func poll(t *testing.T, what string, timeout time.Duration, fn func() error) {
 }
 
 func pgrep(pattern string) []string {
-	out, _ := exec.Command("pgrep", "-f", pattern).Output()
+	out, _ := exec.Command("pgrep", "-f", "--", pattern).Output()
 	return strings.Fields(string(out))
 }
 
@@ -253,7 +259,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err = fl.Deploy(ctx, inv.Servers[2:], opts)
-	if err != nil || res[0].Status != fleet.StatusUpToDate || res[0].PID != pid3 {
+	if err != nil || res[0].Status != fleet.StatusUpToDate || res[0].PID != pid3 || nodesPID(t, dirs[2]) != pid3 {
 		t.Fatalf("deploy without agent.pid: %+v, %v", res, err)
 	}
 
