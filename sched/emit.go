@@ -67,7 +67,51 @@ func emitState(st *state, plan planFunc) Decisions {
 	d.Actions = append(d.Actions, shrinks...)
 	d.Actions = append(d.Actions, grows...)
 	d.Actions = append(d.Actions, starts...)
+	allocMem(st, &d)
 	return d
+}
+
+// allocMem checks the host memory of every decision against what the
+// servers have free once the changed jobs have released theirs (AllocMem
+// of Algorithm 1). A start that does not fit waits with the reason; a
+// reconfiguration that does not fit becomes a preemption (its old GPUs
+// may already be promised to others).
+func allocMem(st *state, d *Decisions) {
+	free := append([]float64(nil), st.freeMem...)
+	for _, a := range d.Actions {
+		for _, al := range st.snap.Jobs[a.Index].Alloc {
+			free[al.Server] += al.MemGB
+		}
+	}
+	out := d.Actions[:0]
+	for _, a := range d.Actions {
+		if a.Kind == Preempt {
+			out = append(out, a)
+			continue
+		}
+		bad := -1
+		for _, al := range a.Alloc {
+			if free[al.Server]-al.MemGB < -1e-9 {
+				bad = al.Server
+				break
+			}
+		}
+		if bad < 0 {
+			for _, al := range a.Alloc {
+				free[al.Server] -= al.MemGB
+			}
+			out = append(out, a)
+			continue
+		}
+		sv := st.snap.Servers[bad]
+		why := fmt.Sprintf("plan %s needs more host memory on server %s than its %.0f GiB free", a.Plan, sv.ID, free[bad])
+		if a.Kind == Start {
+			d.Waiting = append(d.Waiting, Wait{Job: a.Job, Index: a.Index, Reason: why})
+			continue
+		}
+		out = append(out, Decision{Kind: Preempt, Job: a.Job, Index: a.Index, Why: why})
+	}
+	d.Actions = out
 }
 
 // withMem copies allocs with the plan's host memory filled in (GiB).

@@ -27,6 +27,9 @@ type Options struct {
 	// an extra GPU must add at least this fraction of the per-GPU
 	// throughput of the job's own request (default 0.2).
 	MinSlope float64
+	// IdleMinSlope replaces MinSlope in a round where no job waits: free
+	// GPUs then serve nobody else (default 0.05).
+	IdleMinSlope float64
 	// MaxGPUs is the length of the sensitivity curves: no job grows beyond
 	// it, or beyond its request if that is larger (default 64).
 	MaxGPUs int
@@ -43,7 +46,7 @@ type Options struct {
 
 // DefaultOptions returns the documented defaults.
 func DefaultOptions() Options {
-	return Options{RestartCost: 260, Horizon: 3600, GainFactor: 2, MinSlope: 0.2, MaxGPUs: 64, SLAMargin: 0.05, FragTolerance: 0.8}
+	return Options{RestartCost: 260, Horizon: 3600, GainFactor: 2, MinSlope: 0.2, IdleMinSlope: 0.05, MaxGPUs: 64, SLAMargin: 0.05, FragTolerance: 0.8}
 }
 
 func (o Options) withDefaults() Options {
@@ -59,6 +62,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MinSlope <= 0 {
 		o.MinSlope = d.MinSlope
+	}
+	if o.IdleMinSlope <= 0 {
+		o.IdleMinSlope = d.IdleMinSlope
 	}
 	if o.MaxGPUs <= 0 {
 		o.MaxGPUs = d.MaxGPUs
@@ -316,6 +322,12 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		}
 		return x.job.Submit < y.job.Submit
 	})
+	// With nobody waiting, free GPUs help nobody else: grow while any step
+	// still adds IdleMinSlope (Algorithm 1's "take the free resources").
+	minSlope := p.opt.MinSlope
+	if !anyWaiting(st) {
+		minSlope = math.Min(minSlope, p.opt.IdleMinSlope)
+	}
 	cutoff := math.Inf(-1)
 	cutReason := ""
 	for _, i := range order {
@@ -336,7 +348,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		grew := false
 		for {
 			f, sl := js.next(len(js.cv.env) - 1)
-			if f == 0 || sl < p.opt.MinSlope {
+			if f == 0 || sl < minSlope {
 				if js.total == 0 && js.reason == "" {
 					js.reason = "no GPU count gives this job enough throughput per GPU"
 				}
@@ -358,6 +370,43 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		}
 		if js.total != js.orig && !p.finish(st, i, false) {
 			st.rollback(mark)
+		}
+	}
+
+	// Consolidation: a running job spread over servers moves onto one
+	// server when free GPUs allow it and the faster placement pays for the
+	// restart (jobs start spread when nothing better is free).
+	for i := range st.jobs {
+		js := &st.jobs[i]
+		if js.orig == 0 || js.total != js.orig || js.touched || js.cv == nil || st.isDirty[i] || js.total > st.maxPer || len(js.alloc) < 2 {
+			continue
+		}
+		target := -1
+		for _, a := range js.alloc {
+			if st.free[a.Server]+a.GPUs >= js.total && st.freeCPU[a.Server]+a.CPUs >= js.total*js.cpg {
+				target = a.Server
+				break
+			}
+		}
+		for k := js.total; target < 0 && k <= st.maxPer; k++ {
+			if sv, ok := st.idx.any(k); ok && st.freeCPU[sv] >= js.total*js.cpg {
+				target = sv
+			}
+		}
+		if target < 0 {
+			continue
+		}
+		mark := len(st.journal)
+		for _, a := range append([]Alloc(nil), js.alloc...) {
+			if a.Server != target {
+				st.move(i, a.Server, -a.GPUs)
+			}
+		}
+		st.move(i, target, js.orig-js.total)
+		sortAlloc(js.alloc)
+		if !p.finish(st, i, false) {
+			st.rollback(mark)
+			js.touched, js.planSet = false, false
 		}
 	}
 
@@ -399,6 +448,16 @@ func (p *Morphling) packed(pl perf.Placement, st *state) bool {
 // meets reports whether a guaranteed job's plan keeps its promise.
 func (js *jstate) meets(v planVal) bool {
 	return js.job.Class != Guaranteed || (v.ok && v.thr >= js.ref*(1-1e-9))
+}
+
+// anyWaiting reports whether a job still waits after the privileged pass.
+func anyWaiting(st *state) bool {
+	for i := range st.jobs {
+		if js := &st.jobs[i]; js.orig == 0 && js.total == 0 && js.cv != nil && js.cv.minRun > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (js *jstate) cvEnv() []float64 {

@@ -340,3 +340,26 @@ func TestNewKnowsEveryName(t *testing.T) {
 		t.Error("unknown policy accepted")
 	}
 }
+
+func TestHostMemoryAllocated(t *testing.T) {
+	bert := model(t, "bert")
+	j := waiting(t, "off", bert, 1, 0)
+	j.ReqPlan = perf.Plan{DP: 1, TP: 1, PP: 1, MicroBatch: 1, GA: 32, ZeRO: 2, Offload: true}
+	srv := servers(1, 8)
+	srv[0].MemGB = 1
+	s := snapshot(srv, j)
+	d := sched.NewStatic().Schedule(s)
+	if _, ok := find(d, "off"); ok {
+		t.Fatalf("offload plan started without the host memory for it: %+v", d)
+	}
+	if r := reason(d, "off"); !strings.Contains(r, "host memory") {
+		t.Errorf("reason %q does not name host memory", r)
+	}
+	srv[0].MemGB = 1600
+	s = snapshot(srv, j)
+	d = sched.NewStatic().Schedule(s)
+	a, ok := find(d, "off")
+	if !ok || a.Alloc[0].MemGB <= 0 {
+		t.Errorf("offload start without host memory allocated: %+v", a)
+	}
+}
