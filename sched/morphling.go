@@ -286,7 +286,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			continue
 		}
 		mark := len(st.journal)
-		if ok := p.grow(st, i, js.minG, math.Inf(1), true); !ok || !p.finish(st, i, true) {
+		if ok := p.grow(st, i, js.minG, math.Inf(1), true); !ok || !p.finish(st, i) {
 			st.rollback(mark)
 			if js.reason == "" {
 				js.reason = fmt.Sprintf("needs %d GPUs (minRes) and cannot get them: %d free, running jobs are at their own minRes", js.minG, st.freeGPUs)
@@ -368,7 +368,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			}
 			grew = true
 		}
-		if js.total != js.orig && !p.finish(st, i, false) {
+		if js.total != js.orig && !p.finish(st, i) {
 			st.rollback(mark)
 		}
 	}
@@ -404,7 +404,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		}
 		st.move(i, target, js.orig-js.total)
 		sortAlloc(js.alloc)
-		if !p.finish(st, i, false) {
+		if !p.finish(st, i) {
 			st.rollback(mark)
 			js.touched, js.planSet = false, false
 		}
@@ -674,7 +674,7 @@ func (p *Morphling) shrink(st *state, v, to, forJob int) {
 
 // finish checks job i's new allocation: a feasible best plan, the
 // guarantee, the anti-thrashing rule, cores and host memory (lines 20-24).
-func (p *Morphling) finish(st *state, i int, privileged bool) bool {
+func (p *Morphling) finish(st *state, i int) bool {
 	js := &st.jobs[i]
 	if js.total == 0 {
 		return false
@@ -693,7 +693,6 @@ func (p *Morphling) finish(st *state, i int, privileged bool) bool {
 		return false
 	}
 	js.touched, js.planSet, js.newPlan, js.newThr = true, true, v.plan, v.thr
-	_ = privileged
 	return true
 }
 

@@ -55,7 +55,6 @@ type jstate struct {
 	newPlan   perf.Plan
 	newThr    float64
 	planSet   bool
-	memOK     bool
 	reason    string
 	slope     float64
 }
@@ -309,8 +308,8 @@ func (f *freeIndex) set(s, n int) {
 	f.b[n] = append(f.b[n], s)
 }
 
-// any returns a server with exactly k free GPUs (the lowest index, so
-// rounds are deterministic and fill servers in order).
+// any returns a server with exactly k free GPUs (the most recently
+// bucketed one: deterministic for a given sequence of moves).
 func (f *freeIndex) any(k int) (int, bool) {
 	if k <= 0 || k >= len(f.b) || len(f.b[k]) == 0 {
 		return 0, false
