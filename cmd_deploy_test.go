@@ -65,6 +65,11 @@ func TestDeployAndNodesCLI(t *testing.T) {
 	if out, errOut, err := runSplit(t, "trust", "box", "--yes", "--inventory", inv); err != nil {
 		t.Fatalf("trust: %v\n%s%s", err, out, errOut)
 	}
+	// Trusted, but no agent yet.
+	out, _, err := runSplit(t, append([]string{"nodes"}, common...)...)
+	if err != nil || !strings.Contains(out, "no agent") || !strings.Contains(out, "connect failed") {
+		t.Fatalf("nodes before deploy: %v\n%s", err, out)
+	}
 	out, errOut, err := runSplit(t, append(deploy, "--json")...)
 	if err != nil {
 		t.Fatalf("deploy: %v\n%s%s", err, out, errOut)
