@@ -54,7 +54,12 @@ func (f *fleetFlags) open(names []string, acceptNew bool, stderr io.Writer, quie
 	if len(names) > 0 {
 		servers = nil
 		var unknown []string
+		seen := map[string]bool{}
 		for _, n := range names {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
 			s, ok := inv.Server(n)
 			if !ok {
 				unknown = append(unknown, n)

@@ -42,13 +42,7 @@ func TestDeployAndNodesCLI(t *testing.T) {
 		t.Fatalf("build agent: %v\n%s", err, out)
 	}
 	remote := filepath.Join(tmp, "{server}")
-	t.Cleanup(func() {
-		if b, err := os.ReadFile(filepath.Join(tmp, "box", "agent.pid")); err == nil {
-			if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
+	t.Cleanup(func() { stopAgent(t, filepath.Join(tmp, "box")) })
 	inv := filepath.Join(tmp, "inventory.yaml")
 	data := fmt.Sprintf("version: 1\ndefaults: {user: %s, identity_file: %s, gpus: 4, gpu_memory_gb: 80, cpu_cores: 2, host_memory_gb: 8, nvlink_gbps: 400, nic_gbps: 25}\n"+
 		"racks: [{name: r1, spine_gbps: 50}]\nservers:\n  - {name: box, address: %s, port: %d, rack: r1}\nssh: {known_hosts: %s}\n",
@@ -62,7 +56,14 @@ func TestDeployAndNodesCLI(t *testing.T) {
 	if out, errOut, err := runSplit(t, deploy...); err == nil || !strings.Contains(out, "box: failed:") || !strings.Contains(out, "replan trust") {
 		t.Fatalf("deploy to an untrusted server: %v\n%s%s", err, out, errOut)
 	}
-	if out, errOut, err := runSplit(t, "trust", "box", "--yes", "--inventory", inv); err != nil {
+	// --accept-new records the key (trust then finds it known); the
+	// agent comes up.
+	if out, errOut, err := runSplit(t, append(deploy, "--accept-new", "--remote-dir", filepath.Join(tmp, "first"))...); err != nil ||
+		!strings.HasPrefix(out, "box: deployed") {
+		t.Fatalf("deploy --accept-new: %v\n%s%s", err, out, errOut)
+	}
+	stopAgent(t, filepath.Join(tmp, "first"))
+	if out, errOut, err := runSplit(t, "trust", "box", "--yes", "--inventory", inv); err != nil || !strings.Contains(out, "already trusted") {
 		t.Fatalf("trust: %v\n%s%s", err, out, errOut)
 	}
 	// Trusted, but no agent yet.
@@ -121,5 +122,14 @@ func TestDeployAndNodesCLI(t *testing.T) {
 	}
 	if _, _, err := runSplit(t, append([]string{"nodes", "nosuch"}, common...)...); err == nil || !strings.Contains(err.Error(), "no server named nosuch") {
 		t.Errorf("unknown server: %v", err)
+	}
+}
+
+// stopAgent kills the agent deployed under dir, by the PID it recorded.
+func stopAgent(t *testing.T, dir string) {
+	if b, err := os.ReadFile(filepath.Join(dir, "agent.pid")); err == nil {
+		if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 1 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }
