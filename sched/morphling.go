@@ -39,6 +39,11 @@ type Options struct {
 	// FragTolerance is the share of the packed curve's throughput a
 	// placement spread over servers must still reach (default 0.8).
 	FragTolerance float64
+	// MinDwell is how long, in seconds, a running job keeps a new
+	// allocation before it may be grown, shrunk or re-planned again
+	// (default 600; guaranteed jobs below their minRes may still shrink
+	// it). It stops two jobs from trading GPUs back and forth.
+	MinDwell float64
 	// KeepPlanFamily restricts plans to the user's plan family, scaling only
 	// DP (Morphling-R; set by NewResourcesOnly).
 	KeepPlanFamily bool
@@ -46,7 +51,7 @@ type Options struct {
 
 // DefaultOptions returns the documented defaults.
 func DefaultOptions() Options {
-	return Options{RestartCost: 260, Horizon: 3600, GainFactor: 2, MinSlope: 0.2, IdleMinSlope: 0.05, MaxGPUs: 64, SLAMargin: 0.05, FragTolerance: 0.8}
+	return Options{RestartCost: 260, Horizon: 3600, GainFactor: 2, MinSlope: 0.2, IdleMinSlope: 0.05, MaxGPUs: 64, MinDwell: 600, SLAMargin: 0.05, FragTolerance: 0.8}
 }
 
 func (o Options) withDefaults() Options {
@@ -62,6 +67,11 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MinSlope <= 0 {
 		o.MinSlope = d.MinSlope
+	}
+	if o.MinDwell < 0 {
+		o.MinDwell = 0
+	} else if o.MinDwell == 0 {
+		o.MinDwell = d.MinDwell
 	}
 	if o.IdleMinSlope <= 0 {
 		o.IdleMinSlope = d.IdleMinSlope
@@ -341,8 +351,8 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			}
 			continue
 		}
-		if js.orig > 0 && js.total == js.orig && !p.pays(js, js.origThr, js.cv.at(len(js.cv.env)-1)) {
-			continue // no growth could pay for the restart
+		if js.orig > 0 && js.total == js.orig && (p.settling(st, js) || !p.pays(js, js.origThr, js.cv.at(len(js.cv.env)-1))) {
+			continue // changed too recently, or no growth could pay for the restart
 		}
 		mark := len(st.journal)
 		grew := false
@@ -378,7 +388,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 	// restart (jobs start spread when nothing better is free).
 	for i := range st.jobs {
 		js := &st.jobs[i]
-		if js.orig == 0 || js.total != js.orig || js.touched || js.cv == nil || st.isDirty[i] || js.total > st.maxPer || len(js.alloc) < 2 {
+		if js.orig == 0 || js.total != js.orig || js.touched || js.cv == nil || st.isDirty[i] || js.total > st.maxPer || len(js.alloc) < 2 || p.settling(st, js) {
 			continue
 		}
 		target := -1
@@ -414,7 +424,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 	// change: switch to the best plan when it pays for the restart.
 	for i := range st.jobs {
 		js := &st.jobs[i]
-		if js.orig == 0 || js.total != js.orig || js.touched || js.cv == nil {
+		if js.orig == 0 || js.total != js.orig || js.touched || js.cv == nil || p.settling(st, js) {
 			continue
 		}
 		v := p.planFor(st, i)
@@ -422,7 +432,16 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			js.touched, js.planSet, js.newPlan, js.newThr = true, true, v.plan, v.thr
 		}
 	}
-	return p.emit(st)
+	d := p.emit(st)
+	for i := range st.jobs {
+		js := &st.jobs[i]
+		if js.orig > 0 && js.total > 0 && !js.touched && js.total == js.orig && st.snap.Now-js.job.LastChange < p.opt.MinDwell {
+			if t := js.job.LastChange + p.opt.MinDwell; d.WakeAt == 0 || t < d.WakeAt {
+				d.WakeAt = t
+			}
+		}
+	}
+	return d
 }
 
 // planFor is the plan job i runs on its tentative allocation: the best
@@ -448,6 +467,12 @@ func (p *Morphling) packed(pl perf.Placement, st *state) bool {
 // meets reports whether a guaranteed job's plan keeps its promise.
 func (js *jstate) meets(v planVal) bool {
 	return js.job.Class != Guaranteed || (v.ok && v.thr >= js.ref*(1-1e-9))
+}
+
+// settling reports whether a running job changed less than MinDwell ago
+// and has not been changed in this round (then it may change freely).
+func (p *Morphling) settling(st *state, js *jstate) bool {
+	return js.orig > 0 && !js.touched && js.total == js.orig && st.snap.Now-js.job.LastChange < p.opt.MinDwell
 }
 
 // anyWaiting reports whether a job still waits after the privileged pass.
@@ -555,7 +580,7 @@ func (p *Morphling) victim(st *state, i int, slope float64, must bool, banned ma
 			return false
 		}
 		if !must {
-			if slope <= loss*1.05 {
+			if slope <= loss*1.05 || p.settling(st, v) {
 				return false
 			}
 			// Anti-thrashing: the gain of moving the GPUs must pay for the

@@ -363,3 +363,24 @@ func TestHostMemoryAllocated(t *testing.T) {
 		t.Errorf("offload start without host memory allocated: %+v", a)
 	}
 }
+
+func TestMinDwellAndWakeAt(t *testing.T) {
+	bert := model(t, "bert")
+	// Just restarted next to free GPUs: left alone until MinDwell has
+	// passed, and the policy asks to be woken up then.
+	j := running(t, waiting(t, "a", bert, 1, 0), 0, 1)
+	j.LastChange = 900
+	s := snapshot(servers(1, 8), j) // Now = 1000
+	d := sched.NewMorphling(sched.DefaultOptions()).Schedule(s)
+	if a, ok := find(d, "a"); ok {
+		t.Errorf("job changed 100 s ago reconfigured: %+v", a)
+	}
+	if want := 900 + sched.DefaultOptions().MinDwell; d.WakeAt != want {
+		t.Errorf("WakeAt = %v, want %v", d.WakeAt, want)
+	}
+	s.Now = d.WakeAt
+	d = sched.NewMorphling(sched.DefaultOptions()).Schedule(s)
+	if a, ok := find(d, "a"); !ok || a.Kind != sched.Reconfigure {
+		t.Errorf("after MinDwell the job should grow into the free GPUs: %+v", d)
+	}
+}

@@ -81,6 +81,10 @@ type Job struct {
 	ItersDone  float64
 	ItersTotal float64
 	Restarts   int
+	// LastChange is when the job last started or was reconfigured (same
+	// clock as Snapshot.Now); jobs changed within Options.MinDwell are
+	// left alone unless a guaranteed job below its minRes needs them.
+	LastChange float64
 }
 
 // Running reports whether the job holds resources.
@@ -192,6 +196,10 @@ type Wait struct {
 type Decisions struct {
 	Actions []Decision
 	Waiting []Wait
+	// WakeAt, when > 0, is a time (Snapshot.Now's clock) at which the
+	// policy would decide differently even if nothing else happened (a
+	// job's MinDwell ends): the caller should run a round then.
+	WakeAt float64
 }
 
 // Policy is a scheduling policy. Schedule must not modify the snapshot.

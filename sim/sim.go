@@ -149,6 +149,7 @@ type job struct {
 	measSec  float64
 	runSec   float64
 	gpus     int
+	changed  float64 // time of the last start or reconfiguration
 }
 
 // Run simulates trace under policy p.
@@ -178,6 +179,7 @@ type simulator struct {
 	alloc   int
 	rounds  int
 	snap    sched.Snapshot
+	wake    float64 // the policy's wake-up time (+Inf: none)
 }
 
 func (s *simulator) init(trace []dataset.WorkloadJob) error {
@@ -286,6 +288,7 @@ func (s *simulator) loop(ctx context.Context) error {
 	next := 0 // next arrival
 	nextRound := math.Inf(-1)
 	roundDue := false
+	s.wake = math.Inf(1)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -305,6 +308,10 @@ func (s *simulator) loop(ctx context.Context) error {
 		}
 		if roundDue && nextRound < t {
 			t = nextRound
+		}
+		wake := false
+		if s.wake < t {
+			t, wake = s.wake, true
 		}
 		if math.IsInf(t, 1) {
 			break
@@ -338,6 +345,11 @@ func (s *simulator) loop(ctx context.Context) error {
 			j.last = s.now
 			s.emit(j, "submit")
 			next++
+			changed = true
+		}
+		if wake && !changed && !roundDue {
+			// the policy asked to be woken up: a round with nothing new
+			s.wake = math.Inf(1)
 			changed = true
 		}
 		if changed {
@@ -407,12 +419,16 @@ func (s *simulator) round() error {
 			ID: j.w.Name, Tenant: tenant, Class: j.class, Model: j.m,
 			ReqGPUs: j.w.GPUs, ReqCPUs: j.cpg * j.w.GPUs, ReqPlan: j.reqPlan, Promise: j.promise * float64(j.m.Arch.GlobalBatch),
 			Alloc: j.alloc, Plan: j.plan, Submit: j.w.Submit,
-			ItersDone: j.done, ItersTotal: float64(j.w.Steps), Restarts: j.restarts,
+			ItersDone: j.done, ItersTotal: float64(j.w.Steps), Restarts: j.restarts, LastChange: j.changed,
 		})
 	}
 	servers := append([]sched.Server(nil), s.servers...)
 	snap.Servers = servers
 	d := s.p.Schedule(*snap)
+	s.wake = math.Inf(1)
+	if d.WakeAt > s.now {
+		s.wake = d.WakeAt
+	}
 	return s.apply(d)
 }
 
@@ -502,6 +518,7 @@ func (s *simulator) apply(d sched.Decisions) error {
 		j.st = running
 		j.last = s.now
 		j.restart = s.now + s.cfg.RestartCost
+		j.changed = s.now
 		j.version++
 		heap.Push(&s.heap, ev{t: s.finishTime(j), j: j, v: j.version})
 		if a.Kind == sched.Start {
