@@ -66,6 +66,7 @@ type Daemon struct {
 	models    map[string]*perf.Online
 	waits     map[string]string // job → why it waits (last round)
 	lastRound RoundStats
+	notify    notifier
 }
 
 type jobState struct {
@@ -245,6 +246,7 @@ func (d *Daemon) event(ctx context.Context, kind, job, node, msg string, data an
 	if _, err := d.cfg.Store.AddEvent(ctx, Event{Kind: kind, JobID: job, Node: node, Msg: msg, Data: raw, At: d.now()}); err != nil {
 		d.log.Error("store event", "err", err)
 	}
+	d.broadcast()
 }
 
 // save writes js.rec with a state transition reason; the record's version
@@ -586,4 +588,16 @@ func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) {
 		d.cfg.Store.SaveModel(ctx, js.spec.Arch.Name, raw, d.now())
 		d.event(ctx, "refit", js.rec.ID, "", fmt.Sprintf("model %s refitted (measured %.2f samples/s)", js.spec.Arch.Name, sps), nil)
 	}
+}
+
+// jobsSnapshot lists the ids of every job not in a final state.
+func (d *Daemon) jobsSnapshot() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]string, 0, len(d.jobs))
+	for id := range d.jobs {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -53,9 +53,24 @@ func (r *recorder) Observe(ctx context.Context) (Observation, error) {
 	return o, nil
 }
 
-type clock struct{ t time.Time }
+// clock is a virtual clock safe to read from the daemon's loop while a
+// test advances it.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
 
-func (c *clock) now() time.Time { return c.t }
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
 
 func spec(t *testing.T, name string, gpus int, class jobspec.Class) *jobspec.Spec {
 	t.Helper()

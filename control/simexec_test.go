@@ -29,7 +29,7 @@ func TestDaemonWithSimulatedCluster(t *testing.T) {
 		ids = append(ids, r.ID)
 	}
 	step := func() {
-		c.t = c.t.Add(20 * time.Second)
+		c.advance(20 * time.Second)
 		if err := d.Observe(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -86,14 +86,4 @@ func newDaemonWith(t *testing.T, st Store, ex Executor, policy string, c *clock)
 	d, _ := newDaemon(t, st, ex, policy)
 	d.cfg.Clock = c.now
 	return d, c
-}
-
-func (d *Daemon) jobsSnapshot() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []string
-	for id := range d.jobs {
-		out = append(out, id)
-	}
-	return out
 }

@@ -1,0 +1,362 @@
+package control
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/replan/replan/jobspec"
+	"github.com/replan/replan/perf"
+)
+
+// MaxSpecBytes bounds a submitted job spec.
+const MaxSpecBytes = 1 << 20
+
+// SubmitRequest is the body of POST /v1/jobs.
+type SubmitRequest struct {
+	File string `json:"file"` // the spec's file name, for error messages
+	Spec string `json:"spec"` // the YAML text
+}
+
+// APIError is every error body: a message and, for bad input, the problems
+// with file, line and field.
+type APIError struct {
+	Error    string        `json:"error"`
+	Problems []ProblemJSON `json:"problems,omitempty"`
+}
+
+// ProblemJSON is one problem of a rejected spec.
+type ProblemJSON struct {
+	File  string `json:"file"`
+	Line  int    `json:"line"`
+	Field string `json:"field,omitempty"`
+	Msg   string `json:"message"`
+}
+
+// JobDetail is GET /v1/jobs/{id}.
+type JobDetail struct {
+	Job       JobRecord        `json:"job"`
+	History   []Transition     `json:"history"`
+	Decisions []DecisionRecord `json:"decisions"`
+}
+
+// HistoryEntry is a finished job, like sacct's line.
+type HistoryEntry struct {
+	Job    JobRecord `json:"job"`
+	JCTS   float64   `json:"jct_s"`   // submission to end
+	QueueS float64   `json:"queue_s"` // submission to first start
+}
+
+// Status is GET /v1/status.
+type Status struct {
+	Version   string     `json:"version"`
+	Policy    string     `json:"policy"`
+	Servers   int        `json:"servers"`
+	GPUs      int        `json:"gpus"`
+	FreeGPUs  int        `json:"free_gpus"`
+	Jobs      int        `json:"jobs"`
+	LastRound RoundStats `json:"last_round"`
+}
+
+// API serves the daemon over HTTP/JSON.
+type API struct {
+	D       *Daemon
+	Version string
+	// Token, when set, is required as "Authorization: Bearer TOKEN" on
+	// every request (the TCP listener; the unix socket is protected by its
+	// mode 0600).
+	Token string
+	reg   *prometheus.Registry
+}
+
+// Handler returns the API's routes.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", a.status)
+	mux.HandleFunc("POST /v1/jobs", a.submit)
+	mux.HandleFunc("GET /v1/jobs", a.jobs)
+	mux.HandleFunc("GET /v1/jobs/{id}", a.job)
+	mux.HandleFunc("POST /v1/jobs/{id}/{op}", a.jobOp)
+	mux.HandleFunc("GET /v1/queue", a.queue)
+	mux.HandleFunc("GET /v1/nodes", a.nodes)
+	mux.HandleFunc("POST /v1/nodes/{name}/{op}", a.nodeOp)
+	mux.HandleFunc("GET /v1/history", a.history)
+	mux.HandleFunc("GET /v1/events", a.events)
+	a.reg = prometheus.NewRegistry()
+	a.reg.MustRegister(&collector{d: a.D})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	if a.Token == "" {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if subtle.ConstantTimeCompare([]byte(got), []byte(a.Token)) != 1 {
+			writeErr(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, APIError{Error: err.Error()})
+}
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ErrBadState), errors.Is(err, ErrConflict):
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
+}
+
+func (a *API) status(w http.ResponseWriter, r *http.Request) {
+	st := Status{Version: a.Version, Policy: a.D.cfg.Policy.Name(), LastRound: a.D.LastRound()}
+	for _, n := range a.D.Nodes() {
+		st.Servers++
+		st.GPUs += n.GPUs
+		st.FreeGPUs += n.FreeGPUs
+	}
+	st.Jobs = len(a.D.jobsSnapshot())
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (a *API) submit(w http.ResponseWriter, r *http.Request) {
+	var req SubmitRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, MaxSpecBytes+4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("request body: want {\"file\": ..., \"spec\": ...}: %v", err))
+		return
+	}
+	if len(req.Spec) > MaxSpecBytes {
+		writeErr(w, http.StatusRequestEntityTooLarge, fmt.Errorf("spec: larger than %d bytes", MaxSpecBytes))
+		return
+	}
+	if req.File == "" {
+		req.File = "job.yaml"
+	}
+	spec, err := jobspec.Parse(req.File, []byte(req.Spec), perf.NewCatalog())
+	if err != nil {
+		body := APIError{Error: err.Error()}
+		var probs []error
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			probs = j.Unwrap()
+		}
+		for _, p := range probs {
+			var pj ProblemJSON
+			b, _ := json.Marshal(p)
+			json.Unmarshal(b, &pj)
+			if pj.Msg == "" {
+				pj.Msg = p.Error()
+			}
+			body.Problems = append(body.Problems, pj)
+		}
+		writeJSON(w, http.StatusBadRequest, body)
+		return
+	}
+	rec, err := a.D.Submit(r.Context(), spec)
+	if err != nil {
+		writeErr(w, statusOf(err), err)
+		return
+	}
+	a.D.Kick()
+	writeJSON(w, http.StatusCreated, rec)
+}
+
+func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
+	var f JobFilter
+	if s := r.URL.Query().Get("state"); s != "" {
+		for _, st := range strings.Split(s, ",") {
+			f.States = append(f.States, JobState(st))
+		}
+	}
+	f.Tenant = r.URL.Query().Get("tenant")
+	jobs, err := a.D.cfg.Store.ListJobs(r.Context(), f)
+	if err != nil {
+		writeErr(w, statusOf(err), err)
+		return
+	}
+	if jobs == nil {
+		jobs = []JobRecord{}
+	}
+	writeJSON(w, http.StatusOK, jobs)
+}
+
+func (a *API) job(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	j, err := a.D.cfg.Store.GetJob(r.Context(), id)
+	if err != nil {
+		writeErr(w, statusOf(err), err)
+		return
+	}
+	h, _ := a.D.cfg.Store.History(r.Context(), id)
+	ds, _ := a.D.cfg.Store.Decisions(r.Context(), id, 100)
+	writeJSON(w, http.StatusOK, JobDetail{Job: j, History: h, Decisions: ds})
+}
+
+func (a *API) jobOp(w http.ResponseWriter, r *http.Request) {
+	id, op := r.PathValue("id"), r.PathValue("op")
+	var rec JobRecord
+	var err error
+	switch op {
+	case "cancel":
+		rec, err = a.D.Cancel(r.Context(), id)
+	case "hold":
+		rec, err = a.D.Hold(r.Context(), id)
+	case "release":
+		rec, err = a.D.Release(r.Context(), id)
+	default:
+		writeErr(w, http.StatusNotFound, fmt.Errorf("unknown operation %q (want cancel, hold or release)", op))
+		return
+	}
+	if err != nil {
+		writeErr(w, statusOf(err), err)
+		return
+	}
+	a.D.Kick()
+	writeJSON(w, http.StatusOK, rec)
+}
+
+func (a *API) queue(w http.ResponseWriter, r *http.Request) {
+	q := a.D.Queue()
+	if q == nil {
+		q = []QueueEntry{}
+	}
+	writeJSON(w, http.StatusOK, q)
+}
+
+func (a *API) nodes(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, a.D.Nodes())
+}
+
+func (a *API) nodeOp(w http.ResponseWriter, r *http.Request) {
+	name, op := r.PathValue("name"), r.PathValue("op")
+	switch op {
+	case "drain":
+		moved, err := a.D.Drain(r.Context(), name)
+		if err != nil && moved == nil {
+			writeErr(w, http.StatusNotFound, err)
+			return
+		}
+		if moved == nil {
+			moved = []string{}
+		}
+		a.D.Kick()
+		writeJSON(w, http.StatusOK, map[string]any{"server": name, "moved": moved})
+	case "undrain":
+		if err := a.D.Undrain(r.Context(), name); err != nil {
+			writeErr(w, http.StatusNotFound, err)
+			return
+		}
+		a.D.Kick()
+		writeJSON(w, http.StatusOK, map[string]any{"server": name})
+	default:
+		writeErr(w, http.StatusNotFound, fmt.Errorf("unknown operation %q (want drain or undrain)", op))
+	}
+}
+
+func (a *API) history(w http.ResponseWriter, r *http.Request) {
+	jobs, err := a.D.cfg.Store.ListJobs(r.Context(), JobFilter{States: []JobState{StateFinished, StateFailed, StateCancelled}})
+	if err != nil {
+		writeErr(w, statusOf(err), err)
+		return
+	}
+	out := []HistoryEntry{}
+	for _, j := range jobs {
+		e := HistoryEntry{Job: j, JCTS: j.FinishedAt.Sub(j.SubmittedAt).Seconds()}
+		if !j.StartedAt.IsZero() {
+			e.QueueS = j.StartedAt.Sub(j.SubmittedAt).Seconds()
+		}
+		out = append(out, e)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// events returns events after ?after=N; with ?wait=DURATION it waits up to
+// that long for the first one (long polling: the event stream of the TUI
+// and `replan events -f`).
+func (a *API) events(w http.ResponseWriter, r *http.Request) {
+	after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+	wait, _ := time.ParseDuration(r.URL.Query().Get("wait"))
+	wait = min(wait, 60*time.Second)
+	deadline := time.Now().Add(wait)
+	for {
+		evs, err := a.D.cfg.Store.Events(r.Context(), after, 1000)
+		if err != nil {
+			writeErr(w, statusOf(err), err)
+			return
+		}
+		if len(evs) > 0 || time.Now().After(deadline) {
+			if evs == nil {
+				evs = []Event{}
+			}
+			writeJSON(w, http.StatusOK, evs)
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-a.D.changed():
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+}
+
+// ListenUnix listens on a unix socket readable and writable by the owner
+// only; a stale socket from a dead daemon is replaced.
+func ListenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("listen %s: a daemon is already answering there", path)
+	}
+	os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Serve serves h on l until ctx ends.
+func Serve(ctx context.Context, l net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

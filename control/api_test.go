@@ -1,0 +1,193 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replan/replan/jobspec"
+)
+
+func startAPI(t *testing.T, token string) (*Client, *Daemon, *clock, *SimExecutor, string) {
+	t.Helper()
+	st, _ := openTest(t)
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	ex := NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 0)
+	d, _ := newDaemonWith(t, st, ex, "morphling", c)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	sock := filepath.Join(t.TempDir(), "replan.sock")
+	l, err := ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := &API{D: d, Version: "test", Token: token}
+	go Serve(ctx, l, api.Handler())
+	go d.Run(ctx, 50*time.Millisecond)
+	cl := NewUnixClient(sock)
+	cl.Token = token
+	return cl, d, c, ex, sock
+}
+
+const specYAML = `version: 1
+name: %s
+tenant: research
+class: best-effort
+model: bert
+framework: deepspeed
+workdir: /w
+entrypoint: train.py
+global_batch: 32
+iterations: 50
+checkpoint_dir: /ckpt/x
+request: {gpus: 4}
+`
+
+func TestAPISubmitQueueEventsCancel(t *testing.T) {
+	ctx := context.Background()
+	cl, _, c, _, sock := startAPI(t, "")
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode %v %v", fi.Mode(), err)
+	}
+	if _, err := ListenUnix(sock); err == nil {
+		t.Error("a second daemon could listen on a live socket")
+	}
+	rec, err := cl.Submit(ctx, "a.yaml", []byte(strings.Replace(specYAML, "%s", "a", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.ID == "" || rec.State != StateQueued {
+		t.Fatalf("submitted %+v", rec)
+	}
+	// The loop places it; events tell.
+	var seen []Event
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		evs, err := cl.Events(ctx, lastID(seen), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, evs...)
+		if hasKind(seen, "start") {
+			break
+		}
+	}
+	if !hasKind(seen, "submit") || !hasKind(seen, "start") {
+		t.Fatalf("events %+v", seen)
+	}
+	det, err := cl.Job(ctx, rec.ID)
+	if err != nil || det.Job.State != StateRunning || len(det.History) < 2 || len(det.Decisions) == 0 {
+		t.Fatalf("job detail %+v %v", det, err)
+	}
+	// A bad spec is refused with file, line and field, and nothing is stored.
+	_, err = cl.Submit(ctx, "bad.yaml", []byte("version: 1\nname: Bad Name\ncolour: red\n"))
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Status != http.StatusBadRequest || len(re.Problems) < 2 || re.Problems[0].File != "bad.yaml" || re.Problems[0].Line == 0 {
+		t.Fatalf("bad spec: %#v", err)
+	}
+	jobs, _ := cl.Jobs(ctx)
+	if len(jobs) != 1 {
+		t.Fatalf("%d jobs after a rejected submission", len(jobs))
+	}
+	if _, err := cl.JobOp(ctx, rec.ID, "cancel"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.JobOp(ctx, rec.ID, "cancel"); err == nil {
+		t.Error("cancelled twice")
+	}
+	if _, err := cl.JobOp(ctx, "j-nope", "hold"); !IsNotFound(err) {
+		t.Errorf("unknown job: %v", err)
+	}
+	h, _ := cl.History(ctx)
+	if len(h) != 1 || h[0].Job.State != StateCancelled {
+		t.Errorf("history %+v", h)
+	}
+	_ = c
+}
+
+func TestAPIRunsJobsToTheEnd(t *testing.T) {
+	ctx := context.Background()
+	cl, d, c, _, _ := startAPI(t, "")
+	for _, n := range []string{"a", "b", "c"} {
+		if _, err := cl.Submit(ctx, n+".yaml", []byte(strings.Replace(specYAML, "%s", n, 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		c.advance(10 * time.Second)
+		d.Kick()
+		h, _ := cl.History(ctx)
+		if len(h) == 3 {
+			for _, e := range h {
+				if e.Job.State != StateFinished || e.JCTS <= 0 {
+					t.Errorf("history %+v", e)
+				}
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h, _ := cl.History(ctx)
+	t.Fatalf("only %d of 3 jobs finished", len(h))
+}
+
+func TestAPITokenAndMetrics(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	c := &clock{t: time.Now()}
+	d, _ := newDaemonWith(t, st, NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 0), "morphling", c)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go Serve(cctx, l, (&API{D: d, Token: "s3cret"}).Handler())
+	base := "http://" + l.Addr().String()
+	if _, err := NewTCPClient(base, "wrong").Status(ctx); err == nil {
+		t.Fatal("wrong token accepted")
+	}
+	st2, err := NewTCPClient(base, "s3cret").Status(ctx)
+	if err != nil || st2.GPUs != 16 || st2.Servers != 2 {
+		t.Fatalf("status %+v %v", st2, err)
+	}
+	req, _ := http.NewRequest("GET", base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`replan_jobs{state="queued"}`, `replan_gpus{use="free"} 16`, "replan_schedule_round_seconds", `replan_nodes{condition="up"} 2`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s:\n%s", want, body)
+		}
+	}
+	_ = jobspec.Guaranteed
+}
+
+func lastID(evs []Event) int64 {
+	if len(evs) == 0 {
+		return 0
+	}
+	return evs[len(evs)-1].ID
+}
+
+func hasKind(evs []Event, k string) bool {
+	for _, e := range evs {
+		if e.Kind == k {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,170 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client talks to a daemon's API.
+type Client struct {
+	HTTP  *http.Client
+	Base  string // "http://replan" for a unix socket
+	Token string
+}
+
+// NewUnixClient is a client of the daemon listening on socket.
+func NewUnixClient(socket string) *Client {
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}
+	return &Client{HTTP: &http.Client{Transport: tr}, Base: "http://replan"}
+}
+
+// NewTCPClient is a client of a daemon's TCP listener with a bearer token.
+func NewTCPClient(base, token string) *Client {
+	return &Client{HTTP: &http.Client{}, Base: strings.TrimSuffix(base, "/"), Token: token}
+}
+
+// RemoteError is an error the daemon answered with.
+type RemoteError struct {
+	Status int
+	APIError
+}
+
+func (e *RemoteError) Error() string {
+	if len(e.Problems) > 0 {
+		lines := make([]string, len(e.Problems))
+		for i, p := range e.Problems {
+			lines[i] = fmt.Sprintf("%s:%d: %s: %s", p.File, p.Line, p.Field, p.Msg)
+			if p.Field == "" {
+				lines[i] = fmt.Sprintf("%s:%d: %s", p.File, p.Line, p.Msg)
+			}
+		}
+		return strings.Join(lines, "\n")
+	}
+	return e.APIError.Error
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		re := &RemoteError{Status: resp.StatusCode}
+		if err := json.NewDecoder(resp.Body).Decode(&re.APIError); err != nil || re.APIError.Error == "" {
+			re.APIError.Error = resp.Status
+		}
+		return re
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Status is GET /v1/status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var s Status
+	return s, c.do(ctx, "GET", "/v1/status", nil, &s)
+}
+
+// Submit sends a job spec (YAML text; file names it in errors).
+func (c *Client) Submit(ctx context.Context, file string, spec []byte) (JobRecord, error) {
+	var r JobRecord
+	return r, c.do(ctx, "POST", "/v1/jobs", SubmitRequest{File: file, Spec: string(spec)}, &r)
+}
+
+// Jobs lists jobs, optionally in the given states.
+func (c *Client) Jobs(ctx context.Context, states ...JobState) ([]JobRecord, error) {
+	q := ""
+	if len(states) > 0 {
+		s := make([]string, len(states))
+		for i, st := range states {
+			s[i] = string(st)
+		}
+		q = "?state=" + url.QueryEscape(strings.Join(s, ","))
+	}
+	var r []JobRecord
+	return r, c.do(ctx, "GET", "/v1/jobs"+q, nil, &r)
+}
+
+// Job is one job with its history and decisions.
+func (c *Client) Job(ctx context.Context, id string) (JobDetail, error) {
+	var r JobDetail
+	return r, c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(id), nil, &r)
+}
+
+// JobOp is cancel, hold or release.
+func (c *Client) JobOp(ctx context.Context, id, op string) (JobRecord, error) {
+	var r JobRecord
+	return r, c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(id)+"/"+op, nil, &r)
+}
+
+// Queue lists waiting jobs with their reasons.
+func (c *Client) Queue(ctx context.Context) ([]QueueEntry, error) {
+	var r []QueueEntry
+	return r, c.do(ctx, "GET", "/v1/queue", nil, &r)
+}
+
+// Nodes lists servers.
+func (c *Client) Nodes(ctx context.Context) ([]NodeView, error) {
+	var r []NodeView
+	return r, c.do(ctx, "GET", "/v1/nodes", nil, &r)
+}
+
+// NodeOp is drain or undrain; it returns the jobs moved.
+func (c *Client) NodeOp(ctx context.Context, name, op string) ([]string, error) {
+	var r struct {
+		Moved []string `json:"moved"`
+	}
+	return r.Moved, c.do(ctx, "POST", "/v1/nodes/"+url.PathEscape(name)+"/"+op, nil, &r)
+}
+
+// History lists finished jobs.
+func (c *Client) History(ctx context.Context) ([]HistoryEntry, error) {
+	var r []HistoryEntry
+	return r, c.do(ctx, "GET", "/v1/history", nil, &r)
+}
+
+// Events returns events after id, waiting up to wait for the first.
+func (c *Client) Events(ctx context.Context, after int64, wait time.Duration) ([]Event, error) {
+	var r []Event
+	return r, c.do(ctx, "GET", "/v1/events?after="+strconv.FormatInt(after, 10)+"&wait="+wait.String(), nil, &r)
+}
+
+// IsNotFound reports whether err is the daemon's 404.
+func IsNotFound(err error) bool {
+	var re *RemoteError
+	return errors.As(err, &re) && re.Status == http.StatusNotFound
+}
