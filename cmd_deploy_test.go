@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/replan/replan/agent"
 	"github.com/replan/replan/fleet"
 	"github.com/replan/replan/internal/sshtest"
 )
@@ -130,6 +131,45 @@ func stopAgent(t *testing.T, dir string) {
 	if b, err := os.ReadFile(filepath.Join(dir, "agent.pid")); err == nil {
 		if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 1 {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// TestNodesTableAndDeployLines pins the text people read.
+func TestNodesTableAndDeployLines(t *testing.T) {
+	out := nodesJSON{Servers: 3, Reachable: 2, AgentsUp: 1, Nodes: []fleet.Node{
+		{Server: "a800-01", Addr: "10.0.1.11:22", State: fleet.NodeUp, Reachable: true, AgentUp: true, AgentVersion: "v1",
+			NVML: agent.NVMLStatus{Available: true}, GPUs: 8, GPUsUsed: 3, Healthy: false, ProcessesRunning: 2,
+			Health: []agent.HealthEvent{{Kind: agent.HealthECCDBE, GPUIndex: 1}, {Kind: agent.HealthXid, Xid: 79, GPUIndex: 5}}},
+		{Server: "a800-02", Addr: "10.0.1.12:22", State: fleet.NodeNoAgent, Reachable: true, Error: "agent at /x/agent.sock: refused"},
+		{Server: "a800-03", Addr: "10.0.1.13:2222", State: fleet.NodeUnreachable, Error: "connect a800-03: refused"},
+	}}
+	var b bytes.Buffer
+	writeNodesTable(&b, out)
+	want := `SERVER   ADDRESS         STATE        AGENT  GPUS  USED  NVML  HEALTH                           PROCS
+a800-01  10.0.1.11:22    up           v1     8     3     yes   2 events (last xid 79 on GPU 5)  2
+a800-02  10.0.1.12:22    no agent     -      -     -     -     -                                -
+a800-03  10.0.1.13:2222  unreachable  -      -     -     -     -                                -
+3 servers, 2 reachable, 1 agents up
+a800-02: agent at /x/agent.sock: refused
+a800-03: connect a800-03: refused
+`
+	if b.String() != want {
+		t.Errorf("nodes table:\n%s\nwant:\n%s", b.String(), want)
+	}
+	for _, tc := range []struct {
+		r    fleet.DeployResult
+		want string
+	}{
+		{fleet.DeployResult{Server: "a", Status: fleet.StatusDeployed, AgentVersion: "v1", GPUs: 8, PID: 42, Launcher: "setsid", DurationS: 1.26},
+			"a: deployed (agent v1, 8 GPUs, pid 42, setsid, 1.3s)"},
+		{fleet.DeployResult{Server: "b", Status: fleet.StatusUpToDate, AgentVersion: "v1", GPUs: 8, PID: 7, DurationS: 0.31},
+			"b: up to date (agent v1, 8 GPUs, pid 7, 0.3s)"},
+		{fleet.DeployResult{Server: "c", Status: fleet.StatusFailed, Error: "deploy agent to c: boom"},
+			"c: failed: deploy agent to c: boom"},
+	} {
+		if got := deployLine(tc.r); got != tc.want {
+			t.Errorf("deployLine = %q, want %q", got, tc.want)
 		}
 	}
 }
