@@ -372,7 +372,7 @@ if command -v systemd-run >/dev/null 2>&1 && command -v loginctl >/dev/null 2>&1
 	systemctl --user show-environment >/dev/null 2>&1 &&
 	[ "$(loginctl show-user "$(id -un)" -p Linger --value 2>/dev/null)" = yes ]; then
 	unit="replan-agent-$(printf '%s' "$d" | sha256sum | cut -c1-12)-$(date +%s)"
-	if systemd-run --user --quiet --collect --unit="$unit" -p KillMode=process sh -c "$run" sh "$d" "$@" < /dev/null > /dev/null 2>&1; then
+	if systemd-run --user --quiet --collect --unit="$unit" -p KillMode=process /bin/sh -c "$run" sh "$d" "$@" < /dev/null > /dev/null 2>&1; then
 		echo "launcher=systemd-run"
 		exit 0
 	fi
