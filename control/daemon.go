@@ -127,7 +127,35 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := d.recover(ctx); err != nil {
 		return nil, err
 	}
+	if err := d.adopt(ctx); err != nil {
+		return nil, err
+	}
 	return d, nil
+}
+
+// adopt asks the executor to re-attach to every job the store says runs;
+// those it cannot find go back to the queue from their last checkpoint.
+func (d *Daemon) adopt(ctx context.Context) error {
+	ids := make([]string, 0, len(d.jobs))
+	for id, js := range d.jobs {
+		if js.rec.State == StateRunning {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		js := d.jobs[id]
+		ok, err := d.cfg.Exec.Adopt(ctx, Launch{JobID: id, Spec: js.spec, Plan: js.plan, Servers: js.servers, Attempt: max(js.rec.Attempt-1, 0), Resume: true, From: js.rec.Checkpoint})
+		if err != nil {
+			return fmt.Errorf("adopt %s: %w", id, err)
+		}
+		if ok {
+			d.event(ctx, "adopt", id, "", js.spec.Name+" still running: adopted", nil)
+			continue
+		}
+		d.requeue(ctx, js, fmt.Sprintf("not running after the daemon restarted; back to the queue from checkpoint %d", js.rec.Checkpoint))
+	}
+	return nil
 }
 
 func (d *Daemon) recover(ctx context.Context) error {

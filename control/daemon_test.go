@@ -45,6 +45,17 @@ func (r *recorder) Stop(ctx context.Context, id string, ckpt bool) (int, error) 
 	r.stops = append(r.stops, id)
 	return 0, nil
 }
+func (r *recorder) Adopt(ctx context.Context, l Launch) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.starts {
+		if s.JobID == l.JobID {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 func (r *recorder) Observe(ctx context.Context) (Observation, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -250,18 +261,30 @@ func TestDaemonRecoversFromTheStore(t *testing.T) {
 	d.Submit(ctx, spec(t, "one", 8, jobspec.BestEffort))
 	d.Submit(ctx, spec(t, "two", 8, jobspec.BestEffort))
 	d.Round(ctx)
-	// A new daemon on the same store (the old one was killed): the
-	// running jobs keep their GPUs, nothing is started twice.
-	ex2 := &recorder{}
+	// A new daemon on the same store (the old one was killed) whose
+	// executor still runs the jobs: they keep their GPUs, nothing is
+	// started twice.
+	ex2 := &recorder{starts: ex.starts}
 	d2, _ := newDaemon(t, st, ex2, "static")
 	d2.Submit(ctx, spec(t, "three", 8, jobspec.BestEffort))
 	d2.Round(ctx)
-	if len(ex2.starts) != 0 {
-		t.Fatalf("restarted daemon started %d jobs on a full cluster", len(ex2.starts))
+	if len(ex2.starts) != 2 {
+		t.Fatalf("restarted daemon started %d jobs on a full cluster", len(ex2.starts)-2)
 	}
 	q := d2.Queue()
 	if len(q) != 1 || q[0].Job.Name != "three" {
 		t.Fatalf("queue %+v", q)
+	}
+	// A daemon whose executor lost the jobs (a fresh simulated cluster)
+	// requeues them from their checkpoints instead of waiting forever.
+	ex3 := &recorder{}
+	d3, _ := newDaemon(t, st, ex3, "static")
+	if q := d3.Queue(); len(q) != 3 {
+		t.Fatalf("queue after losing the jobs: %+v", q)
+	}
+	d3.Round(ctx)
+	if len(ex3.starts) != 2 || !ex3.starts[0].Resume {
+		t.Fatalf("relaunched %+v", ex3.starts)
 	}
 }
 

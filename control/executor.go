@@ -60,4 +60,9 @@ type Executor interface {
 	Stop(ctx context.Context, jobID string, checkpoint bool) (int, error)
 	// Observe reports progress, exits and heartbeats.
 	Observe(ctx context.Context) (Observation, error)
+	// Adopt re-attaches to a job the store says is running (after the
+	// daemon restarted). It reports false when the job is not running
+	// there any more; the daemon then returns it to the queue from its
+	// last checkpoint.
+	Adopt(ctx context.Context, l Launch) (bool, error)
 }

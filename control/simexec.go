@@ -174,6 +174,15 @@ func (e *SimExecutor) Observe(ctx context.Context) (Observation, error) {
 	return o, nil
 }
 
+// Adopt implements Executor: the simulated cluster keeps what it runs in
+// memory, so after a restart of the process nothing is left to adopt.
+func (e *SimExecutor) Adopt(ctx context.Context, l Launch) (bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.running[l.JobID]
+	return ok, nil
+}
+
 // Running lists the jobs the simulated cluster runs.
 func (e *SimExecutor) Running() []string {
 	e.mu.Lock()

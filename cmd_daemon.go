@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/replan/replan/cluster"
+	"github.com/replan/replan/control"
+	"github.com/replan/replan/dataset"
+	"github.com/replan/replan/perf"
+	"github.com/replan/replan/sched"
+)
+
+// defaultSocket is where the daemon listens and the CLI connects:
+// $REPLAN_SOCKET, else ~/.replan/replan.sock.
+func defaultSocket() string {
+	if s := os.Getenv("REPLAN_SOCKET"); s != "" {
+		return s
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".replan", "replan.sock")
+}
+
+// daemonOptions are the flags of `replan daemon` (and of `replan demo`,
+// which runs the same control plane in-process).
+type daemonOptions struct {
+	inventory, db, socket, policy, executor, data, listen, tokenFile string
+	tick, restartCost                                             time.Duration
+}
+
+// modelsFromData fits a model type from a data directory once, or falls back
+// to the unfitted defaults.
+func modelsFromData(ctx context.Context, dir string) func(perf.Arch) perf.Model {
+	var mu sync.Mutex
+	cache := map[string]perf.Model{}
+	return func(a perf.Arch) perf.Model {
+		mu.Lock()
+		defer mu.Unlock()
+		key := fmt.Sprintf("%s/%d", a.Name, a.GlobalBatch)
+		if m, ok := cache[key]; ok {
+			return m
+		}
+		m := perf.DefaultModel(a, perf.A800)
+		if dir != "" {
+			if fm, _, err := dataset.FitModel(ctx, dir, a.Name, perf.A800, true); err == nil {
+				fm.Arch = a
+				m = fm
+			}
+		}
+		cache[key] = m
+		return m
+	}
+}
+
+func serversFromInventory(inv *cluster.Inventory) ([]control.ServerInfo, []control.TenantInfo) {
+	var servers []control.ServerInfo
+	for _, s := range inv.Servers {
+		servers = append(servers, control.ServerInfo{Name: s.Name, Address: s.Address, Rack: s.Rack, GPUs: s.GPUs, CPUs: s.CPUCores, MemGB: float64(s.HostMemoryGB)})
+	}
+	var tenants []control.TenantInfo
+	for _, t := range inv.Tenants {
+		tenants = append(tenants, control.TenantInfo{Name: t.Name, QuotaGPUs: t.GPUQuota})
+	}
+	return servers, tenants
+}
+
+func newDaemonCmd(stdout, stderr io.Writer) *cobra.Command {
+	o := daemonOptions{}
+	cmd := &cobra.Command{
+		Use:   "daemon",
+		Short: "Run the control plane: store, scheduling loop, executor and API",
+		Long: `Runs replan's control plane. State lives in a SQLite database (--db); every change is
+written there before it is acted on, so the daemon can be killed at any moment and restarted.
+The API listens on a unix socket (mode 0600) and, with --listen, on TCP with a bearer token.
+--executor sim runs jobs on a simulated cluster (measured A800 iteration times from --data);
+the SSH executor that launches DeepSpeed/Megatron through the agents is not built yet.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDaemon(cmd.Context(), o, stderr)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.inventory, "inventory", "inventory.yaml", "inventory file (servers, racks, tenants)")
+	f.StringVar(&o.db, "db", "", "SQLite database (default ~/.replan/replan.db)")
+	f.StringVar(&o.socket, "socket", defaultSocket(), "API unix socket")
+	f.StringVar(&o.policy, "policy", "morphling", "scheduling policy: "+strings.Join(sched.Names(), ", "))
+	f.StringVar(&o.executor, "executor", "sim", "sim (simulated cluster)")
+	f.StringVar(&o.data, "data", "", "Morphling data directory for fitted models and measured iteration times (default $REPLAN_DATA or ../shared/data/morphling when present)")
+	f.StringVar(&o.listen, "listen", "", "also serve the API on this TCP address (needs --token-file)")
+	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token of the TCP listener")
+	f.DurationVar(&o.tick, "tick", 5*time.Second, "observe and schedule at least this often")
+	f.DurationVar(&o.restartCost, "restart-cost", 260*time.Second, "simulated checkpoint-restart cost (sim executor)")
+	return cmd
+}
+
+func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	inv, err := cluster.Load(o.inventory)
+	if err != nil {
+		return err
+	}
+	if o.db == "" {
+		home, _ := os.UserHomeDir()
+		o.db = filepath.Join(home, ".replan", "replan.db")
+	}
+	if err := os.MkdirAll(filepath.Dir(o.db), 0o700); err != nil {
+		return err
+	}
+	if o.data == "" {
+		o.data = defaultDataDir()
+	}
+	policy, err := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds())
+	if err != nil {
+		return err
+	}
+	st, err := control.OpenSQLite(ctx, o.db)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	servers, tenants := serversFromInventory(inv)
+	models := modelsFromData(ctx, o.data)
+	var exec control.Executor
+	switch o.executor {
+	case "sim":
+		var measured *dataset.Measured
+		if o.data != "" {
+			measured, _ = dataset.LoadMeasured(ctx, o.data)
+		}
+		names := make([]string, len(servers))
+		for i, s := range servers {
+			names[i] = s.Name
+		}
+		exec = control.NewSimExecutor(time.Now, names, measured, models, o.restartCost)
+	default:
+		return fmt.Errorf("daemon: --executor %q: only sim is built so far (the SSH executor comes with the control-plane issue)", o.executor)
+	}
+	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log})
+	if err != nil {
+		return err
+	}
+	l, err := control.ListenUnix(o.socket)
+	if err != nil {
+		return err
+	}
+	api := &control.API{D: d, Version: version}
+	errc := make(chan error, 3)
+	go func() { errc <- control.Serve(ctx, l, api.Handler()) }()
+	if o.listen != "" {
+		if o.tokenFile == "" {
+			return fmt.Errorf("daemon: --listen needs --token-file")
+		}
+		tok, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			return err
+		}
+		tapi := &control.API{D: d, Version: version, Token: strings.TrimSpace(string(tok))}
+		if tapi.Token == "" {
+			return fmt.Errorf("daemon: %s is empty", o.tokenFile)
+		}
+		tl, err := netListen(o.listen)
+		if err != nil {
+			return err
+		}
+		go func() { errc <- control.Serve(ctx, tl, tapi.Handler()) }()
+	}
+	log.Info("replan daemon", "socket", o.socket, "db", o.db, "policy", o.policy, "executor", o.executor, "servers", len(servers))
+	go func() { errc <- d.Run(ctx, o.tick) }()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+func netListen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/replan/replan/control"
+	"github.com/replan/replan/perf"
+)
+
+// clientOptions are the connection flags every daemon client command has.
+type clientOptions struct {
+	socket, server, tokenFile string
+	asJSON                    bool
+}
+
+func (o *clientOptions) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.socket, "socket", defaultSocket(), "the daemon's unix socket")
+	cmd.Flags().StringVar(&o.server, "server", "", "the daemon's TCP address (http://HOST:PORT) instead of the socket")
+	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "bearer token for --server")
+	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print JSON (stable schema, docs/cli.md)")
+}
+
+func (o *clientOptions) client() (*control.Client, error) {
+	if o.server == "" {
+		return control.NewUnixClient(o.socket), nil
+	}
+	tok := ""
+	if o.tokenFile != "" {
+		b, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		tok = strings.TrimSpace(string(b))
+	}
+	return control.NewTCPClient(o.server, tok), nil
+}
+
+// clientCmd builds a daemon client command: run gets a client and prints
+// either JSON (the value it returns) or its own table.
+func clientCmd(use, short string, args cobra.PositionalArgs, stdout io.Writer, run func(ctx context.Context, c *control.Client, args []string) (any, func(io.Writer) error, error)) *cobra.Command {
+	o := &clientOptions{}
+	cmd := &cobra.Command{Use: use, Short: short, Args: args,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			v, table, err := run(cmd.Context(), c, args)
+			if err != nil {
+				return err
+			}
+			if o.asJSON {
+				return writeJSON(stdout, v)
+			}
+			return table(stdout)
+		}}
+	o.add(cmd)
+	return cmd
+}
+
+func age(d float64) string {
+	return (time.Duration(d) * time.Second).Round(time.Second).String()
+}
+
+func planOf(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "-"
+	}
+	var p perf.Plan
+	if json.Unmarshal(raw, &p) != nil || p.DP == 0 {
+		return "-"
+	}
+	return p.String()
+}
+
+func newSubmitCmd(stdout, stderr io.Writer) *cobra.Command {
+	return clientCmd("submit JOB.yaml", "Submit a job spec to the daemon", cobra.ExactArgs(1), stdout,
+		func(ctx context.Context, c *control.Client, args []string) (any, func(io.Writer) error, error) {
+			data, err := os.ReadFile(args[0])
+			if err != nil {
+				return nil, nil, err
+			}
+			r, err := c.Submit(ctx, args[0], data)
+			if err != nil {
+				return nil, nil, err
+			}
+			return r, func(w io.Writer) error { _, err := fmt.Fprintf(w, "submitted %s (%s)\n", r.ID, r.Name); return err }, nil
+		})
+}
+
+func newQueueCmd(stdout, stderr io.Writer) *cobra.Command {
+	return clientCmd("queue", "Waiting jobs, the reason each waits, and how long it has waited", cobra.NoArgs, stdout,
+		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
+			q, err := c.Queue(ctx)
+			return q, func(w io.Writer) error {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCLASS\tGPUS\tSTATE\tWAITING\tREASON")
+				for _, e := range q {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Job.ID, e.Job.Name, e.Job.Tenant, e.Job.Class, e.GPUs, e.Job.State, age(e.WaitingS), e.Reason)
+				}
+				return tw.Flush()
+			}, err
+		})
+}
+
+func newJobsCmd(stdout, stderr io.Writer) *cobra.Command {
+	var all bool
+	cmd := clientCmd("jobs", "Running and waiting jobs (--all: every job)", cobra.NoArgs, stdout,
+		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
+			states := []control.JobState{control.StateQueued, control.StateHeld, control.StateRunning, control.StatePreempted}
+			if all {
+				states = nil
+			}
+			js, err := c.Jobs(ctx, states...)
+			return js, func(w io.Writer) error {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCLASS\tSTATE\tITERS\tRESTARTS\tPLAN")
+				for _, j := range js {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", j.ID, j.Name, j.Tenant, j.Class, j.State, j.Iterations, j.Restarts, planOf(j.Plan))
+				}
+				return tw.Flush()
+			}, err
+		})
+	cmd.Flags().BoolVar(&all, "all", false, "include finished, failed and cancelled jobs")
+	return cmd
+}
+
+func newJobCmd(stdout, stderr io.Writer) *cobra.Command {
+	return clientCmd("job ID", "One job: state, plan, plan history and decisions with their reasons", cobra.ExactArgs(1), stdout,
+		func(ctx context.Context, c *control.Client, args []string) (any, func(io.Writer) error, error) {
+			d, err := c.Job(ctx, args[0])
+			return d, func(w io.Writer) error {
+				j := d.Job
+				fmt.Fprintf(w, "%s  %s  tenant %s  %s\nstate %s  iterations %d (checkpoint %d)  restarts %d\nplan %s\n", j.ID, j.Name, j.Tenant, j.Class, j.State, j.Iterations, j.Checkpoint, j.Restarts, planOf(j.Plan))
+				if j.Reason != "" {
+					fmt.Fprintf(w, "reason: %s\n", j.Reason)
+				}
+				fmt.Fprintln(w, "\nhistory:")
+				for _, h := range d.History {
+					fmt.Fprintf(w, "  %s  %s -> %s  %s\n", h.At.Format(time.DateTime), h.From, h.To, h.Reason)
+				}
+				fmt.Fprintln(w, "\ndecisions (newest first):")
+				for _, x := range d.Decisions {
+					fmt.Fprintf(w, "  %s  %-11s %s\n", x.At.Format(time.DateTime), x.Kind, x.Reason)
+				}
+				return nil
+			}, err
+		})
+}
+
+func newJobOpCmd(op, short string) func(stdout, stderr io.Writer) *cobra.Command {
+	return func(stdout, stderr io.Writer) *cobra.Command {
+		return clientCmd(op+" ID", short, cobra.ExactArgs(1), stdout,
+			func(ctx context.Context, c *control.Client, args []string) (any, func(io.Writer) error, error) {
+				r, err := c.JobOp(ctx, args[0], op)
+				return r, func(w io.Writer) error { _, err := fmt.Fprintf(w, "%s: %s\n", r.ID, r.State); return err }, err
+			})
+	}
+}
+
+func newNodeOpCmd(op, short string) func(stdout, stderr io.Writer) *cobra.Command {
+	return func(stdout, stderr io.Writer) *cobra.Command {
+		return clientCmd(op+" SERVER", short, cobra.ExactArgs(1), stdout,
+			func(ctx context.Context, c *control.Client, args []string) (any, func(io.Writer) error, error) {
+				moved, err := c.NodeOp(ctx, args[0], op)
+				v := map[string]any{"server": args[0], "moved": moved}
+				return v, func(w io.Writer) error {
+					if op == "drain" {
+						_, err := fmt.Fprintf(w, "%s drained; moved %d jobs %v\n", args[0], len(moved), moved)
+						return err
+					}
+					_, err := fmt.Fprintf(w, "%s back in service\n", args[0])
+					return err
+				}, err
+			})
+	}
+}
+
+func newHistoryCmd(stdout, stderr io.Writer) *cobra.Command {
+	return clientCmd("history", "Finished, failed and cancelled jobs with their JCT and queueing time", cobra.NoArgs, stdout,
+		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
+			h, err := c.History(ctx)
+			return h, func(w io.Writer) error {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tSTATE\tJCT\tQUEUED\tRESTARTS\tITERS")
+				for _, e := range h {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", e.Job.ID, e.Job.Name, e.Job.Tenant, e.Job.State, age(e.JCTS), age(e.QueueS), e.Job.Restarts, e.Job.Iterations)
+				}
+				return tw.Flush()
+			}, err
+		})
+}
+
+func newEventsCmd(stdout, stderr io.Writer) *cobra.Command {
+	o := &clientOptions{}
+	var follow bool
+	cmd := &cobra.Command{Use: "events [-f]", Short: "Decisions and state changes with their reasons (-f follows)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			var after int64
+			for {
+				wait := time.Duration(0)
+				if follow {
+					wait = 30 * time.Second
+				}
+				evs, err := c.Events(cmd.Context(), after, wait)
+				if err != nil {
+					if cmd.Context().Err() != nil {
+						return nil
+					}
+					return err
+				}
+				for _, e := range evs {
+					after = e.ID
+					if o.asJSON {
+						b, _ := json.Marshal(e)
+						fmt.Fprintln(stdout, string(b))
+						continue
+					}
+					fmt.Fprintf(stdout, "%s  %-10s %-9s %s\n", e.At.Format(time.DateTime), e.Kind, e.JobID+e.Node, e.Msg)
+				}
+				if !follow && len(evs) < 1000 {
+					return nil
+				}
+			}
+		}}
+	o.add(cmd)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following new events")
+	return cmd
+}
