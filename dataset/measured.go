@@ -12,7 +12,8 @@ import (
 // placement take on the real cluster?" from the placements tables: the
 // ground truth a simulator replays where it exists.
 type Measured struct {
-	rows map[measuredKey]float64
+	rows  map[measuredKey]float64
+	codes map[[2]string][]string // (model, placement key) → exec_plan codes
 }
 
 type measuredKey struct {
@@ -37,7 +38,9 @@ func RotationKey(pl perf.Placement) string {
 }
 
 // NewMeasured returns an empty table set.
-func NewMeasured() *Measured { return &Measured{rows: map[measuredKey]float64{}} }
+func NewMeasured() *Measured {
+	return &Measured{rows: map[measuredKey]float64{}, codes: map[[2]string][]string{}}
+}
 
 // Add records the rows of one placements table for model type model
 // (a canonical name). Rows with a zero iteration time (did not run) are
@@ -47,8 +50,31 @@ func (m *Measured) Add(model string, rows []PlacementRow) {
 		if r.IterS <= 0 {
 			continue
 		}
-		m.rows[measuredKey{model, r.ExecPlan, RotationKey(r.Placement)}] = r.IterS
+		k := measuredKey{model, r.ExecPlan, RotationKey(r.Placement)}
+		if _, dup := m.rows[k]; !dup {
+			ck := [2]string{model, k.placement}
+			m.codes[ck] = append(m.codes[ck], r.ExecPlan)
+		}
+		m.rows[k] = r.IterS
 	}
+}
+
+// Plans lists the plans of model type model (architecture a) measured on
+// placement pl, in table order. Rows whose plan splits the batch unevenly
+// (micro-batch 0) are left out: no launcher could run them as plans.
+func (m *Measured) Plans(model string, a perf.Arch, pl perf.Placement) []perf.Plan {
+	if m == nil {
+		return nil
+	}
+	var out []perf.Plan
+	for _, c := range m.codes[[2]string{model, RotationKey(pl)}] {
+		p, err := PlanFromCode(c, a, pl.GPUs())
+		if err != nil || p.MicroBatch == 0 {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // Len is the number of measured configurations.

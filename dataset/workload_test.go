@@ -129,3 +129,16 @@ func TestLoadSharedWorkloadsAndTables(t *testing.T) {
 		t.Errorf("llama7 244 on 8888 = %v, %v; want 0.943", v, ok)
 	}
 }
+
+func TestMeasuredPlans(t *testing.T) {
+	m := NewMeasured()
+	m.Add("bert", []PlacementRow{{ExecPlan: "ga", Placement: perf.Placement{4}, IterS: 0.22}, {ExecPlan: "zero-dp", Placement: perf.Placement{4}, IterS: 0.23}, {ExecPlan: "ga", Placement: perf.Placement{1, 1, 1, 1, 1}, IterS: 0.3}})
+	bert, _ := perf.Builtin("bert")
+	ps := m.Plans("bert", bert, perf.Placement{4})
+	if len(ps) != 2 || ps[0].GA != NamedGASteps || ps[1].ZeRO != 2 {
+		t.Errorf("plans on 4 = %v", ps)
+	}
+	if ps := m.Plans("bert", bert, perf.Placement{1, 1, 1, 1, 1}); len(ps) != 0 {
+		t.Errorf("uneven batch split (32 on 5 GPUs) listed as a plan: %v", ps)
+	}
+}

@@ -106,6 +106,22 @@ type cache struct {
 	preds  map[predKey]float64
 	prep   map[string]prepared
 	perf   perf.CurveCache
+	known  Known
+}
+
+// use makes the cache answer with k's measurements, dropping everything
+// computed without them (or with another Known).
+func (c *cache) use(k Known) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.known == k {
+		return
+	}
+	c.known = k
+	c.curves = map[curveKey]*curve{}
+	c.plans = map[planKey]planVal{}
+	c.preds = map[predKey]float64{}
+	c.prep = map[string]prepared{}
 }
 
 func newCache() *cache {
@@ -154,6 +170,23 @@ func (c *cache) best(m *perf.Model, fam family, pl perf.Placement, cross bool, c
 			}
 		}
 	}
+	if c.known != nil && !cross {
+		// Measurements beat predictions: the model's pick at its measured
+		// speed, and every measured plan of the family on pl.
+		if v.ok {
+			if t, ok := c.known.Throughput(m, v.plan, pl, cpg); ok {
+				v.thr = t
+			}
+		}
+		for _, p := range c.known.Plans(m, pl) {
+			if !fam.allows(p) || (fam.pinned && p != fam.plan) || (p.Offload && cpg < 1) {
+				continue
+			}
+			if t, ok := c.known.Throughput(m, p, pl, cpg); ok && (!v.ok || t > v.thr) {
+				v = planVal{ok: true, plan: p, thr: t, mem: perf.EstimateMemory(m.Arch, p, pl)}
+			}
+		}
+	}
 	c.mu.Lock()
 	c.plans[k] = v
 	c.mu.Unlock()
@@ -170,7 +203,9 @@ func (c *cache) predict(m *perf.Model, p perf.Plan, pl perf.Placement, cross boo
 	if ok {
 		return v
 	}
-	if b, err := m.Predict(p, resources(pl, cross, cpg)); err == nil {
+	if t, ok := c.knownThr(m, p, pl, cross, cpg); ok {
+		v = t
+	} else if b, err := m.Predict(p, resources(pl, cross, cpg)); err == nil {
 		v = b.Throughput(m.Arch.GlobalBatch)
 	}
 	c.mu.Lock()
@@ -195,7 +230,7 @@ func (c *cache) curve(m *perf.Model, fam family, max, perServer, cpg int) *curve
 		if g := fam.plan.GPUs(); g <= max {
 			cv.thr[g] = c.best(m, fam, perf.PackedPlacement(g, perServer), false, cpg).thr
 		}
-	} else if !fam.fixed && perServer == m.Env.GPUsPerServer {
+	} else if !fam.fixed && perServer == m.Env.GPUsPerServer && c.known == nil {
 		for _, pt := range c.perf.Get(*m, max, float64(cpg)) {
 			if pt.Feasible && pt.GPUs <= max {
 				cv.thr[pt.GPUs] = pt.Throughput
@@ -223,6 +258,13 @@ func (c *cache) curve(m *perf.Model, fam family, max, perServer, cpg int) *curve
 	c.curves[k] = cv
 	c.mu.Unlock()
 	return cv
+}
+
+func (c *cache) knownThr(m *perf.Model, p perf.Plan, pl perf.Placement, cross bool, cpg int) (float64, bool) {
+	if c.known == nil || cross {
+		return 0, false
+	}
+	return c.known.Throughput(m, p, pl, cpg)
 }
 
 func max64(a, b float64) float64 {

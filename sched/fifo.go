@@ -45,6 +45,7 @@ func (f *FIFO) Name() string { return f.name }
 
 // Schedule implements Policy.
 func (f *FIFO) Schedule(s Snapshot) Decisions {
+	f.c.use(s.Known)
 	st := newState(&s)
 	quota := map[string]int{}
 	for _, t := range s.Tenants {

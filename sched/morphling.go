@@ -248,6 +248,7 @@ func (js *jstate) next(limit int) (int, float64) {
 
 // Schedule implements Policy: Algorithm 1.
 func (p *Morphling) Schedule(s Snapshot) Decisions {
+	p.c.use(s.Known)
 	st := newState(&s)
 	perServer := max(st.maxPer, 1)
 	if len(s.Servers) > 0 && s.Servers[0].GPUs > 0 {
@@ -296,7 +297,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			continue
 		}
 		mark := len(st.journal)
-		if ok := p.grow(st, i, js.minG, math.Inf(1), true); !ok || !p.finish(st, i) {
+		if ok := p.grow(st, i, js.minG, math.Inf(1), true, false); !ok || !p.finish(st, i) {
 			st.rollback(mark)
 			if js.reason == "" {
 				js.reason = fmt.Sprintf("needs %d GPUs (minRes) and cannot get them: %d free, running jobs are at their own minRes", js.minG, st.freeGPUs)
@@ -351,8 +352,14 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			}
 			continue
 		}
-		if js.orig > 0 && js.total == js.orig && (p.settling(st, js) || !p.pays(js, js.origThr, js.cv.at(len(js.cv.env)-1))) {
-			continue // changed too recently, or no growth could pay for the restart
+		if js.orig > 0 && js.total == js.orig && !p.pays(js, js.origThr, js.cv.at(len(js.cv.env)-1)) {
+			continue // no growth could pay for the restart
+		}
+		// A job that changed less than MinDwell ago may grow into free
+		// GPUs but not take them from others (no trading back and forth).
+		settling := p.settling(st, js)
+		if settling && st.freeGPUs == 0 {
+			continue
 		}
 		mark := len(st.journal)
 		grew := false
@@ -365,7 +372,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 				break
 			}
 			step := len(st.journal)
-			if !p.grow(st, i, f, sl, false) {
+			if !p.grow(st, i, f, sl, false, settling) {
 				st.rollback(step)
 				if !grew && st.freeGPUs == 0 {
 					cutoff = sl
@@ -391,18 +398,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		if js.orig == 0 || js.total != js.orig || js.touched || js.cv == nil || st.isDirty[i] || js.total > st.maxPer || len(js.alloc) < 2 || p.settling(st, js) {
 			continue
 		}
-		target := -1
-		for _, a := range js.alloc {
-			if st.free[a.Server]+a.GPUs >= js.total && st.freeCPU[a.Server]+a.CPUs >= js.total*js.cpg {
-				target = a.Server
-				break
-			}
-		}
-		for k := js.total; target < 0 && k <= st.maxPer; k++ {
-			if sv, ok := st.idx.any(k); ok && st.freeCPU[sv] >= js.total*js.cpg {
-				target = sv
-			}
-		}
+		target := singleServer(st, i, js.total)
 		if target < 0 {
 			continue
 		}
@@ -475,6 +471,24 @@ func (p *Morphling) settling(st *state, js *jstate) bool {
 	return js.orig > 0 && !js.touched && js.total == js.orig && st.snap.Now-js.job.LastChange < p.opt.MinDwell
 }
 
+// singleServer finds a server that can hold all of job i's target GPUs
+// (and cores): one it already uses first, else the best-fitting free one;
+// -1 when none can.
+func singleServer(st *state, i, target int) int {
+	js := &st.jobs[i]
+	for _, a := range js.alloc {
+		if st.free[a.Server]+a.GPUs >= target && st.freeCPU[a.Server]+a.CPUs >= target*js.cpg {
+			return a.Server
+		}
+	}
+	for k := target; k <= st.maxPer; k++ {
+		if sv, ok := st.idx.any(k); ok && st.freeCPU[sv] >= target*js.cpg {
+			return sv
+		}
+	}
+	return -1
+}
+
 // anyWaiting reports whether a job still waits after the privileged pass.
 func anyWaiting(st *state) bool {
 	for i := range st.jobs {
@@ -511,13 +525,30 @@ func (p *Morphling) pays(js *jstate, from, to float64) bool {
 // grow tries to bring job i to target GPUs: free GPUs first, then by
 // shrinking the lowest-slope job above its minRes (lines 7-19). must is set
 // for a job below its minRes (it may shrink jobs whatever their slope).
-func (p *Morphling) grow(st *state, i, target int, slope float64, must bool) bool {
+func (p *Morphling) grow(st *state, i, target int, slope float64, must, freeOnly bool) bool {
 	js := &st.jobs[i]
 	need := target - js.total
 	if need <= 0 {
 		return true
 	}
+	if target <= st.maxPer && js.total > 0 {
+		// A job that fits one server grows onto one server when it can
+		// (its own, or the best-fitting free one), not across servers.
+		if sv := singleServer(st, i, target); sv >= 0 {
+			for _, a := range append([]Alloc(nil), js.alloc...) {
+				if a.Server != sv {
+					st.move(i, a.Server, -a.GPUs)
+				}
+			}
+			st.move(i, sv, target-js.total)
+			sortAlloc(js.alloc)
+			need = 0
+		}
+	}
 	need -= st.takeFree(i, need)
+	if need > 0 && freeOnly {
+		return false
+	}
 	banned := map[int]bool{}
 	for need > 0 {
 		v, to := p.victim(st, i, slope, must, banned)

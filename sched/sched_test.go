@@ -366,21 +366,30 @@ func TestHostMemoryAllocated(t *testing.T) {
 
 func TestMinDwellAndWakeAt(t *testing.T) {
 	bert := model(t, "bert")
-	// Just restarted next to free GPUs: left alone until MinDwell has
+	// y took the whole server 100 s ago: a newcomer that would otherwise
+	// shrink it (see TestShrinkLowestSlope) waits until MinDwell has
 	// passed, and the policy asks to be woken up then.
-	j := running(t, waiting(t, "a", bert, 1, 0), 0, 1)
-	j.LastChange = 900
-	s := snapshot(servers(1, 8), j) // Now = 1000
-	d := sched.NewMorphling(sched.DefaultOptions()).Schedule(s)
-	if a, ok := find(d, "a"); ok {
-		t.Errorf("job changed 100 s ago reconfigured: %+v", a)
+	y := running(t, waiting(t, "y", bert, 1, 0), 0, 8)
+	y.LastChange = 900
+	z := waiting(t, "z", bert, 1, 1)
+	s := snapshot(servers(1, 8), y, z) // Now = 1000
+	d := sched.NewMorphling(cheap()).Schedule(s)
+	if len(d.Actions) != 0 {
+		t.Errorf("job changed 100 s ago was shrunk: %v", d.Actions)
 	}
 	if want := 900 + sched.DefaultOptions().MinDwell; d.WakeAt != want {
 		t.Errorf("WakeAt = %v, want %v", d.WakeAt, want)
 	}
 	s.Now = d.WakeAt
-	d = sched.NewMorphling(sched.DefaultOptions()).Schedule(s)
-	if a, ok := find(d, "a"); !ok || a.Kind != sched.Reconfigure {
-		t.Errorf("after MinDwell the job should grow into the free GPUs: %+v", d)
+	d = sched.NewMorphling(cheap()).Schedule(s)
+	if a, ok := find(d, "z"); !ok || a.Kind != sched.Start {
+		t.Errorf("after MinDwell the newcomer should get GPUs from y: %+v", d)
+	}
+	// Growing into free GPUs is not trading: allowed while settling.
+	j := running(t, waiting(t, "a", bert, 1, 0), 0, 1)
+	j.LastChange = 900
+	d = sched.NewMorphling(sched.DefaultOptions()).Schedule(snapshot(servers(1, 8), j))
+	if a, ok := find(d, "a"); !ok || a.Kind != sched.Reconfigure || a.Placement.GPUs() <= 1 {
+		t.Errorf("settling job next to free GPUs not grown: %+v", d)
 	}
 }

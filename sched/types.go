@@ -114,6 +114,22 @@ type Snapshot struct {
 	Servers []Server
 	Tenants []Tenant
 	Jobs    []Job
+	// Known, when set, gives measured throughputs the caller trusts more
+	// than the performance model (observed runs, measured tables). The
+	// policies prefer them to predictions wherever they exist.
+	Known Known
+}
+
+// Known reports measured throughputs. Implementations must be comparable
+// (a pointer) and return the same answers for the life of a Policy's use
+// of them; policies reset their caches when the Known value changes.
+type Known interface {
+	// Throughput is the measured samples per second of plan p on
+	// placement pl (fullest server first, within one rack) with cpg cores
+	// per GPU.
+	Throughput(m *perf.Model, p perf.Plan, pl perf.Placement, cpg int) (float64, bool)
+	// Plans lists the plans with a measured throughput on pl.
+	Plans(m *perf.Model, pl perf.Placement) []perf.Plan
 }
 
 // FillFree sets every server's Free fields to its capacity minus the

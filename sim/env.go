@@ -129,3 +129,53 @@ func (r *rates) iter(model string, plan perf.Plan, pl perf.Placement, cross bool
 	r.cache[k] = v
 	return v.iter, v.measured
 }
+
+// known shows the policies the measured iteration times the simulator
+// replays (sched.Known): what a control plane knows once it has observed a
+// configuration or loaded the measured tables.
+type known struct {
+	r     *rates
+	names map[*perf.Model]string
+	plans map[plansKey][]perf.Plan
+}
+
+type plansKey struct {
+	model string
+	pl    string
+}
+
+func newKnown(r *rates) *known {
+	k := &known{r: r, names: map[*perf.Model]string{}, plans: map[plansKey][]perf.Plan{}}
+	for n, m := range r.m.Fitted {
+		k.names[m] = n
+	}
+	return k
+}
+
+// Throughput implements sched.Known.
+func (k *known) Throughput(m *perf.Model, p perf.Plan, pl perf.Placement, cpg int) (float64, bool) {
+	name, ok := k.names[m]
+	if !ok {
+		return 0, false
+	}
+	it, measured := k.r.iter(name, p, pl, false, cpg)
+	if !measured || it <= 0 {
+		return 0, false
+	}
+	return float64(m.Arch.GlobalBatch) / it, true
+}
+
+// Plans implements sched.Known.
+func (k *known) Plans(m *perf.Model, pl perf.Placement) []perf.Plan {
+	name, ok := k.names[m]
+	if !ok {
+		return nil
+	}
+	key := plansKey{name, pl.String()}
+	if ps, ok := k.plans[key]; ok {
+		return ps
+	}
+	ps := k.r.m.Measured.Plans(name, m.Arch, pl)
+	k.plans[key] = ps
+	return ps
+}

@@ -32,6 +32,9 @@ type Config struct {
 	// round. 0 runs a round on every arrival and completion (the paper's
 	// rule).
 	RoundInterval float64
+	// HideMeasured keeps the measured tables from the policies: they then
+	// see only the fitted models (the simulator still replays the tables).
+	HideMeasured bool
 	// OnEvent, when set, sees every state change (tests use it to check
 	// conservation).
 	OnEvent func(Event)
@@ -158,6 +161,9 @@ func Run(ctx context.Context, trace []dataset.WorkloadJob, models *Models, p sch
 	s := &simulator{cfg: cfg, p: p, models: models, r: &rates{m: models, cache: map[rateKey]rateVal{}}}
 	if err := s.init(trace); err != nil {
 		return nil, err
+	}
+	if !cfg.HideMeasured && models.Measured != nil && models.Measured.Len() > 0 {
+		s.snap.Known = newKnown(s.r)
 	}
 	if err := s.loop(ctx); err != nil {
 		return nil, err
