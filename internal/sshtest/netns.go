@@ -68,6 +68,11 @@ func NewNetNS(t testing.TB, name, hostAddr, nsAddr string) (*NetNS, error) {
 			return nil, err
 		}
 	}
+	// `ip netns exec` also needs a private mount namespace and a sysfs
+	// mount, which some containers refuse: find out now, not in sshd.
+	if err := ipCmd("netns", "exec", name, "true"); err != nil {
+		return nil, err
+	}
 	return n, nil
 }
 
