@@ -166,6 +166,8 @@ type NodeView struct {
 	Missed    int      `json:"missed_heartbeats"`
 	FreeGPUs  int      `json:"free_gpus"`
 	Jobs      []string `json:"jobs"`
+	// GPUOwners is the job holding each GPU index ("" when free).
+	GPUOwners []string `json:"gpu_owners"`
 }
 
 // Nodes lists every server.
@@ -174,7 +176,8 @@ func (d *Daemon) Nodes() []NodeView {
 	defer d.mu.Unlock()
 	var out []NodeView
 	for i, info := range d.cfg.Servers {
-		v := NodeView{ServerInfo: info, Reachable: d.nodes[i].missed < d.cfg.HeartbeatMisses, Drained: d.nodes[i].drained, Missed: d.nodes[i].missed, Jobs: []string{}}
+		v := NodeView{ServerInfo: info, Reachable: d.nodes[i].missed < d.cfg.HeartbeatMisses, Drained: d.nodes[i].drained, Missed: d.nodes[i].missed, Jobs: []string{},
+			GPUOwners: append([]string(nil), d.owner[i].gpu...)}
 		seen := map[string]bool{}
 		for _, o := range d.owner[i].gpu {
 			if o == "" {
