@@ -83,8 +83,8 @@ type DeployResult struct {
 	Err error `json:"-"`
 }
 
-// FileSHA256 is the hex sha256 of a local file.
-func FileSHA256(p string) (string, error) {
+// fileSHA256 is the hex sha256 of a local file.
+func fileSHA256(p string) (string, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return "", err
@@ -112,7 +112,7 @@ func (f *Fleet) Deploy(ctx context.Context, servers []cluster.Server, opts Deplo
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("deploy: agent binary %s is not a regular file", opts.AgentBinary)
 	}
-	sum, err := FileSHA256(opts.AgentBinary)
+	sum, err := fileSHA256(opts.AgentBinary)
 	if err != nil {
 		return nil, fmt.Errorf("deploy: agent binary: %w", err)
 	}
