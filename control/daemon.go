@@ -52,6 +52,10 @@ type Config struct {
 	// HeartbeatMisses is how many Observe rounds a server may miss before
 	// its jobs return to the queue from their last checkpoint (default 2).
 	HeartbeatMisses int
+	// ProgressEvery bounds how often a running job's progress is written
+	// (checkpoints at most this often, plain progress at most four times
+	// less often; default 10 s of the daemon's clock).
+	ProgressEvery time.Duration
 }
 
 // Daemon is the control plane's state and loop.
@@ -70,6 +74,7 @@ type Daemon struct {
 }
 
 type jobState struct {
+	saved   time.Time // last progress write
 	rec     JobRecord
 	spec    *jobspec.Spec
 	plan    perf.Plan
@@ -114,6 +119,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	if cfg.HeartbeatMisses <= 0 {
 		cfg.HeartbeatMisses = 2
+	}
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = 10 * time.Second
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[string]*perf.Online{}, waits: map[string]string{}}
 	for i, s := range cfg.Servers {
@@ -547,6 +555,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		if js == nil || js.rec.State != StateRunning {
 			continue
 		}
+		ckptBefore := js.rec.Checkpoint
 		js.rec.Iterations = max(js.rec.Iterations, o.Iterations)
 		js.rec.Checkpoint = max(js.rec.Checkpoint, o.Checkpoint)
 		if o.SamplesPerSec > 0 {
@@ -564,7 +573,12 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			js.rec.Failures++
 			d.requeue(ctx, js, fmt.Sprintf("exited with code %d%s; restarting from checkpoint %d", o.ExitCode, suffix(o.Err), js.rec.Checkpoint))
 		default:
-			d.save(ctx, js, "progress")
+			// A new checkpoint is written at once (it is what a restart
+			// resumes from); plain progress at most every ProgressEvery.
+			if js.rec.Checkpoint != ckptBefore && d.now().Sub(js.saved) >= d.cfg.ProgressEvery || d.now().Sub(js.saved) >= 4*d.cfg.ProgressEvery {
+				d.save(ctx, js, "progress")
+				js.saved = d.now()
+			}
 		}
 	}
 	return nil
