@@ -71,6 +71,7 @@ func addClusterFlags(cmd *cobra.Command, cfg *sim.Config) {
 	f.IntVar(&cfg.ServersPerRack, "servers-per-rack", 0, "servers per rack (0: one rack)")
 	f.IntVar(&cfg.QuotaGPUs, "quota", 0, "GPU quota of the guaranteed jobs' tenant (0: the whole cluster)")
 	f.Float64Var(&cfg.RoundInterval, "round-interval", 0, "run at most one scheduling round per this many seconds (0: on every arrival and completion)")
+	f.BoolVar(&cfg.HideMeasured, "hide-measured", false, "do not show the policies the measured tables (they see only the fitted models; the simulator still replays the tables)")
 }
 
 // simModels fits the trace's model types from dir, or falls back to the

@@ -393,3 +393,33 @@ func TestMinDwellAndWakeAt(t *testing.T) {
 		t.Errorf("settling job next to free GPUs not grown: %+v", d)
 	}
 }
+
+// fastKnown claims one measured plan on one GPU is ten times faster than
+// anything the model predicts.
+type fastKnown struct{ plan perf.Plan }
+
+func (k *fastKnown) Throughput(m *perf.Model, p perf.Plan, pl perf.Placement, cpg int) (float64, bool) {
+	if p == k.plan && pl.GPUs() == 1 {
+		return 1e4, true
+	}
+	return 0, false
+}
+
+func (k *fastKnown) Plans(m *perf.Model, pl perf.Placement) []perf.Plan {
+	if pl.GPUs() == 1 {
+		return []perf.Plan{k.plan}
+	}
+	return nil
+}
+
+func TestKnownMeasurementsBeatPredictions(t *testing.T) {
+	bert := model(t, "bert")
+	odd := perf.Plan{DP: 1, TP: 1, PP: 1, MicroBatch: 2, GA: 16, ZeRO: 1}
+	s := snapshot(servers(1, 8), waiting(t, "a", bert, 1, 0))
+	s.Known = &fastKnown{plan: odd}
+	d := sched.NewMorphling(sched.DefaultOptions()).Schedule(s)
+	a, ok := find(d, "a")
+	if !ok || a.Plan != odd || a.Placement.GPUs() != 1 || a.Throughput != 1e4 {
+		t.Errorf("want the measured plan on one GPU, got %+v", a)
+	}
+}

@@ -134,11 +134,11 @@ func benchTraces(ctx context.Context, w io.Writer, dir string) error {
 			if name == "base" {
 				for _, o := range []string{"static", "synergy"} {
 					a, b := ratio(o, avg), ratio(o, mk)
-					fmt.Fprintf(w, "  morphling vs %s: avg JCT %.2f× (target >= %.1f×) %s, makespan %.2f× (target >= %.1f×) %s\n", o, a, TargetJCTvsStatic, met(a >= TargetJCTvsStatic), b, TargetMakespan, met(b >= TargetMakespan))
+					fmt.Fprintf(w, "  morphling vs %s: avg JCT %.3f× (target >= %.1f×) %s, makespan %.3f× (target >= %.1f×) %s\n", o, a, TargetJCTvsStatic, met(a >= TargetJCTvsStatic), b, TargetMakespan, met(b >= TargetMakespan))
 				}
 			} else {
 				a := ratio("antman", avg)
-				fmt.Fprintf(w, "  morphling vs antman: avg JCT %.2f× (target >= %.1f×) %s; morphling SLA violations %.0f job-s (target 0) %s\n", a, TargetJCTvsAntMan, met(a >= TargetJCTvsAntMan), m.SLAViolation, met(m.SLAViolation == 0))
+				fmt.Fprintf(w, "  morphling vs antman: avg JCT %.3f× (target >= %.1f×) %s; morphling SLA violations %.0f job-s (target 0) %s\n", a, TargetJCTvsAntMan, met(a >= TargetJCTvsAntMan), m.SLAViolation, met(m.SLAViolation == 0))
 			}
 			fmt.Fprintf(w, "  time: fit %d model types %s, six policies %s (concurrently), total %s (target <= %s) %s\n",
 				len(models.Fitted), fit.Round(time.Millisecond), run.Round(time.Millisecond), (fit + run).Round(time.Millisecond), TargetSixPolicies, met(fit+run <= TargetSixPolicies))
