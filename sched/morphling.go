@@ -21,7 +21,7 @@ type Options struct {
 	// min(Horizon, the job's predicted remaining time); it must exceed
 	// GainFactor times the normalised work the restart loses.
 	Horizon float64
-	// GainFactor is the safety factor of that comparison (default 2).
+	// GainFactor is the safety factor of that comparison (default 4).
 	GainFactor float64
 	// MinSlope is the marginal efficiency below which a job is not grown:
 	// an extra GPU must add at least this fraction of the per-GPU
@@ -51,7 +51,7 @@ type Options struct {
 
 // DefaultOptions returns the documented defaults.
 func DefaultOptions() Options {
-	return Options{RestartCost: 260, Horizon: 3600, GainFactor: 2, MinSlope: 0.2, IdleMinSlope: 0.05, MaxGPUs: 64, MinDwell: 600, SLAMargin: 0.05, FragTolerance: 0.8}
+	return Options{RestartCost: 260, Horizon: 3600, GainFactor: 4, MinSlope: 0.2, IdleMinSlope: 0.05, MaxGPUs: 64, MinDwell: 600, SLAMargin: 0.05, FragTolerance: 0.8}
 }
 
 func (o Options) withDefaults() Options {
