@@ -1,18 +1,79 @@
 package main
 
 import (
-	"errors"
+	"context"
+	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/replan/replan/demo"
 )
 
 func newDemoCmd(stdout, stderr io.Writer) *cobra.Command {
-	return &cobra.Command{
+	var (
+		o        demo.Options
+		headless bool
+		asJSON   bool
+		timeout  time.Duration
+	)
+	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run replan against a simulated 64-GPU A800 cluster (not yet built)",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return errors.New("demo: not yet: the simulated cluster and TUI arrive with the scheduler, simulator and TUI issues; try `replan plan --model gpt2 --gpus 8` or `replan perf validate --data ../shared/data/morphling`")
+		Short: "Run replan against a simulated 64-GPU A800 cluster replaying a real trace",
+		Long: `Starts the control plane in-process (store, scheduling loop, API) with a simulated executor on a
+64-GPU A800 cluster (2 racks × 4 servers × 8 GPUs) and replays workload-base.csv from
+../shared/data/morphling when present, a generated Philly-like trace otherwise, at --speed virtual
+seconds per real second. --headless runs without the TUI and prints a summary when the trace ends.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if !cmd.Flags().Changed("data") {
+				o.DataDir = defaultDataDir()
+			}
+			d, err := demo.Start(ctx, o)
+			if err != nil {
+				return err
+			}
+			defer d.Stop()
+			if !headless {
+				fmt.Fprintln(stderr, "replan demo: the TUI is not built yet; running headless (use --headless to silence this)")
+			}
+			fmt.Fprintf(stderr, "replan demo: %d jobs from %s at %gx; API on %s\n", len(d.Trace), d.Source, d.Clock.Speed(), d.Socket)
+			wctx := ctx
+			if timeout > 0 {
+				var cancel func()
+				wctx, cancel = contextWithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			s, err := d.Wait(wctx)
+			if asJSON {
+				if jerr := writeJSON(stdout, s); jerr != nil {
+					return jerr
+				}
+			} else {
+				s.Print(stdout)
+			}
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("demo: %w", err)
+			}
+			return nil
 		},
 	}
+	f := cmd.Flags()
+	f.BoolVar(&headless, "headless", false, "run without the TUI and print a summary when the trace ends")
+	f.Float64Var(&o.Speed, "speed", 60, "virtual seconds per real second (60 = a minute per second)")
+	f.StringVar(&o.DataDir, "data", "", "Morphling data directory (default $REPLAN_DATA or ../shared/data/morphling when present)")
+	f.StringVar(&o.Trace, "trace", "", "workload CSV to replay (default the data's workload-base.csv)")
+	f.IntVar(&o.Jobs, "jobs", 0, "replay only the first N jobs")
+	f.StringVar(&o.Policy, "policy", "morphling", "scheduling policy")
+	f.DurationVar(&o.RestartCost, "restart-cost", 260*time.Second, "checkpoint-restart cost of the simulated cluster")
+	f.DurationVar(&timeout, "timeout", 0, "stop after this much real time (0: when the trace ends)")
+	f.StringVar(&o.Dir, "dir", "", "keep the store and socket in this directory (default: a temporary one, removed at the end)")
+	f.BoolVar(&asJSON, "json", false, "print the summary as JSON")
+	return cmd
+}
+
+func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d)
 }

@@ -1,0 +1,92 @@
+package demo
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/replan/replan/control"
+	"github.com/replan/replan/dataset"
+)
+
+func TestClockSpeedChanges(t *testing.T) {
+	real := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := func() time.Time { return real }
+	c := NewClock(Epoch, 60, now)
+	real = real.Add(time.Second)
+	if got := c.Now().Sub(Epoch); got != time.Minute {
+		t.Fatalf("after 1 s at 60x: %v", got)
+	}
+	c.SetSpeed(3600)
+	real = real.Add(time.Second)
+	if got := c.Now().Sub(Epoch); got != time.Minute+time.Hour {
+		t.Fatalf("after 1 more s at 3600x: %v", got)
+	}
+	c.SetSpeed(0)
+	if c.Speed() != 1 {
+		t.Errorf("speed clamped to %v", c.Speed())
+	}
+}
+
+func TestSpecFromTrace(t *testing.T) {
+	s, err := Spec(dataset.WorkloadJob{Line: 2, Name: "llama7-3", Application: "llama7", GPUs: 8, CPUs: 64, ExecPlan: "zero-offload", Steps: 168, SLA: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Arch.Name != "llama7b" || s.Class != "guaranteed" || s.Tenant != "A" || !s.Request.HasPlan || !s.Request.Plan.Offload || s.Iterations != 168 {
+		t.Errorf("spec %+v", s)
+	}
+	if _, err := Spec(dataset.WorkloadJob{Application: "gpt5", GPUs: 1}); err == nil {
+		t.Error("unknown model accepted")
+	}
+}
+
+// TestHeadlessGeneratedTrace runs the demo without the Morphling data: a
+// generated trace on the 64-GPU cluster, every job finishes.
+func TestHeadlessGeneratedTrace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d, err := Start(ctx, Options{Jobs: 25, Speed: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	s, err := d.Wait(ctx)
+	if err != nil {
+		t.Fatalf("%v (summary %+v)", err, s)
+	}
+	if s.Jobs != 25 || s.Finished != 25 || s.AvgJCTH <= 0 || s.MakespanH <= 0 {
+		t.Errorf("summary %+v", s)
+	}
+	nodes := d.Daemon.Nodes()
+	if len(nodes) != 8 || nodes[0].Rack != "rack-a" || nodes[7].Rack != "rack-b" {
+		t.Errorf("cluster %+v", nodes)
+	}
+}
+
+// TestHeadlessMorphlingTrace replays the first jobs of workload-base.csv
+// with measured iteration times.
+func TestHeadlessMorphlingTrace(t *testing.T) {
+	dir := filepath.Join("..", "..", "shared", "data", "morphling")
+	if _, err := os.Stat(filepath.Join(dir, "workloads", "workload-base.csv")); err != nil {
+		t.Skipf("skipped: ../shared/data/morphling is absent (%v)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d, err := Start(ctx, Options{DataDir: dir, Jobs: 30, Speed: 3000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	s, err := d.Wait(ctx)
+	if err != nil || s.Finished != 30 {
+		t.Fatalf("summary %+v: %v", s, err)
+	}
+	// The API answers while it runs.
+	st, err := control.NewUnixClient(d.Socket).Status(ctx)
+	if err != nil || st.GPUs != 64 {
+		t.Errorf("status %+v %v", st, err)
+	}
+}
