@@ -6,6 +6,7 @@ import (
 
 	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
+	"github.com/replan/replan/sim"
 )
 
 // model is the unfitted model of a built-in type: tests need no data.
@@ -421,5 +422,32 @@ func TestKnownMeasurementsBeatPredictions(t *testing.T) {
 	a, ok := find(d, "a")
 	if !ok || a.Plan != odd || a.Placement.GPUs() != 1 || a.Throughput != 1e4 {
 		t.Errorf("want the measured plan on one GPU, got %+v", a)
+	}
+}
+
+// TestEveryWaitingJobHasAReason checks, on a busy synthetic cluster, that
+// every policy accounts for every waiting job (started or told why) and
+// never over-commits a server.
+func TestEveryWaitingJobHasAReason(t *testing.T) {
+	s := sim.LargeSnapshot(32, 300, 0.75, 3)
+	for _, name := range sched.Names() {
+		p, _ := sched.New(name)
+		d := p.Schedule(s)
+		checkCapacity(t, s, d)
+		seen := map[int]bool{}
+		for _, a := range d.Actions {
+			seen[a.Index] = true
+		}
+		for _, w := range d.Waiting {
+			if w.Reason == "" {
+				t.Errorf("%s: job %s waits without a reason", name, w.Job)
+			}
+			seen[w.Index] = true
+		}
+		for i, j := range s.Jobs {
+			if !j.Running() && !seen[i] {
+				t.Errorf("%s: waiting job %s neither started nor given a reason", name, j.ID)
+			}
+		}
 	}
 }
