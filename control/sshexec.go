@@ -1,0 +1,963 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	xssh "golang.org/x/crypto/ssh"
+
+	"github.com/replan/replan/agent"
+	"github.com/replan/replan/cluster"
+	"github.com/replan/replan/fleet"
+	"github.com/replan/replan/launch"
+	"github.com/replan/replan/ssh"
+)
+
+// SSHOptions tune an SSHExecutor. Zero values get the defaults noted.
+type SSHOptions struct {
+	// Logger receives what the executor does; nil discards.
+	Logger *slog.Logger
+	// Concurrency bounds how many servers are worked on at once (default
+	// fleet.DefaultConcurrency).
+	Concurrency int
+	// StopGrace is how long a job asked to checkpoint (SIGTERM) has before
+	// the agent sends SIGKILL (default 120 s).
+	StopGrace time.Duration
+	// KillGrace is the SIGTERM→SIGKILL grace of a stop without checkpoint
+	// (default 5 s).
+	KillGrace time.Duration
+	// WaitTimeout bounds each wait of a reconfiguration: the checkpoint
+	// marker reaching the last iteration, and the relaunched job reporting
+	// an iteration beyond it (default 10 min).
+	WaitTimeout time.Duration
+	// Poll paces those waits (default 500 ms).
+	Poll time.Duration
+	// CallTimeout bounds one server's share of an Observe (default 15 s).
+	CallTimeout time.Duration
+	// NoCPUBinding starts processes without binding them to their cores:
+	// for clusters whose inventory core counts are nominal (test hosts,
+	// demos), where the core ids the scheduler hands out do not exist.
+	NoCPUBinding bool
+}
+
+// SSHExecutor is the real Executor: it renders launches with launch/,
+// writes the generated files to every server over SSH, and starts, watches
+// and stops one supervised process per server through each server's agent
+// (reached over the same SSH connection, see fleet). Process ids are
+// "<job>-a<attempt>-r<rank>", so after a daemon restart Adopt finds a job's
+// processes again by their prefix. The executor keeps no state the
+// daemon's store and the agents do not also hold.
+type SSHExecutor struct {
+	fl      *fleet.Fleet
+	servers map[string]cluster.Server
+	order   []string
+	opt     SSHOptions
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	jobs    map[string]*sshJob
+	clients map[string]*agent.Client
+}
+
+// sshJob is a job the executor runs: its current launch and what it has
+// seen of rank 0.
+type sshJob struct {
+	l        Launch // l.Attempt is the attempt that runs
+	port     int    // master port
+	procs    []sshProc
+	step     int       // highest global step rank 0 reported
+	sps      float64   // latest samples/s of rank 0
+	since    time.Time // time of the last sample read
+	ckpt     int       // last checkpoint marker read
+	stopping bool      // a Stop or Reconfigure is under way: Observe leaves it alone
+}
+
+// sshProc is one server's process of a job.
+type sshProc struct {
+	rank   int
+	server string
+	id     string
+}
+
+// NewSSHExecutor returns an executor over fl for the inventory's servers.
+// Launch.Servers name servers of this list.
+func NewSSHExecutor(fl *fleet.Fleet, servers []cluster.Server, opt SSHOptions) (*SSHExecutor, error) {
+	if fl == nil {
+		return nil, errors.New("ssh executor: no fleet")
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Concurrency <= 0 {
+		opt.Concurrency = fleet.DefaultConcurrency
+	}
+	if opt.StopGrace <= 0 {
+		opt.StopGrace = 120 * time.Second
+	}
+	if opt.KillGrace <= 0 {
+		opt.KillGrace = 5 * time.Second
+	}
+	if opt.WaitTimeout <= 0 {
+		opt.WaitTimeout = 10 * time.Minute
+	}
+	if opt.Poll <= 0 {
+		opt.Poll = 500 * time.Millisecond
+	}
+	if opt.CallTimeout <= 0 {
+		opt.CallTimeout = 15 * time.Second
+	}
+	e := &SSHExecutor{fl: fl, servers: map[string]cluster.Server{}, opt: opt, log: opt.Logger,
+		jobs: map[string]*sshJob{}, clients: map[string]*agent.Client{}}
+	for _, s := range servers {
+		if _, dup := e.servers[s.Name]; dup {
+			return nil, fmt.Errorf("ssh executor: server %s twice", s.Name)
+		}
+		e.servers[s.Name] = s
+		e.order = append(e.order, s.Name)
+	}
+	return e, nil
+}
+
+var _ Executor = (*SSHExecutor)(nil)
+
+// ProcessID is the agent process id of one rank of one launch of a job.
+func ProcessID(jobID string, attempt, rank int) string {
+	return fmt.Sprintf("%s-a%d-r%d", jobID, attempt, rank)
+}
+
+// parseProcessID splits an id made by ProcessID for jobID.
+func parseProcessID(jobID, id string) (attempt, rank int, ok bool) {
+	rest, found := strings.CutPrefix(id, jobID+"-a")
+	if !found {
+		return 0, 0, false
+	}
+	a, r, found := strings.Cut(rest, "-r")
+	if !found {
+		return 0, 0, false
+	}
+	attempt, err1 := strconv.Atoi(a)
+	rank, err2 := strconv.Atoi(r)
+	return attempt, rank, err1 == nil && err2 == nil
+}
+
+func (e *SSHExecutor) server(name string) (cluster.Server, error) {
+	s, ok := e.servers[name]
+	if !ok {
+		return cluster.Server{}, fmt.Errorf("server %s is not in the inventory", name)
+	}
+	return s, nil
+}
+
+// client returns the agent client of a server, resolving its layout once.
+func (e *SSHExecutor) client(ctx context.Context, name string) (*agent.Client, error) {
+	e.mu.Lock()
+	c := e.clients[name]
+	e.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	s, err := e.server(name)
+	if err != nil {
+		return nil, err
+	}
+	c, err = e.fl.AgentClient(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.clients[name] = c
+	e.mu.Unlock()
+	return c, nil
+}
+
+func (e *SSHExecutor) host(name string) (ssh.Host, error) {
+	s, err := e.server(name)
+	if err != nil {
+		return ssh.Host{}, err
+	}
+	return ssh.HostFromServer(s), nil
+}
+
+// each runs fn for 0..n-1, at most Concurrency at once, and returns the
+// errors by index.
+func (e *SSHExecutor) each(ctx context.Context, n int, fn func(ctx context.Context, i int) error) []error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, e.opt.Concurrency)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+				return
+			}
+			defer func() { <-sem }()
+			errs[i] = fn(ctx, i)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// usedPorts lists the master ports of the jobs other than except, per
+// master server.
+func (e *SSHExecutor) usedPorts(except string) map[string][]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string][]int{}
+	for id, j := range e.jobs {
+		if id == except || len(j.l.Servers) == 0 || j.port == 0 {
+			continue
+		}
+		m := j.l.Servers[0].Name
+		out[m] = append(out[m], j.port)
+	}
+	return out
+}
+
+// Start implements Executor: render, write the files, start one process
+// per server; if any server fails, what started is stopped again.
+func (e *SSHExecutor) Start(ctx context.Context, l Launch) error {
+	if l.Spec == nil {
+		return fmt.Errorf("start %s: no job spec", l.JobID)
+	}
+	e.mu.Lock()
+	old := e.jobs[l.JobID]
+	e.mu.Unlock()
+	if old != nil {
+		// Never run two launches of one job: stop the one we know of.
+		e.log.Warn("start: job already runs; stopping its previous launch", "job", l.JobID, "attempt", old.l.Attempt)
+		e.stopAll(ctx, old, e.opt.KillGrace)
+		e.forget(l.JobID, old)
+	}
+	r, err := launch.Render(launch.Input{Job: l.Spec, Plan: l.Plan, Servers: l.Servers, UsedPorts: e.usedPorts(l.JobID), Attempt: l.Attempt, Resume: l.Resume})
+	if err != nil {
+		return fmt.Errorf("start %s: %w", l.JobID, err)
+	}
+	return e.launch(ctx, l, r)
+}
+
+// launch writes r's files and starts its processes; on success the job is
+// tracked with launch l.
+func (e *SSHExecutor) launch(ctx context.Context, l Launch, r launch.Rendered) error {
+	j := &sshJob{l: l, port: r.MasterPort, step: l.From, ckpt: l.From}
+	for rank, sl := range r.Servers {
+		j.procs = append(j.procs, sshProc{rank: rank, server: sl.Server, id: ProcessID(l.JobID, l.Attempt, rank)})
+	}
+	started := make([]bool, len(r.Servers))
+	errs := e.each(ctx, len(r.Servers), func(ctx context.Context, i int) error {
+		sl := r.Servers[i]
+		if err := e.writeFiles(ctx, sl); err != nil {
+			return err
+		}
+		c, err := e.client(ctx, sl.Server)
+		if err != nil {
+			return fmt.Errorf("agent on %s: %w", sl.Server, err)
+		}
+		spec := agent.ProcessSpec{ID: j.procs[i].id, Argv: sl.Argv, Env: sl.Env, Dir: sl.Dir, CPUs: sl.CPUs}
+		if e.opt.NoCPUBinding {
+			spec.CPUs = nil
+		}
+		_, err = c.Start(ctx, spec)
+		if errors.Is(err, agent.ErrConflict) {
+			// A record of this id is left from an earlier try: replace it
+			// when it has exited, keep it when it runs.
+			p, perr := c.Process(ctx, spec.ID)
+			switch {
+			case perr == nil && p.State == agent.StateRunning:
+				e.log.Warn("start: process already running, keeping it", "server", sl.Server, "id", spec.ID)
+				err = nil
+			case perr == nil:
+				if err = c.Delete(ctx, spec.ID); err == nil {
+					_, err = c.Start(ctx, spec)
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("start rank %d on %s: %w", i, sl.Server, err)
+		}
+		started[i] = true
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		// Stop what started, on a context of its own: ctx may be what failed.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.KillGrace+e.opt.CallTimeout)
+		defer cancel()
+		undo := &sshJob{l: l}
+		for i, ok := range started {
+			if ok {
+				undo.procs = append(undo.procs, j.procs[i])
+			}
+		}
+		e.stopAll(sctx, undo, e.opt.KillGrace)
+		return fmt.Errorf("start %s attempt %d: %w", l.JobID, l.Attempt, err)
+	}
+	e.mu.Lock()
+	e.jobs[l.JobID] = j
+	e.mu.Unlock()
+	e.log.Info("started", "job", l.JobID, "attempt", l.Attempt, "servers", len(r.Servers), "master_port", r.MasterPort, "resume", l.Resume)
+	return nil
+}
+
+// writeFiles creates the directories of sl's files and uploads them
+// (each atomically: a temporary file renamed over the target).
+func (e *SSHExecutor) writeFiles(ctx context.Context, sl launch.ServerLaunch) error {
+	if len(sl.Files) == 0 {
+		return nil
+	}
+	h, err := e.host(sl.Server)
+	if err != nil {
+		return err
+	}
+	paths := make([]string, 0, len(sl.Files))
+	dirs := map[string]bool{}
+	for p := range sl.Files {
+		paths = append(paths, p)
+		dirs[path.Dir(p)] = true
+	}
+	sort.Strings(paths)
+	args := []string{"mkdir", "-p", "--"}
+	for d := range dirs {
+		args = append(args, d)
+	}
+	if _, err := e.fl.Pool().Output(ctx, h, args...); err != nil {
+		return fmt.Errorf("mkdir on %s: %w", sl.Server, err)
+	}
+	for _, p := range paths {
+		if err := e.fl.Pool().UploadBytes(ctx, h, []byte(sl.Files[p]), p, 0o644); err != nil {
+			return fmt.Errorf("write %s on %s: %w", p, sl.Server, err)
+		}
+	}
+	return nil
+}
+
+// forget drops a job from tracking if it is still j.
+func (e *SSHExecutor) forget(id string, j *sshJob) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.jobs[id] == j {
+		delete(e.jobs, id)
+	}
+}
+
+// stopAll stops every process of j (SIGTERM, SIGKILL after grace) and
+// returns the errors of the servers where that failed.
+func (e *SSHExecutor) stopAll(ctx context.Context, j *sshJob, grace time.Duration) error {
+	errs := e.each(ctx, len(j.procs), func(ctx context.Context, i int) error {
+		p := j.procs[i]
+		c, err := e.client(ctx, p.server)
+		if err != nil {
+			return fmt.Errorf("stop %s on %s: %w", p.id, p.server, err)
+		}
+		info, err := c.Stop(ctx, p.id, grace)
+		if errors.Is(err, agent.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("stop %s on %s: %w", p.id, p.server, err)
+		}
+		if info.State != agent.StateExited {
+			return fmt.Errorf("stop %s on %s: still %s", p.id, p.server, info.State)
+		}
+		return nil
+	})
+	return errors.Join(errs...)
+}
+
+// ParseCheckpointMarker reads the content of a checkpoint marker: a plain
+// iteration number (Megatron, replan's fake trainers) or a DeepSpeed tag
+// that ends in one (global_step120). Empty content is iteration 0.
+func ParseCheckpointMarker(content string) (int, error) {
+	s := strings.TrimSpace(content)
+	if s == "" {
+		return 0, nil
+	}
+	if n, err := strconv.Atoi(s); err == nil {
+		return n, nil
+	}
+	i := len(s)
+	for i > 0 && s[i-1] >= '0' && s[i-1] <= '9' {
+		i--
+	}
+	if i == len(s) {
+		return 0, fmt.Errorf("checkpoint marker %q names no iteration", s)
+	}
+	return strconv.Atoi(s[i:])
+}
+
+// readMarker reads the job's checkpoint marker on its master server: the
+// iteration and the raw tag. A missing marker is iteration 0.
+func (e *SSHExecutor) readMarker(ctx context.Context, l Launch) (int, string, error) {
+	if len(l.Servers) == 0 {
+		return 0, "", errors.New("no servers")
+	}
+	h, err := e.host(l.Servers[0].Name)
+	if err != nil {
+		return 0, "", err
+	}
+	marker := launch.CheckpointMarker(l.Spec)
+	out, err := e.fl.Pool().Output(ctx, h, "sh", "-c", `test -f "$1" || exit 0; cat "$1"`, "marker", marker)
+	if err != nil {
+		return 0, "", fmt.Errorf("read %s on %s: %w", marker, l.Servers[0].Name, err)
+	}
+	tag := strings.TrimSpace(string(out))
+	n, err := ParseCheckpointMarker(tag)
+	if err != nil {
+		return 0, tag, fmt.Errorf("%s on %s: %w", marker, l.Servers[0].Name, err)
+	}
+	return n, tag, nil
+}
+
+// Observe implements Executor: every server's heartbeat (its agent answers
+// or not) and, for every job, rank 0's progress, throughput and exit, and
+// the checkpoint marker on its master server.
+func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
+	type srvState struct {
+		procs map[string]agent.ProcessInfo
+		err   error
+	}
+	states := make([]srvState, len(e.order))
+	e.each(ctx, len(e.order), func(ctx context.Context, i int) error {
+		ctx, cancel := context.WithTimeout(ctx, e.opt.CallTimeout)
+		defer cancel()
+		c, err := e.client(ctx, e.order[i])
+		if err == nil {
+			_, err = c.Status(ctx)
+		}
+		var list []agent.ProcessInfo
+		if err == nil {
+			list, err = c.Processes(ctx)
+		}
+		states[i].err = err
+		if err == nil {
+			states[i].procs = map[string]agent.ProcessInfo{}
+			for _, p := range list {
+				states[i].procs[p.Spec.ID] = p
+			}
+		}
+		return nil
+	})
+	var o Observation
+	byName := map[string]*srvState{}
+	for i, name := range e.order {
+		n := NodeObservation{Name: name, Reachable: states[i].err == nil}
+		if states[i].err != nil {
+			n.Err = states[i].err.Error()
+		}
+		o.Nodes = append(o.Nodes, n)
+		byName[name] = &states[i]
+	}
+
+	e.mu.Lock()
+	var jobs []*sshJob
+	for _, j := range e.jobs {
+		if !j.stopping {
+			jobs = append(jobs, j)
+		}
+	}
+	e.mu.Unlock()
+	sort.Slice(jobs, func(a, b int) bool { return jobs[a].l.JobID < jobs[b].l.JobID })
+	obs := make([]*JobObservation, len(jobs))
+	e.each(ctx, len(jobs), func(ctx context.Context, i int) error {
+		ctx, cancel := context.WithTimeout(ctx, e.opt.CallTimeout)
+		defer cancel()
+		obs[i] = e.observeJob(ctx, jobs[i], func(server, id string) (agent.ProcessInfo, bool, bool) {
+			st := byName[server]
+			if st == nil || st.err != nil {
+				return agent.ProcessInfo{}, false, false
+			}
+			p, ok := st.procs[id]
+			return p, ok, true
+		})
+		return nil
+	})
+	for i, jo := range obs {
+		if jo == nil {
+			continue
+		}
+		if jo.Exited {
+			// The job is over on this launch: end whatever rank is left
+			// and forget it; the daemon finishes or requeues it.
+			j := jobs[i]
+			e.mu.Lock()
+			j.stopping = true
+			e.mu.Unlock()
+			if err := e.stopAll(ctx, j, e.opt.KillGrace); err != nil {
+				e.log.Warn("observe: stop the rest of an exited job", "job", j.l.JobID, "err", err)
+			}
+			e.forget(j.l.JobID, j)
+		}
+		o.Jobs = append(o.Jobs, *jo)
+	}
+	return o, nil
+}
+
+// observeJob reads one job's news; nil when its master server did not
+// answer (the daemon counts missed heartbeats per server).
+func (e *SSHExecutor) observeJob(ctx context.Context, j *sshJob, proc func(server, id string) (p agent.ProcessInfo, found, reachable bool)) *JobObservation {
+	r0 := j.procs[0]
+	p0, found, reachable := proc(r0.server, r0.id)
+	if !reachable {
+		return nil
+	}
+	jo := &JobObservation{JobID: j.l.JobID}
+	if found {
+		if c, err := e.client(ctx, r0.server); err == nil {
+			if samples, err := c.Samples(ctx, r0.id, j.since); err == nil && len(samples) > 0 {
+				e.mu.Lock()
+				for _, s := range samples {
+					j.step = max(j.step, int(s.Step))
+				}
+				last := samples[len(samples)-1]
+				j.since, j.sps = last.Time, last.SamplesPerSec
+				e.mu.Unlock()
+			} else if err != nil {
+				e.log.Debug("observe: samples", "job", j.l.JobID, "err", err)
+			}
+		}
+	}
+	if n, _, err := e.readMarker(ctx, j.l); err == nil {
+		e.mu.Lock()
+		j.ckpt = max(j.ckpt, n)
+		e.mu.Unlock()
+	} else {
+		e.log.Debug("observe: checkpoint marker", "job", j.l.JobID, "err", err)
+	}
+	e.mu.Lock()
+	jo.Iterations, jo.Checkpoint, jo.SamplesPerSec = j.step, j.ckpt, j.sps
+	e.mu.Unlock()
+	switch {
+	case !found:
+		jo.Exited, jo.ExitCode, jo.Err = true, -1, fmt.Sprintf("rank 0 (%s) is unknown to the agent on %s", r0.id, r0.server)
+	case p0.State == agent.StateExited:
+		jo.Exited, jo.ExitCode = true, exitCode(p0)
+		if jo.ExitCode != 0 {
+			jo.Err = fmt.Sprintf("rank 0 on %s: %s", r0.server, p0.ExitReason)
+		}
+	default:
+		// Rank 0 runs; another rank that failed brings the job down.
+		for _, p := range j.procs[1:] {
+			pi, ok, reach := proc(p.server, p.id)
+			if reach && ok && pi.State == agent.StateExited && exitCode(pi) != 0 {
+				jo.Exited, jo.ExitCode = true, exitCode(pi)
+				jo.Err = fmt.Sprintf("rank %d on %s: %s", p.rank, p.server, pi.ExitReason)
+				break
+			}
+		}
+	}
+	return jo
+}
+
+func exitCode(p agent.ProcessInfo) int {
+	if p.ExitCode == nil {
+		return -1
+	}
+	return *p.ExitCode
+}
+
+// Stop implements Executor. With checkpoint it carries out launch's
+// sequence (SIGTERM with StopGrace, wait for the marker, confirm every
+// process exited) and returns the checkpoint's iteration; without, it
+// stops the job now.
+func (e *SSHExecutor) Stop(ctx context.Context, id string, checkpoint bool) (int, error) {
+	e.mu.Lock()
+	j := e.jobs[id]
+	if j != nil {
+		j.stopping = true
+	}
+	e.mu.Unlock()
+	if j == nil {
+		return 0, nil
+	}
+	defer e.forget(id, j)
+	if !checkpoint {
+		if err := e.stopAll(ctx, j, e.opt.KillGrace); err != nil {
+			return 0, fmt.Errorf("stop %s: %w", id, err)
+		}
+		e.log.Info("stopped", "job", id)
+		return 0, nil
+	}
+	e.mu.Lock()
+	want := j.step
+	e.mu.Unlock()
+	ckpt, err := e.checkpointStop(ctx, j, want)
+	if err != nil {
+		return ckpt, fmt.Errorf("stop %s: %w", id, err)
+	}
+	e.log.Info("stopped with a checkpoint", "job", id, "checkpoint", ckpt)
+	return ckpt, nil
+}
+
+// checkpointStop asks every rank of j to checkpoint and exit (SIGTERM),
+// waits until the marker reaches want (or every rank exited and the marker
+// settled), and confirms every process exited. It returns the marker's
+// iteration.
+func (e *SSHExecutor) checkpointStop(ctx context.Context, j *sshJob, want int) (int, error) {
+	stopped := e.signalStop(ctx, j)
+	ckpt, werr := e.waitMarker(ctx, j.l, want, stopped)
+	serr := <-stopped.errc
+	if serr != nil {
+		return ckpt, fmt.Errorf("confirm exit: %w", serr)
+	}
+	return ckpt, werr
+}
+
+// stopping is a stop under way: done closes when every rank's stop
+// returned, errc then holds their joined error.
+type stopping struct {
+	done chan struct{}
+	errc chan error
+}
+
+// signalStop starts stopping every rank of j with StopGrace.
+func (e *SSHExecutor) signalStop(ctx context.Context, j *sshJob) stopping {
+	s := stopping{done: make(chan struct{}), errc: make(chan error, 1)}
+	go func() {
+		err := e.stopAll(ctx, j, e.opt.StopGrace)
+		close(s.done)
+		s.errc <- err
+	}()
+	return s
+}
+
+// waitMarker polls the checkpoint marker until it reaches want. When the
+// processes have all exited it gives the marker a few more polls (a shared
+// filesystem may lag), then returns what it says with an error if that is
+// below want.
+func (e *SSHExecutor) waitMarker(ctx context.Context, l Launch, want int, st stopping) (int, error) {
+	deadline := time.Now().Add(e.opt.WaitTimeout)
+	extra := 0
+	marker := launch.CheckpointMarker(l.Spec)
+	last := 0
+	for {
+		n, _, err := e.readMarker(ctx, l)
+		if err == nil {
+			last = n
+			if n >= want {
+				return n, nil
+			}
+		}
+		select {
+		case <-st.done:
+			extra++
+			if extra > 5 {
+				return last, fmt.Errorf("every rank exited but %s says %d, below iteration %d", marker, last, want)
+			}
+		default:
+		}
+		if time.Now().After(deadline) {
+			return last, fmt.Errorf("%s still says %d after %s, waiting for iteration %d", marker, last, e.opt.WaitTimeout, want)
+		}
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-time.After(e.opt.Poll):
+		}
+	}
+}
+
+// Reconfigure implements Executor with launch.Reconfigure's steps:
+// checkpoint, wait for the marker to reach last, stop and confirm, convert
+// on the master server when the plan needs it, relaunch from the
+// checkpoint, verify that rank 0 reports an iteration beyond last.
+func (e *SSHExecutor) Reconfigure(ctx context.Context, from, to Launch, last int) error {
+	e.mu.Lock()
+	j := e.jobs[from.JobID]
+	if j != nil {
+		j.stopping = true
+	}
+	e.mu.Unlock()
+	old := from
+	old.Attempt = max(from.Attempt-1, 0)
+	if j != nil {
+		old = j.l
+	}
+	attempt := max(to.Attempt, old.Attempt+1)
+	next := launch.Input{Job: to.Spec, Plan: to.Plan, Servers: to.Servers, UsedPorts: e.usedPorts(to.JobID), Attempt: attempt, Resume: true}
+	steps, err := launch.Reconfigure(launch.Input{Job: old.Spec, Plan: old.Plan, Servers: old.Servers, Attempt: old.Attempt}, next, last)
+	if err != nil {
+		if j != nil {
+			e.mu.Lock()
+			j.stopping = false
+			e.mu.Unlock()
+		}
+		return err
+	}
+	to.Attempt, to.Resume = attempt, true
+	var st stopping
+	var tag string
+	for _, s := range steps {
+		e.log.Info("reconfigure", "job", to.JobID, "step", s.Kind, "detail", s.Detail)
+		switch s.Kind {
+		case launch.StepCheckpoint:
+			if j == nil {
+				e.log.Warn("reconfigure: the job runs nowhere the executor knows; relaunching from its checkpoint", "job", from.JobID)
+				continue
+			}
+			st = e.signalStop(ctx, j)
+		case launch.StepWaitCheckpoint:
+			if j == nil {
+				continue
+			}
+			if _, err := e.waitMarker(ctx, old, s.Iteration, st); err != nil {
+				<-st.done
+				e.forget(from.JobID, j)
+				return fmt.Errorf("reconfigure %s: wait-checkpoint: %w", from.JobID, err)
+			}
+		case launch.StepStop:
+			if j == nil {
+				continue
+			}
+			err := <-st.errc
+			e.forget(from.JobID, j)
+			if err != nil {
+				return fmt.Errorf("reconfigure %s: stop: %w", from.JobID, err)
+			}
+		case launch.StepConvert:
+			if tag == "" {
+				_, t, err := e.readMarker(ctx, old)
+				if err != nil {
+					return fmt.Errorf("reconfigure %s: convert: %w", from.JobID, err)
+				}
+				tag = t
+			}
+			if err := e.convert(ctx, old, s, tag); err != nil {
+				return fmt.Errorf("reconfigure %s: %w", from.JobID, err)
+			}
+		case launch.StepLaunch:
+			to.From = max(to.From, last)
+			if err := e.launch(ctx, to, *s.Launch); err != nil {
+				return fmt.Errorf("reconfigure %s: launch: %w", to.JobID, err)
+			}
+		case launch.StepVerify:
+			if err := e.verify(ctx, to.JobID, s.Iteration); err != nil {
+				e.mu.Lock()
+				nj := e.jobs[to.JobID]
+				e.mu.Unlock()
+				if nj != nil {
+					e.stopAll(context.WithoutCancel(ctx), nj, e.opt.KillGrace)
+					e.forget(to.JobID, nj)
+				}
+				return fmt.Errorf("reconfigure %s: verify: %w", to.JobID, err)
+			}
+		default:
+			return fmt.Errorf("reconfigure %s: unknown step %s", to.JobID, s.Kind)
+		}
+	}
+	return nil
+}
+
+// convert runs a conversion step's argv on the master server, in the
+// job's working directory with the job's environment (so a PATH that
+// names the job's Python applies), ${TAG} replaced by the checkpoint tag.
+func (e *SSHExecutor) convert(ctx context.Context, l Launch, s launch.Step, tag string) error {
+	if len(s.Argv) == 0 {
+		return nil
+	}
+	server := l.Servers[0].Name
+	if len(s.Servers) > 0 {
+		server = s.Servers[0]
+	}
+	h, err := e.host(server)
+	if err != nil {
+		return err
+	}
+	argv := make([]string, len(s.Argv))
+	for i, a := range s.Argv {
+		argv[i] = strings.ReplaceAll(a, "${TAG}", tag)
+	}
+	envArgs := []string{"env"}
+	for _, kv := range launch.SortedEnv(l.Spec.Env) {
+		envArgs = append(envArgs, kv)
+	}
+	script := "exec " + ssh.QuoteArgs(append(envArgs, argv...)...)
+	if l.Spec.WorkDir != "" {
+		script = "cd " + ssh.Quote(l.Spec.WorkDir) + " && " + script
+	}
+	var stderr bytes.Buffer
+	err = e.fl.Pool().Run(ctx, h, ssh.Cmd{Script: script, Stderr: &limitedBuffer{b: &stderr, max: 4096}})
+	if err == nil {
+		e.log.Info("converted checkpoint", "job", l.JobID, "server", server, "tag", tag)
+		return nil
+	}
+	msg := strings.TrimSpace(stderr.String())
+	var ee *xssh.ExitError
+	if errors.As(err, &ee) && (ee.ExitStatus() == 127 || ee.ExitStatus() == 126 || strings.Contains(msg, "No module named")) {
+		return fmt.Errorf("convert on %s: the checkpoint converter is missing (%s exited %d: %s); install DeepSpeed there or put its Python first on the job's PATH (env)", server, argv[0], ee.ExitStatus(), msg)
+	}
+	if msg != "" {
+		return fmt.Errorf("convert on %s: %s: %w: %s", server, strings.Join(argv, " "), err, msg)
+	}
+	return fmt.Errorf("convert on %s: %s: %w", server, strings.Join(argv, " "), err)
+}
+
+// limitedBuffer keeps the first max bytes written to it.
+type limitedBuffer struct {
+	b   *bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.max - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// verify waits until the job's rank 0 reports an iteration beyond last.
+func (e *SSHExecutor) verify(ctx context.Context, id string, last int) error {
+	e.mu.Lock()
+	j := e.jobs[id]
+	e.mu.Unlock()
+	if j == nil {
+		return errors.New("the job is not running")
+	}
+	r0 := j.procs[0]
+	c, err := e.client(ctx, r0.server)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(e.opt.WaitTimeout)
+	seen := 0
+	for {
+		samples, err := c.Samples(ctx, r0.id, time.Time{})
+		if err == nil {
+			for _, s := range samples {
+				seen = max(seen, int(s.Step))
+			}
+			if seen > last {
+				e.mu.Lock()
+				j.step = max(j.step, seen)
+				e.mu.Unlock()
+				return nil
+			}
+		}
+		if p, err := c.Process(ctx, r0.id); err == nil && p.State == agent.StateExited {
+			tail, _ := c.Logs(ctx, r0.id, 5)
+			return fmt.Errorf("rank 0 exited (%s) before reporting an iteration beyond %d (last seen %d): %s", p.ExitReason, last, seen, strings.TrimSpace(string(tail)))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no iteration beyond %d after %s (last seen %d)", last, e.opt.WaitTimeout, seen)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(e.opt.Poll):
+		}
+	}
+}
+
+// Adopt implements Executor: it looks for the job's processes on the
+// servers of l by their id prefix. The newest attempt found is adopted
+// when one of its ranks still runs, or when its rank 0 finished on its own
+// with exit code 0 (the next Observe reports the finish). Processes of
+// older attempts are stopped. It reports false when nothing of the job
+// runs.
+func (e *SSHExecutor) Adopt(ctx context.Context, l Launch) (bool, error) {
+	if l.Spec == nil || len(l.Servers) == 0 {
+		return false, nil
+	}
+	type found struct {
+		info   agent.ProcessInfo
+		server string
+	}
+	lists := make([][]found, len(l.Servers))
+	errs := e.each(ctx, len(l.Servers), func(ctx context.Context, i int) error {
+		ctx, cancel := context.WithTimeout(ctx, e.opt.CallTimeout)
+		defer cancel()
+		c, err := e.client(ctx, l.Servers[i].Name)
+		if err != nil {
+			return err
+		}
+		ps, err := c.Processes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, p := range ps {
+			if _, _, ok := parseProcessID(l.JobID, p.Spec.ID); ok {
+				lists[i] = append(lists[i], found{p, l.Servers[i].Name})
+			}
+		}
+		return nil
+	})
+	for i, err := range errs {
+		if err != nil {
+			// An unreachable server: its jobs are the heartbeat's business.
+			e.log.Warn("adopt: server did not answer", "job", l.JobID, "server", l.Servers[i].Name, "err", err)
+		}
+	}
+	newest := -1
+	byAttempt := map[int][]found{}
+	for _, fs := range lists {
+		for _, f := range fs {
+			a, _, _ := parseProcessID(l.JobID, f.info.Spec.ID)
+			byAttempt[a] = append(byAttempt[a], f)
+			running := f.info.State == agent.StateRunning
+			finished := f.info.State == agent.StateExited && !f.info.StopRequested && exitCode(f.info) == 0
+			if (running || finished) && a > newest {
+				newest = a
+			}
+		}
+	}
+	// Older launches still running are leftovers of an interrupted
+	// reconfiguration: stop them.
+	for a, fs := range byAttempt {
+		if a == newest {
+			continue
+		}
+		old := &sshJob{l: l}
+		for _, f := range fs {
+			if f.info.State == agent.StateRunning {
+				_, r, _ := parseProcessID(l.JobID, f.info.Spec.ID)
+				old.procs = append(old.procs, sshProc{rank: r, server: f.server, id: f.info.Spec.ID})
+			}
+		}
+		if len(old.procs) > 0 {
+			e.log.Warn("adopt: stopping processes of an older launch", "job", l.JobID, "attempt", a)
+			if err := e.stopAll(ctx, old, e.opt.StopGrace); err != nil {
+				e.log.Warn("adopt: stop older launch", "job", l.JobID, "err", err)
+			}
+		}
+	}
+	if newest < 0 {
+		return false, nil
+	}
+	j := &sshJob{l: l, step: l.From, ckpt: l.From}
+	j.l.Attempt = newest
+	for rank, s := range l.Servers {
+		j.procs = append(j.procs, sshProc{rank: rank, server: s.Name, id: ProcessID(l.JobID, newest, rank)})
+	}
+	rank0 := false
+	for _, f := range byAttempt[newest] {
+		if f.info.Spec.ID == j.procs[0].id {
+			rank0 = true
+			if p, err := strconv.Atoi(f.info.Spec.Env["MASTER_PORT"]); err == nil {
+				j.port = p
+			}
+		}
+	}
+	if !rank0 {
+		// Rank 0 is gone (its server lost the record): the launch is
+		// broken; end what is left and let the daemon requeue the job.
+		e.log.Warn("adopt: rank 0 missing; stopping the rest", "job", l.JobID, "attempt", newest)
+		e.stopAll(ctx, j, e.opt.KillGrace)
+		return false, nil
+	}
+	e.mu.Lock()
+	e.jobs[l.JobID] = j
+	e.mu.Unlock()
+	e.log.Info("adopted", "job", l.JobID, "attempt", newest, "master_port", j.port)
+	return true, nil
+}
