@@ -64,6 +64,19 @@ var columns = []column{
 // the trace has guaranteed jobs, each policy gets an "all", "guar." and
 // "BE" row.
 func WriteTable(w io.Writer, results []*Result) error {
+	var buf strings.Builder
+	if err := writeTable(&buf, results); err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	_, err := io.WriteString(w, strings.Join(lines, "\n")+"\n")
+	return err
+}
+
+func writeTable(w io.Writer, results []*Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	classes := []string{""}
 	for _, r := range results {
