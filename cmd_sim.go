@@ -48,7 +48,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 			if asJSON {
 				return writeJSON(stdout, sim.Report{Policies: results})
 			}
-			fmt.Fprintf(stdout, "%s: %d jobs, %d servers × %d GPUs, restart cost %.0f s\n", trace, len(jobs), max(cfg.Servers, 8), max(cfg.GPUsPerServer, 8), cfg.RestartCost)
+			fmt.Fprintf(stdout, "%s: %d jobs, %d servers × %d GPUs, restart cost %.0f s\n", trace, len(jobs), cfg.Servers, cfg.GPUsPerServer, cfg.RestartCost)
 			return sim.WriteTable(stdout, results)
 		},
 	}

@@ -339,6 +339,10 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 	if !anyWaiting(st) {
 		minSlope = math.Min(minSlope, p.opt.IdleMinSlope)
 	}
+	capacity := 0
+	for _, sv := range s.Servers {
+		capacity += sv.GPUs
+	}
 	cutoff := math.Inf(-1)
 	cutReason := ""
 	for _, i := range order {
@@ -363,11 +367,12 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		}
 		mark := len(st.journal)
 		grew := false
+		limit := min(len(js.cv.env)-1, capacity)
 		for {
-			f, sl := js.next(len(js.cv.env) - 1)
+			f, sl := js.next(limit)
 			if f == 0 || sl < minSlope {
 				if js.total == 0 && js.reason == "" {
-					js.reason = "no GPU count gives this job enough throughput per GPU"
+					js.reason = fmt.Sprintf("no GPU count up to %d gives this job enough throughput per GPU", limit)
 				}
 				break
 			}
@@ -379,7 +384,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 					cutReason = fmt.Sprintf("cluster full: needs %d GPUs and no running job above its minRes has a lower slope (%.2f) to shrink", f, sl)
 				}
 				if js.total == 0 && js.reason == "" {
-					js.reason = fmt.Sprintf("needs %d GPUs; %d free, and shrinking lower-slope jobs would not pay for their restarts", f, st.freeGPUs)
+					js.reason = fmt.Sprintf("needs %d GPUs; %d free, and no running job may be shrunk for it (higher slopes, at their minRes, or the restart would not pay)", f, st.freeGPUs)
 				}
 				break
 			}

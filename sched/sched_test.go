@@ -451,3 +451,14 @@ func TestEveryWaitingJobHasAReason(t *testing.T) {
 		}
 	}
 }
+
+func TestSmallClusterStillServesBigModel(t *testing.T) {
+	// llama30b's most efficient step is beyond one 8-GPU server: on a
+	// cluster of one server it must still start on what there is.
+	llama := model(t, "llama30b")
+	j := waiting(t, "big", llama, 8, 0)
+	d := sched.NewMorphling(sched.DefaultOptions()).Schedule(snapshot(servers(1, 8), j))
+	if a, ok := find(d, "big"); !ok || a.Kind != sched.Start {
+		t.Fatalf("not started on the only server: %+v", d)
+	}
+}

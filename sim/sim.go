@@ -153,6 +153,7 @@ type job struct {
 	runSec   float64
 	gpus     int
 	changed  float64 // time of the last start or reconfiguration
+	why      string  // the policy's last reason for keeping it waiting
 }
 
 // Run simulates trace under policy p.
@@ -379,7 +380,7 @@ func (s *simulator) loop(ctx context.Context) error {
 	}
 	for _, j := range s.jobs {
 		if j.st != finished {
-			return fmt.Errorf("simulation ended with job %s unfinished (%s): no policy round could place it", j.w.Name, map[jstate]string{pending: "never submitted", waiting: "waiting", running: "running"}[j.st])
+			return fmt.Errorf("simulation ended with job %s unfinished (%s): no policy round could place it; last reason: %q", j.w.Name, map[jstate]string{pending: "never submitted", waiting: "waiting", running: "running"}[j.st], j.why)
 		}
 	}
 	return nil
@@ -431,6 +432,11 @@ func (s *simulator) round() error {
 	servers := append([]sched.Server(nil), s.servers...)
 	snap.Servers = servers
 	d := s.p.Schedule(*snap)
+	for _, w := range d.Waiting {
+		if w.Index >= 0 && w.Index < len(s.active) {
+			s.active[w.Index].why = w.Reason
+		}
+	}
 	s.wake = math.Inf(1)
 	if d.WakeAt > s.now {
 		s.wake = d.WakeAt
