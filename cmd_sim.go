@@ -64,7 +64,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 
 func addClusterFlags(cmd *cobra.Command, cfg *sim.Config) {
 	f := cmd.Flags()
-	f.Float64Var(&cfg.RestartCost, "restart-cost", 260, "seconds every start and every change of plan or placement costs (the paper measured 78)")
+	f.Float64Var(&cfg.RestartCost, "restart-cost", 260, "seconds every start and every change of plan or placement costs (the paper measured 78; negative: none)")
 	f.IntVar(&cfg.Servers, "servers", 8, "servers in the cluster")
 	f.IntVar(&cfg.GPUsPerServer, "gpus-per-server", 8, "GPUs per server")
 	f.IntVar(&cfg.CPUsPerServer, "cpus-per-server", 96, "CPU cores per server")

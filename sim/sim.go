@@ -21,7 +21,7 @@ type Config struct {
 	MemGB          float64 // host memory per server, GiB (default 1600)
 	ServersPerRack int     // 0: one rack
 	// RestartCost is the seconds every start and every change of plan or
-	// placement costs (default 260).
+	// placement costs (0 means the default, 260; negative means none).
 	RestartCost float64
 	// QuotaGPUs is the GPU quota of the tenant that owns the trace's
 	// guaranteed jobs (tenant "A"); 0 means the whole cluster. Best-effort
