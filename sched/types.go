@@ -282,8 +282,11 @@ func New(name string) (Policy, error) {
 // never reconfigure and ignore it).
 func NewWithRestartCost(name string, restartCost float64) (Policy, error) {
 	o := DefaultOptions()
-	if restartCost > 0 {
+	switch {
+	case restartCost > 0:
 		o.RestartCost = restartCost
+	case restartCost < 0: // free restarts
+		o.RestartCost = 1e-6
 	}
 	switch name {
 	case "resources-only":
