@@ -1,0 +1,615 @@
+package control_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/replan/replan/agent"
+	"github.com/replan/replan/cluster"
+	"github.com/replan/replan/control"
+	"github.com/replan/replan/fleet"
+	"github.com/replan/replan/internal/sshtest"
+	"github.com/replan/replan/sched"
+	"github.com/replan/replan/ssh"
+)
+
+// TestMain lets the test binary run as the daemon of the end-to-end test
+// (REPLAN_SSHEXEC_DAEMON names its configuration), so the test can kill
+// it with SIGKILL like the real thing.
+func TestMain(m *testing.M) {
+	if cfg := os.Getenv("REPLAN_SSHEXEC_DAEMON"); cfg != "" {
+		if err := runTestDaemon(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "test daemon:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// testDaemonConfig is what the daemon subprocess runs with.
+type testDaemonConfig struct {
+	Inventory string `json:"inventory"`
+	RemoteDir string `json:"remote_dir"`
+	DB        string `json:"db"`
+	Socket    string `json:"socket"`
+}
+
+// runTestDaemon is `replan daemon --executor ssh` in miniature: the SSH
+// executor over a fleet, the morphling policy, a short tick, the API on a
+// unix socket. It runs until killed.
+func runTestDaemon(path string) error {
+	ctx := context.Background()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var cfg testDaemonConfig
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	inv, err := cluster.Load(cfg.Inventory)
+	if err != nil {
+		return err
+	}
+	pool, err := ssh.NewPool(ssh.FromInventory(inv, log))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	fl := fleet.New(pool, fleet.Options{RemoteDir: cfg.RemoteDir, Logger: log})
+	ex, err := control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, StopGrace: 10 * time.Second, KillGrace: 2 * time.Second,
+		WaitTimeout: 30 * time.Second, Poll: 100 * time.Millisecond, CallTimeout: 10 * time.Second, NoCPUBinding: true})
+	if err != nil {
+		return err
+	}
+	st, err := control.OpenSQLite(ctx, cfg.DB)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	policy, err := sched.NewWithRestartCost("morphling", 5)
+	if err != nil {
+		return err
+	}
+	var servers []control.ServerInfo
+	for _, s := range inv.Servers {
+		servers = append(servers, control.ServerInfo{Name: s.Name, Address: s.Address, Rack: s.Rack, GPUs: s.GPUs, CPUs: s.CPUCores, MemGB: float64(s.HostMemoryGB)})
+	}
+	var tenants []control.TenantInfo
+	for _, t := range inv.Tenants {
+		tenants = append(tenants, control.TenantInfo{Name: t.Name, QuotaGPUs: t.GPUQuota})
+	}
+	d, err := control.New(ctx, control.Config{Store: st, Exec: ex, Policy: policy, Servers: servers, Tenants: tenants, Logger: log, ProgressEvery: 200 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	l, err := control.ListenUnix(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	api := &control.API{D: d, Version: "e2e"}
+	go control.Serve(ctx, l, api.Handler())
+	return d.Run(ctx, 200*time.Millisecond)
+}
+
+// Scripts of the fake training stack. deepspeed and torchrun skip their
+// own flags and run the entrypoint (node rank exported); python only
+// knows ds_to_universal (it creates the output folder); the trainer
+// behaves like a DeepSpeed job under replan's contract and keeps a trail
+// of where each launch started and what it saved.
+const (
+	fakeDeepSpeed = `#!/bin/sh
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--no_ssh) shift ;;
+	--node_rank) export REPLAN_NODE_RANK="$2"; shift 2 ;;
+	--*) shift 2 ;;
+	*) break ;;
+	esac
+done
+entry="$1"; shift
+exec sh "$entry" "$@"
+`
+	fakeTorchrun = `#!/bin/sh
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--node-rank) export REPLAN_NODE_RANK="$2"; shift 2 ;;
+	--*) shift 2 ;;
+	*) break ;;
+	esac
+done
+entry="$1"; shift
+exec sh "$entry" "$@"
+`
+	fakePython = `#!/bin/sh
+case "$*" in *ds_to_universal*) ;; *) echo "fake python: only ds_to_universal" >&2; exit 2 ;; esac
+out=""
+while [ $# -gt 0 ]; do
+	if [ "$1" = --output_folder ]; then out="$2"; fi
+	shift
+done
+mkdir -p "$out" && echo "converted into $out"
+`
+	fakeTrainer = `#!/bin/sh
+ckpt="$REPLAN_CHECKPOINT_DIR"
+rank="${REPLAN_NODE_RANK:-0}"
+it=0
+if [ "$REPLAN_RESUME" = 1 ] && [ -f "$ckpt/latest" ]; then it=$(cat "$ckpt/latest"); fi
+if [ "$rank" = 0 ]; then echo "start $REPLAN_ATTEMPT $it" >> "$ckpt/trail"; fi
+save() {
+	if [ "$rank" = 0 ]; then
+		echo "$it" > "$ckpt/latest.tmp" && mv "$ckpt/latest.tmp" "$ckpt/latest"
+		echo "save $REPLAN_ATTEMPT $it" >> "$ckpt/trail"
+	fi
+}
+trap 'save; exit 0' TERM
+while [ "$it" -lt "$REPLAN_ITERATIONS" ]; do
+	it=$((it + 1))
+	echo "[Rank 0] epoch=0/micro_step=$it/global_step=$it, RunningAvgSamplesPerSec=20.0, CurrSamplesPerSec=20.0"
+	sleep 0.05
+done
+save
+`
+)
+
+// TestSSHExecutorEndToEnd runs the control plane against real agents on
+// three sshd hosts (network namespaces where possible): three jobs start
+// through the rendered deepspeed command line, a fourth (guaranteed) job
+// makes the morphling policy shrink or preempt one of them, the daemon is
+// killed with SIGKILL while jobs run, a new daemon adopts them, and every
+// job finishes with its iterations continuing across each restart.
+func TestSSHExecutorEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test skipped in -short mode")
+	}
+	if ok, why := sshtest.Available(); !ok {
+		t.Skip(why)
+	}
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 110*time.Second)
+	defer cancel()
+	tmp := t.TempDir()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	agentBin := buildAgent(t, tmp)
+	clientKey := sshtest.ClientKey(t)
+	hosts, netns := startHosts(t, 3, clientKey)
+	t.Logf("3 test hosts, network namespaces: %v", netns)
+	remoteDir := filepath.Join(tmp, "{server}")
+	var dirs []string
+	for _, h := range hosts {
+		dirs = append(dirs, fleet.ExpandDir(remoteDir, h.name, "/"))
+	}
+	t.Cleanup(func() { killLeftovers(dirs) })
+	knownHosts := filepath.Join(tmp, "known_hosts")
+	for _, h := range hosts {
+		h.sshd.AppendKnownHosts(knownHosts)
+	}
+	invPath := writeInventory(t, tmp, hosts, clientKey, knownHosts)
+	inv, err := cluster.Load(invPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := ssh.NewPool(ssh.FromInventory(inv, log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	fl := fleet.New(pool, fleet.Options{RemoteDir: remoteDir, Logger: log})
+	res, err := fl.Deploy(ctx, inv.Servers, fleet.DeployOptions{AgentBinary: agentBin, FakeGPUs: "8xA800"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Status != fleet.StatusDeployed || r.GPUs != 8 {
+			t.Fatalf("deploy %s: %+v", r.Server, r)
+		}
+	}
+	t.Logf("agents deployed at %s", time.Since(began).Round(time.Millisecond))
+
+	// The fake training stack.
+	binDir := filepath.Join(tmp, "bin")
+	work := filepath.Join(tmp, "work")
+	for _, d := range []string{binDir, work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, body := range map[string]string{"deepspeed": fakeDeepSpeed, "torchrun": fakeTorchrun, "python": fakePython} {
+		if err := os.WriteFile(filepath.Join(binDir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trainer := filepath.Join(tmp, "trainer.sh")
+	if err := os.WriteFile(trainer, []byte(fakeTrainer), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	jobSpec := func(name, class string, gpus, iterations int) []byte {
+		ckpt := filepath.Join(tmp, "ckpt", name)
+		if err := os.MkdirAll(ckpt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Appendf(nil, `version: 1
+name: %s
+tenant: research
+class: %s
+model: gpt2
+framework: deepspeed
+workdir: %s
+entrypoint: %s
+env: {PATH: "%s:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+global_batch: 16
+iterations: %d
+checkpoint_dir: %s
+request: {gpus: %d, plan: "dp=%d,tp=1,pp=1,mb=%d,ga=1"}
+`, name, class, work, trainer, binDir, iterations, ckpt, gpus, gpus, 16/gpus)
+	}
+
+	// The daemon, as a subprocess.
+	cfg := testDaemonConfig{Inventory: invPath, RemoteDir: remoteDir, DB: filepath.Join(tmp, "replan.db"), Socket: filepath.Join(tmp, "replan.sock")}
+	cfgPath := filepath.Join(tmp, "daemon.json")
+	raw, _ := json.Marshal(cfg)
+	if err := os.WriteFile(cfgPath, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	daemonLog := filepath.Join(tmp, "daemon.log")
+	client := control.NewUnixClient(cfg.Socket)
+	startDaemon := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run", "^$")
+		cmd.Env = append(os.Environ(), "REPLAN_SSHEXEC_DAEMON="+cfgPath)
+		lf, err := os.OpenFile(daemonLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lf.Close()
+		cmd.Stdout, cmd.Stderr = lf, lf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		poll(t, ctx, "the daemon answers", 20*time.Second, func() error {
+			_, err := client.Status(ctx)
+			return err
+		})
+		return cmd
+	}
+	t.Cleanup(func() {
+		b, _ := os.ReadFile(daemonLog)
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", tail(string(b), 60))
+			return
+		}
+		// The reconfiguration's steps and anything that went wrong.
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "msg=reconfigure") || strings.Contains(l, "converted") || strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") || strings.Contains(l, "msg=adopted") {
+				t.Log("daemon: " + l)
+			}
+		}
+	})
+	d := startDaemon()
+
+	submit := func(name, class string, gpus, iterations int) string {
+		r, err := client.Submit(ctx, name+".yaml", jobSpec(name, class, gpus, iterations))
+		if err != nil {
+			t.Fatalf("submit %s: %v", name, err)
+		}
+		return r.ID
+	}
+	const total = 400
+	var ids []string
+	for _, n := range []string{"one", "two", "three"} {
+		ids = append(ids, submit(n, "best-effort", 8, total))
+	}
+	names := map[string]string{ids[0]: "one", ids[1]: "two", ids[2]: "three"}
+	job := func(id string) control.JobRecord {
+		detail, err := client.Job(ctx, id)
+		if err != nil {
+			t.Fatalf("job %s: %v", id, err)
+		}
+		return detail.Job
+	}
+	poll(t, ctx, "three jobs running and making progress", 30*time.Second, func() error {
+		for _, id := range ids {
+			if r := job(id); r.State != control.StateRunning || r.Iterations < 20 {
+				return fmt.Errorf("%s: %s at %d iterations (%s)", id, r.State, r.Iterations, r.Reason)
+			}
+		}
+		return nil
+	})
+	t.Logf("three jobs running at %s", time.Since(began).Round(time.Millisecond))
+
+	// A guaranteed job arrives: the cluster is full, one job must give
+	// way (shrink = reconfigure, or preempt).
+	four := submit("four", "guaranteed", 2, total/2)
+	ids = append(ids, four)
+	names[four] = "four"
+	var moved string
+	poll(t, ctx, "a reconfigure or preempt decision and the fourth job running", 40*time.Second, func() error {
+		for _, id := range ids[:3] {
+			for _, dr := range mustDetail(t, ctx, client, id).Decisions {
+				if dr.Kind == "reconfigure" || dr.Kind == "preempt" {
+					moved = id
+				}
+			}
+		}
+		if moved == "" {
+			return errors.New("no job reconfigured or preempted yet")
+		}
+		if r := job(four); r.State != control.StateRunning {
+			return fmt.Errorf("fourth job %s (%s)", r.State, r.Reason)
+		}
+		return nil
+	})
+	t.Logf("%s (%s) gave way for the guaranteed job at %s", moved, names[moved], time.Since(began).Round(time.Millisecond))
+
+	// Kill the daemon while jobs run; a new one adopts them.
+	poll(t, ctx, "the fourth job making progress", 20*time.Second, func() error {
+		if r := job(four); r.Iterations < 10 {
+			return fmt.Errorf("%d iterations", r.Iterations)
+		}
+		return nil
+	})
+	running := map[string]bool{}
+	for _, id := range ids {
+		if job(id).State == control.StateRunning {
+			running[id] = true
+		}
+	}
+	if err := d.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	d.Wait()
+	t.Logf("daemon killed with SIGKILL at %s; running then: %v", time.Since(began).Round(time.Millisecond), keys(running))
+	startDaemon()
+
+	poll(t, ctx, "every job finished", 60*time.Second, func() error {
+		for _, id := range ids {
+			if r := job(id); r.State != control.StateFinished {
+				return fmt.Errorf("%s: %s at %d iterations (%s)", id, r.State, r.Iterations, r.Reason)
+			}
+		}
+		return nil
+	})
+	evs, err := client.Events(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adopted := map[string]bool{}
+	for _, e := range evs {
+		if e.Kind == "adopt" {
+			adopted[e.JobID] = true
+		}
+		if e.Kind == "requeue" || e.Kind == "fail" {
+			t.Errorf("event %s %s: %s", e.Kind, e.JobID, e.Msg)
+		}
+	}
+	for id := range running {
+		if !adopted[id] {
+			t.Errorf("%s ran when the daemon was killed but was not adopted", id)
+		}
+	}
+	// Iterations continue across every restart: each launch starts where
+	// the previous one saved, the last one saved at the end.
+	for _, id := range ids {
+		r := job(id)
+		want := total
+		if id == four {
+			want = total / 2
+		}
+		if r.Iterations != want {
+			t.Errorf("%s finished at %d iterations, want %d", id, r.Iterations, want)
+		}
+		trail := readTrail(t, filepath.Join(tmp, "ckpt", names[id], "trail"))
+		if err := checkTrail(trail, want); err != nil {
+			t.Errorf("%s (%s): %v\ntrail:\n%s", id, names[id], err, strings.Join(trail, "\n"))
+		}
+		if id == moved && len(trail) < 4 {
+			t.Errorf("%s gave way but its trail shows one launch:\n%s", id, strings.Join(trail, "\n"))
+		}
+	}
+	t.Logf("trail of %s: %s", names[moved], strings.Join(readTrail(t, filepath.Join(tmp, "ckpt", names[moved], "trail")), "; "))
+	t.Logf("end-to-end (netns %v) took %s", netns, time.Since(began).Round(time.Millisecond))
+}
+
+func mustDetail(t *testing.T, ctx context.Context, c *control.Client, id string) control.JobDetail {
+	t.Helper()
+	d, err := c.Job(ctx, id)
+	if err != nil {
+		t.Fatalf("job %s: %v", id, err)
+	}
+	return d
+}
+
+func readTrail(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("trail: %v", err)
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
+// checkTrail checks a trainer's trail ("start ATTEMPT IT" / "save ATTEMPT
+// IT" lines): the first launch starts at 0, every later one where the
+// previous one saved, and the last save is the job's end.
+func checkTrail(lines []string, total int) error {
+	saved, launches := 0, 0
+	for i, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			return fmt.Errorf("line %d: %q", i+1, l)
+		}
+		it, err := strconv.Atoi(f[2])
+		if err != nil {
+			return fmt.Errorf("line %d: %q", i+1, l)
+		}
+		switch f[0] {
+		case "start":
+			if it != saved {
+				return fmt.Errorf("launch %d (attempt %s) started at %d, the last checkpoint was %d", launches+1, f[1], it, saved)
+			}
+			launches++
+		case "save":
+			if it < saved {
+				return fmt.Errorf("line %d: saved %d after %d", i+1, it, saved)
+			}
+			saved = it
+		}
+	}
+	if saved != total {
+		return fmt.Errorf("last checkpoint %d, want %d", saved, total)
+	}
+	return nil
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// testHost is one test server: an sshd in its own network namespace (or
+// on loopback where namespaces are not available).
+type testHost struct {
+	name string
+	sshd *sshtest.Server
+}
+
+// startHosts starts n sshd servers sharing one client key, each in its own
+// network namespace behind a veth pair when the test can create them, else
+// (or with REPLAN_E2E_LOOPBACK=1) on loopback.
+func startHosts(t *testing.T, n int, clientKey string) (hosts []testHost, netns bool) {
+	t.Helper()
+	pid := os.Getpid()
+	netns = true
+	var spaces []*sshtest.NetNS
+	if os.Getenv("REPLAN_E2E_LOOPBACK") != "" {
+		t.Logf("REPLAN_E2E_LOOPBACK set: %d sshd on loopback ports instead of network namespaces", n)
+		netns = false
+	}
+	for i := range n {
+		if !netns {
+			break
+		}
+		sub, err := sshtest.FreeSubnet(pid*n + i + 7)
+		if err == nil {
+			var ns *sshtest.NetNS
+			ns, err = sshtest.NewNetNS(t, fmt.Sprintf("rp-cx-%d-%d", pid, i+1),
+				fmt.Sprintf("10.250.%d.1", sub), fmt.Sprintf("10.250.%d.2", sub))
+			spaces = append(spaces, ns)
+		}
+		if err != nil {
+			t.Logf("network namespaces unavailable (%v): falling back to %d sshd on loopback ports", err, n)
+			netns = false
+			break
+		}
+	}
+	for i := range n {
+		cfg := sshtest.Config{ClientKey: clientKey}
+		if netns {
+			cfg.ListenAddr, cfg.Wrap = spaces[i].NSAddr, spaces[i].Wrap()
+		}
+		hosts = append(hosts, testHost{name: fmt.Sprintf("h%d", i+1), sshd: sshtest.Start(t, cfg)})
+	}
+	return hosts, netns
+}
+
+// writeInventory writes an inventory of the hosts: 8 GPUs and a nominal
+// 64 cores each (the executor does not bind cores in this test).
+func writeInventory(t *testing.T, dir string, hosts []testHost, clientKey, knownHosts string) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "version: 1\ndefaults:\n  user: %s\n  identity_file: %s\n  gpus: 8\n  gpu_memory_gb: 80\n"+
+		"  cpu_cores: 64\n  host_memory_gb: 1000\n  nvlink_gbps: 400\n  nic_gbps: 25\n", hosts[0].sshd.User, clientKey)
+	b.WriteString("racks:\n  - {name: r1, spine_gbps: 50}\nservers:\n")
+	for _, h := range hosts {
+		fmt.Fprintf(&b, "  - {name: %s, address: %s, port: %d, rack: r1}\n", h.name, h.sshd.Host, h.sshd.Port)
+	}
+	fmt.Fprintf(&b, "tenants:\n  - {name: research, gpu_quota: 16}\n")
+	fmt.Fprintf(&b, "ssh:\n  known_hosts: %s\n  connect_timeout: 5s\n  keepalive: 2s\n", knownHosts)
+	p := filepath.Join(dir, "inventory.yaml")
+	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// buildAgent builds cmd/replan-agent.
+func buildAgent(t *testing.T, dir string) string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go toolchain not on PATH: cannot build the agent")
+	}
+	out := filepath.Join(dir, "replan-agent")
+	cmd := exec.Command(gobin, "build", "-ldflags", "-X main.version=e2e", "-o", out, "github.com/replan/replan/cmd/replan-agent")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build agent: %v\n%s", err, b)
+	}
+	return out
+}
+
+// killLeftovers stops every agent and supervised process under the
+// remote directories, by the PIDs they recorded.
+func killLeftovers(dirs []string) {
+	for _, d := range dirs {
+		recs, _ := filepath.Glob(filepath.Join(d, "agent", "procs", "*", "process.json"))
+		for _, r := range recs {
+			var p agent.ProcessInfo
+			if b, err := os.ReadFile(r); err == nil && json.Unmarshal(b, &p) == nil && p.State == agent.StateRunning && p.PID > 1 {
+				_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "agent.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+}
+
+// poll calls fn until it returns nil, the deadline passes or ctx ends.
+func poll(t *testing.T, ctx context.Context, what string, timeout time.Duration, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("%s: still not true after %s: %v", what, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
