@@ -17,8 +17,10 @@ import (
 	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/control"
 	"github.com/replan/replan/dataset"
+	"github.com/replan/replan/fleet"
 	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
+	"github.com/replan/replan/ssh"
 )
 
 // defaultSocket is where the daemon listens and the CLI connects:
@@ -35,7 +37,8 @@ func defaultSocket() string {
 // which runs the same control plane in-process).
 type daemonOptions struct {
 	inventory, db, socket, policy, executor, data, listen, tokenFile string
-	tick, restartCost                                             time.Duration
+	remoteDir                                                        string // agent directory on every server (ssh executor)
+	tick, restartCost                                                time.Duration
 }
 
 // modelsFromData fits a model type from a data directory once, or falls back
@@ -83,7 +86,9 @@ func newDaemonCmd(stdout, stderr io.Writer) *cobra.Command {
 written there before it is acted on, so the daemon can be killed at any moment and restarted.
 The API listens on a unix socket (mode 0600) and, with --listen, on TCP with a bearer token.
 --executor sim runs jobs on a simulated cluster (measured A800 iteration times from --data);
-the SSH executor that launches DeepSpeed/Megatron through the agents is not built yet.`,
+--executor ssh launches DeepSpeed/Megatron on the inventory's servers through the agents that
+replan deploy installed (same --remote-dir), over SSH with the inventory's options and known_hosts.
+See docs/control.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDaemon(cmd.Context(), o, stderr)
@@ -94,7 +99,8 @@ the SSH executor that launches DeepSpeed/Megatron through the agents is not buil
 	f.StringVar(&o.db, "db", "", "SQLite database (default ~/.replan/replan.db)")
 	f.StringVar(&o.socket, "socket", defaultSocket(), "API unix socket")
 	f.StringVar(&o.policy, "policy", "morphling", "scheduling policy: "+strings.Join(sched.Names(), ", "))
-	f.StringVar(&o.executor, "executor", "sim", "sim (simulated cluster)")
+	f.StringVar(&o.executor, "executor", "sim", "sim (simulated cluster) or ssh (the agents on the inventory's servers)")
+	f.StringVar(&o.remoteDir, "remote-dir", fleet.DefaultRemoteDir, "agent directory on every server, as given to replan deploy; {server} is replaced by the server's name (ssh executor)")
 	f.StringVar(&o.data, "data", "", "Morphling data directory for fitted models and measured iteration times (default $REPLAN_DATA or ../shared/data/morphling when present)")
 	f.StringVar(&o.listen, "listen", "", "also serve the API on this TCP address (needs --token-file)")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token of the TCP listener")
@@ -142,8 +148,18 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 			names[i] = s.Name
 		}
 		exec = control.NewSimExecutor(time.Now, names, measured, models, o.restartCost)
+	case "ssh":
+		pool, err := ssh.NewPool(ssh.FromInventory(inv, log))
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		fl := fleet.New(pool, fleet.Options{RemoteDir: o.remoteDir, Logger: log})
+		if exec, err = control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log}); err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("daemon: --executor %q: only sim is built so far (the SSH executor comes with the control-plane issue)", o.executor)
+		return fmt.Errorf("daemon: --executor %q: want sim or ssh", o.executor)
 	}
 	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log})
 	if err != nil {
