@@ -1,8 +1,10 @@
 package sched
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/replan/replan/perf"
@@ -326,12 +328,12 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		_, js.slope = js.next(len(js.cv.env) - 1)
 		order = append(order, i)
 	}
-	sort.SliceStable(order, func(a, b int) bool {
-		x, y := &st.jobs[order[a]], &st.jobs[order[b]]
+	slices.SortStableFunc(order, func(a, b int) int {
+		x, y := &st.jobs[a], &st.jobs[b]
 		if x.slope != y.slope {
-			return x.slope > y.slope
+			return cmp.Compare(y.slope, x.slope)
 		}
-		return x.job.Submit < y.job.Submit
+		return cmp.Compare(x.job.Submit, y.job.Submit)
 	})
 	// With nobody waiting, free GPUs help nobody else: grow while any step
 	// still adds IdleMinSlope (Algorithm 1's "take the free resources").
@@ -601,12 +603,11 @@ func (p *Morphling) victim(st *state, i int, slope float64, must bool, banned ma
 				st.vlist = append(st.vlist, vcand{job: k, to: to, loss: loss})
 			}
 		}
-		sort.SliceStable(st.vlist, func(a, b int) bool {
-			x, y := st.vlist[a], st.vlist[b]
+		slices.SortStableFunc(st.vlist, func(x, y vcand) int {
 			if x.loss != y.loss {
-				return x.loss < y.loss
+				return cmp.Compare(x.loss, y.loss)
 			}
-			return st.jobs[x.job].job.Submit > st.jobs[y.job].job.Submit
+			return cmp.Compare(st.jobs[y.job].job.Submit, st.jobs[x.job].job.Submit)
 		})
 	}
 	best, bestTo, bestLoss := -1, 0, math.Inf(1)
