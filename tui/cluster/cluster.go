@@ -1,0 +1,327 @@
+// Package cluster is the TUI's cluster screen: racks, their servers, and one
+// cell per GPU coloured (and lettered) by the job holding it, with a legend
+// job → colour. Free GPUs are dim dots, a drained server's free GPUs are
+// dashes and an unreachable server's GPUs are crosses. It scrolls, and
+// renders only the rows on screen, so 1,024 servers cost what 20 do.
+package cluster
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"charm.land/bubbles/v2/key"
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/replan/replan/tui/common"
+	"github.com/replan/replan/tui/data"
+)
+
+// Model is the cluster screen.
+type Model struct {
+	st   common.Styles
+	keys common.Keys
+	pal  *common.Palette
+
+	width, height int
+
+	nodes  []data.Node
+	rows   []row // rack headers and servers, in display order
+	srvRow []int // row index of each server in display order
+	order  []int // node index of each server in display order
+	cursor int   // index into order
+	offset int   // first row on screen
+	nameW  int
+	gpuW   int
+	loaded bool
+}
+
+type row struct {
+	rack string // header when node < 0
+	node int
+	free int // rack header: free GPUs
+	gpus int // rack header: GPUs
+	n    int // rack header: servers
+}
+
+// New is an empty cluster screen.
+func New(st common.Styles, keys common.Keys, pal *common.Palette) *Model {
+	return &Model{st: st, keys: keys, pal: pal}
+}
+
+// SetSize implements common.Screen.
+func (m *Model) SetSize(w, h int) { m.width, m.height = w, h }
+
+// Capturing implements common.Screen.
+func (m *Model) Capturing() bool { return false }
+
+// Help implements common.Screen.
+func (m *Model) Help() []key.Binding {
+	return append(m.keys.Moves(), m.keys.Drain, withHelp(m.keys.Enter, "first job's detail"))
+}
+
+func withHelp(b key.Binding, desc string) key.Binding {
+	b.SetHelp(b.Help().Key, desc)
+	return b
+}
+
+// Selected is the server under the cursor ("" when none).
+func (m *Model) Selected() string {
+	if len(m.order) == 0 {
+		return ""
+	}
+	return m.nodes[m.order[m.cursor]].Name
+}
+
+// Update implements common.Screen.
+func (m *Model) Update(msg tea.Msg) tea.Cmd {
+	switch msg := msg.(type) {
+	case data.NodesMsg:
+		if msg.Err == nil {
+			m.setNodes(msg.Nodes)
+		}
+	case tea.KeyPressMsg:
+		return m.key(msg)
+	}
+	return nil
+}
+
+func (m *Model) key(k tea.KeyPressMsg) tea.Cmd {
+	n := len(m.order)
+	page := max(1, m.listHeight()-1)
+	switch {
+	case key.Matches(k, m.keys.Up):
+		m.cursor--
+	case key.Matches(k, m.keys.Down):
+		m.cursor++
+	case key.Matches(k, m.keys.PageUp):
+		m.cursor -= page
+	case key.Matches(k, m.keys.PageDown):
+		m.cursor += page
+	case key.Matches(k, m.keys.Top):
+		m.cursor = 0
+	case key.Matches(k, m.keys.Bottom):
+		m.cursor = n - 1
+	case key.Matches(k, m.keys.Drain):
+		if s := m.Selected(); s != "" {
+			return func() tea.Msg { return data.ActionMsg{Action: data.ActDrain, Target: s} }
+		}
+	case key.Matches(k, m.keys.Enter):
+		if n > 0 {
+			for _, o := range m.nodes[m.order[m.cursor]].Owners {
+				if o != "" {
+					return func() tea.Msg { return data.OpenJobMsg{ID: o} }
+				}
+			}
+		}
+	}
+	m.cursor = common.Clamp(m.cursor, 0, n-1)
+	return nil
+}
+
+// setNodes groups servers by rack (racks in order of first appearance,
+// servers in the backend's order) and keeps the cursor on the same server.
+func (m *Model) setNodes(nodes []data.Node) {
+	prev := m.Selected()
+	m.nodes, m.loaded = nodes, true
+	var racks []string
+	byRack := map[string][]int{}
+	var live []string
+	seen := map[string]bool{}
+	m.nameW, m.gpuW = 6, 4
+	for i, n := range nodes {
+		if _, ok := byRack[n.Rack]; !ok {
+			racks = append(racks, n.Rack)
+		}
+		byRack[n.Rack] = append(byRack[n.Rack], i)
+		m.nameW = max(m.nameW, ansi.StringWidth(n.Name))
+		m.gpuW = max(m.gpuW, len(n.Owners), n.GPUs)
+		for _, o := range n.Owners {
+			if o != "" && !seen[o] {
+				seen[o] = true
+				live = append(live, o)
+			}
+		}
+	}
+	sort.Strings(live)
+	m.pal.Retain(live)
+	m.rows, m.order, m.srvRow = m.rows[:0], m.order[:0], m.srvRow[:0]
+	m.cursor = 0
+	for _, r := range racks {
+		h := row{rack: r, node: -1}
+		for _, i := range byRack[r] {
+			h.n++
+			h.gpus += nodes[i].GPUs
+			h.free += nodes[i].FreeGPUs
+		}
+		m.rows = append(m.rows, h)
+		for _, i := range byRack[r] {
+			if nodes[i].Name == prev {
+				m.cursor = len(m.order)
+			}
+			m.srvRow = append(m.srvRow, len(m.rows))
+			m.order = append(m.order, i)
+			m.rows = append(m.rows, row{node: i})
+		}
+	}
+}
+
+// legendLines is the room the legend gets.
+const legendLines = 2
+
+func (m *Model) listHeight() int { return max(1, m.height-2-legendLines) }
+
+// View implements common.Screen.
+func (m *Model) View() string {
+	if !m.loaded {
+		return common.FitLines([]string{m.st.Faint.Render("waiting for the first poll of the servers…")}, m.height)
+	}
+	lines := make([]string, 0, m.height)
+	hdr := "  " + common.Pad("SERVER", m.nameW) + " " + common.Pad("GPUS", m.gpuW) + "  FREE STATE  JOBS"
+	if len(m.order) > 0 {
+		pos := fmt.Sprintf("%d/%d", m.cursor+1, len(m.order))
+		hdr = common.Pad(hdr, max(0, m.width-len(pos))) + pos
+	}
+	lines = append(lines, m.summary(), m.st.Header.Render(common.Truncate(hdr, m.width)))
+	lh := m.listHeight()
+	cur := -1
+	if len(m.order) > 0 {
+		cur = m.srvRow[m.cursor]
+		// keep the rack header of the first server visible when scrolling up
+		want := cur
+		if m.cursor == 0 {
+			want = 0
+		}
+		m.offset = common.Window(m.offset, cur, lh, len(m.rows))
+		m.offset = min(m.offset, want)
+	}
+	var visible []string
+	vseen := map[string]bool{}
+	for r := m.offset; r < len(m.rows) && r < m.offset+lh; r++ {
+		rw := m.rows[r]
+		if rw.node < 0 {
+			lines = append(lines, m.st.Faint.Render(common.Truncate(fmt.Sprintf("rack %s · %d servers · %d/%d GPUs free", rw.rack, rw.n, rw.free, rw.gpus), m.width)))
+			continue
+		}
+		lines = append(lines, m.server(m.nodes[rw.node], r == cur))
+		for _, o := range m.nodes[rw.node].Owners {
+			if o != "" && !vseen[o] {
+				vseen[o] = true
+				visible = append(visible, o)
+			}
+		}
+	}
+	for len(lines) < 2+lh {
+		lines = append(lines, "")
+	}
+	sort.Strings(visible)
+	lines = append(lines, m.legend(visible)...)
+	return common.FitLines(lines, m.height)
+}
+
+func (m *Model) summary() string {
+	gpus, free, drained, down := 0, 0, 0, 0
+	for _, n := range m.nodes {
+		gpus += n.GPUs
+		free += n.FreeGPUs
+		if n.Drained {
+			drained++
+		}
+		if !n.Reachable {
+			down++
+		}
+	}
+	s := fmt.Sprintf("%d servers · %d GPUs · %d busy · %d free", len(m.nodes), gpus, gpus-free, free)
+	if drained > 0 {
+		s += fmt.Sprintf(" · %d drained", drained)
+	}
+	if down > 0 {
+		s += " · " + m.st.Bad.Render(fmt.Sprintf("%d unreachable", down))
+	}
+	return common.Truncate(s, m.width)
+}
+
+func (m *Model) server(n data.Node, selected bool) string {
+	var b strings.Builder
+	mark := "  "
+	if selected {
+		mark = "▸ "
+	}
+	name := common.Pad(n.Name, m.nameW)
+	if selected {
+		name = m.st.Selected.Render(name)
+	}
+	b.WriteString(mark)
+	b.WriteString(name)
+	b.WriteByte(' ')
+	for i := range max(n.GPUs, len(n.Owners)) {
+		o := ""
+		if i < len(n.Owners) {
+			o = n.Owners[i]
+		}
+		switch {
+		case !n.Reachable:
+			b.WriteString(m.st.Bad.Render("x"))
+		case o != "":
+			b.WriteString(m.st.Job(m.pal.Slot(o)).Render(m.pal.Letter(o)))
+		case n.Drained:
+			b.WriteString(m.st.Dim.Render("-"))
+		default:
+			b.WriteString(m.st.Dim.Render("·"))
+		}
+	}
+	b.WriteString(strings.Repeat(" ", m.gpuW-max(n.GPUs, len(n.Owners))))
+	fmt.Fprintf(&b, " %s ", common.PadLeft(fmt.Sprintf("%d/%d", n.FreeGPUs, n.GPUs), 5))
+	switch {
+	case !n.Reachable:
+		b.WriteString(m.st.Bad.Render(common.Pad("down", 6)))
+	case n.Drained:
+		b.WriteString(m.st.Warn.Render(common.Pad("drain", 6)))
+	default:
+		b.WriteString(m.st.OK.Render(common.Pad("ok", 6)))
+	}
+	seen := map[string]bool{}
+	var jobs []string
+	for _, o := range n.Owners {
+		if o != "" && !seen[o] {
+			seen[o] = true
+			jobs = append(jobs, o)
+		}
+	}
+	b.WriteString(strings.Join(jobs, " "))
+	return common.Truncate(b.String(), m.width)
+}
+
+// legend lists job → letter/colour for the jobs on screen, wrapped into
+// legendLines lines, "+N more" when they do not fit.
+func (m *Model) legend(ids []string) []string {
+	free := m.st.Dim.Render("·") + " free  " + m.st.Dim.Render("-") + " drained  " + m.st.Bad.Render("x") + " down"
+	lines := []string{""}
+	add := func(item string) bool {
+		last := &lines[len(lines)-1]
+		w := ansi.StringWidth(*last)
+		if w > 0 && w+2+ansi.StringWidth(item) > m.width {
+			if len(lines) == legendLines {
+				return false
+			}
+			lines = append(lines, "")
+			last = &lines[len(lines)-1]
+		} else if w > 0 {
+			*last += "  "
+		}
+		*last += item
+		return true
+	}
+	add(free)
+	for i, id := range ids {
+		item := m.st.Job(m.pal.Slot(id)).Render(m.pal.Letter(id) + " " + id)
+		if !add(item) {
+			more := fmt.Sprintf("+%d more", len(ids)-i)
+			last := &lines[len(lines)-1]
+			*last = common.Truncate(*last, max(0, m.width-len(more)-2)) + "  " + more
+			break
+		}
+	}
+	return lines
+}

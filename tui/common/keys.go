@@ -1,0 +1,51 @@
+package common
+
+import "charm.land/bubbles/v2/key"
+
+// Keys are every key binding of the TUI; screens use the ones they need.
+type Keys struct {
+	Up, Down, PageUp, PageDown, Top, Bottom key.Binding
+	Enter, Back, Filter                     key.Binding
+	Cancel, Drain, Submit                   key.Binding
+	Faster, Slower                          key.Binding
+	NextTab, PrevTab                        key.Binding
+	Tab1, Tab2, Tab3, Tab4, Tab5            key.Binding
+	Help, Quit                              key.Binding
+}
+
+// DefaultKeys are the bindings docs/tui.md lists.
+func DefaultKeys() Keys {
+	b := func(help, desc string, keys ...string) key.Binding {
+		return key.NewBinding(key.WithKeys(keys...), key.WithHelp(help, desc))
+	}
+	return Keys{
+		Up:       b("↑/k", "up", "up", "k"),
+		Down:     b("↓/j", "down", "down", "j"),
+		PageUp:   b("pgup", "page up", "pgup", "ctrl+u"),
+		PageDown: b("pgdn", "page down", "pgdown", "ctrl+d"),
+		Top:      b("home/g", "top", "home", "g"),
+		Bottom:   b("end/G", "bottom", "end", "G"),
+		Enter:    b("enter", "detail", "enter"),
+		Back:     b("esc", "back", "esc"),
+		Filter:   b("/", "filter", "/"),
+		Cancel:   b("c", "cancel job", "c"),
+		Drain:    b("d", "drain server", "d"),
+		Submit:   b("s", "submit spec", "s"),
+		Faster:   b("+", "faster", "+", "="),
+		Slower:   b("-", "slower", "-"),
+		NextTab:  b("tab", "next screen", "tab"),
+		PrevTab:  b("shift+tab", "previous screen", "shift+tab"),
+		Tab1:     b("1", "cluster", "1"),
+		Tab2:     b("2", "queue", "2"),
+		Tab3:     b("3", "jobs", "3"),
+		Tab4:     b("4", "job detail", "4"),
+		Tab5:     b("5", "events", "5"),
+		Help:     b("?", "help", "?"),
+		Quit:     b("q", "quit", "q", "ctrl+c"),
+	}
+}
+
+// Moves are the cursor bindings every list screen shares.
+func (k Keys) Moves() []key.Binding {
+	return []key.Binding{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom}
+}

@@ -1,0 +1,181 @@
+// Package controlbackend is the TUI's Backend over the daemon's API
+// (a *control.Client): it converts the API's records into the TUI's rows.
+//
+// It is the only TUI package that imports control. control's package also
+// holds the SQLite store, so this package (not tui itself or its screens)
+// carries modernc.org/sqlite in its import graph; it never calls the store.
+package controlbackend
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/replan/replan/control"
+	"github.com/replan/replan/jobspec"
+	"github.com/replan/replan/launch"
+	"github.com/replan/replan/perf"
+	"github.com/replan/replan/tui"
+	"github.com/replan/replan/tui/data"
+	"github.com/replan/replan/tui/jobs"
+)
+
+// Backend adapts a control.Client.
+type Backend struct{ c *control.Client }
+
+// New is the TUI backend of a daemon's API client
+// (control.NewUnixClient(socket) or control.NewTCPClient(url, token)).
+func New(c *control.Client) tui.Backend { return &Backend{c: c} }
+
+// Status implements tui.Backend.
+func (b *Backend) Status(ctx context.Context) (data.Status, error) {
+	s, err := b.c.Status(ctx)
+	if err != nil {
+		return data.Status{}, err
+	}
+	return data.Status{Version: s.Version, Policy: s.Policy, Servers: s.Servers, GPUs: s.GPUs, FreeGPUs: s.FreeGPUs,
+		Jobs: s.Jobs, Waiting: s.LastRound.Waiting, RoundAt: s.LastRound.At, RoundTook: s.LastRound.Duration}, nil
+}
+
+// Nodes implements tui.Backend.
+func (b *Backend) Nodes(ctx context.Context) ([]data.Node, error) {
+	ns, err := b.c.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]data.Node, len(ns))
+	for i, n := range ns {
+		out[i] = data.Node{Name: n.Name, Rack: n.Rack, GPUs: n.GPUs, Reachable: n.Reachable, Drained: n.Drained,
+			Missed: n.Missed, FreeGPUs: n.FreeGPUs, Owners: n.GPUOwners}
+	}
+	return out, nil
+}
+
+// Queue implements tui.Backend. The API does not report delay timers yet,
+// so Timers stays nil.
+func (b *Backend) Queue(ctx context.Context) ([]data.QueueRow, error) {
+	q, err := b.c.Queue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]data.QueueRow, len(q))
+	for i, e := range q {
+		out[i] = data.QueueRow{ID: e.Job.ID, Name: e.Job.Name, Class: e.Job.Class, Tenant: e.Job.Tenant, State: string(e.Job.State),
+			GPUs: e.GPUs, Waited: time.Duration(e.WaitingS * float64(time.Second)), Reason: e.Reason}
+	}
+	return out, nil
+}
+
+// Jobs implements tui.Backend.
+func (b *Backend) Jobs(ctx context.Context) ([]data.Job, error) {
+	js, err := b.c.Jobs(ctx, control.StateRunning)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]data.Job, len(js))
+	for i, j := range js {
+		out[i] = Job(j)
+	}
+	return out, nil
+}
+
+// Job converts a job record: its spec gives the architecture, its plan and
+// placement are decoded from JSON (a record that does not decode keeps
+// those fields empty rather than failing the whole list).
+func Job(j control.JobRecord) data.Job {
+	d := data.Job{ID: j.ID, Name: j.Name, Tenant: j.Tenant, Class: j.Class, State: string(j.State), Reason: j.Reason,
+		Iterations: j.Iterations, Restarts: j.Restarts, SubmittedAt: j.SubmittedAt, StartedAt: j.StartedAt}
+	var spec jobspec.Spec
+	if len(j.Spec) > 0 && json.Unmarshal(j.Spec, &spec) == nil {
+		d.Arch, d.HasArch = spec.Arch, spec.Arch.Name != ""
+		d.TotalIterations, d.RequestGPUs = spec.Iterations, spec.Request.GPUs
+	}
+	var p perf.Plan
+	if len(j.Plan) > 0 && json.Unmarshal(j.Plan, &p) == nil && p.GPUs() > 0 {
+		d.Plan, d.PlanString = p, p.String()
+	}
+	var servers []launch.Server
+	if len(j.Placement) > 0 && json.Unmarshal(j.Placement, &servers) == nil {
+		for _, s := range servers {
+			d.Placement = append(d.Placement, data.Server{Name: s.Name, GPUs: s.GPUs})
+		}
+		d.PlacementString = jobs.PlacementSummary(d.Placement)
+	}
+	return d
+}
+
+// Job implements tui.Backend.
+func (b *Backend) Job(ctx context.Context, id string) (data.JobDetail, error) {
+	jd, err := b.c.Job(ctx, id)
+	if err != nil {
+		return data.JobDetail{Job: data.Job{ID: id}}, err
+	}
+	out := data.JobDetail{Job: Job(jd.Job)}
+	for _, t := range jd.History {
+		out.History = append(out.History, data.Transition{From: string(t.From), To: string(t.To), Reason: t.Reason, At: t.At})
+	}
+	for _, d := range jd.Decisions {
+		out.Decisions = append(out.Decisions, decision(d))
+	}
+	// oldest first, whatever order the API used
+	sort.SliceStable(out.Decisions, func(a, b int) bool { return out.Decisions[a].At.Before(out.Decisions[b].At) })
+	return out, nil
+}
+
+func decision(d control.DecisionRecord) data.Decision {
+	out := data.Decision{ID: d.ID, Kind: d.Kind, Reason: d.Reason, At: d.At}
+	var det struct {
+		Plan       perf.Plan      `json:"plan"`
+		Placement  perf.Placement `json:"placement"`
+		Throughput float64        `json:"throughput"`
+	}
+	if len(d.Detail) > 0 && json.Unmarshal(d.Detail, &det) == nil {
+		if det.Plan.GPUs() > 0 {
+			out.Plan = det.Plan.String()
+		}
+		if len(det.Placement) > 0 {
+			out.Placement = fmt.Sprint([]int(det.Placement))
+		}
+		out.Throughput = det.Throughput
+	}
+	return out
+}
+
+// Events implements tui.Backend.
+func (b *Backend) Events(ctx context.Context, after int64, wait time.Duration) ([]data.Event, error) {
+	evs, err := b.c.Events(ctx, after, wait)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]data.Event, len(evs))
+	for i, e := range evs {
+		out[i] = data.Event{ID: e.ID, Kind: e.Kind, JobID: e.JobID, Node: e.Node, Msg: e.Msg, At: e.At}
+		var d struct {
+			Plan string `json:"plan"`
+		}
+		if len(e.Data) > 0 && json.Unmarshal(e.Data, &d) == nil {
+			out[i].Plan = d.Plan
+		}
+	}
+	return out, nil
+}
+
+// Cancel implements tui.Backend.
+func (b *Backend) Cancel(ctx context.Context, id string) error {
+	_, err := b.c.JobOp(ctx, id, "cancel")
+	return err
+}
+
+// Drain implements tui.Backend.
+func (b *Backend) Drain(ctx context.Context, server string) error {
+	_, err := b.c.NodeOp(ctx, server, "drain")
+	return err
+}
+
+// Submit implements tui.Backend.
+func (b *Backend) Submit(ctx context.Context, file string, spec []byte) (string, error) {
+	r, err := b.c.Submit(ctx, file, spec)
+	return r.ID, err
+}

@@ -1,0 +1,171 @@
+// Package data holds what the TUI shows, as its screens read it: the rows
+// the backend returns (status, servers, queue, jobs, job detail, events) and
+// the typed messages that carry them into the Bubble Tea program.
+//
+// The types are the TUI's own, not the control API's, so that the screens
+// depend on nothing but perf for plans; the control adapter
+// (tui/controlbackend) converts.
+package data
+
+import (
+	"time"
+
+	"github.com/replan/replan/perf"
+)
+
+// Status is the cluster summary in the title bar.
+type Status struct {
+	Version  string
+	Policy   string
+	Servers  int
+	GPUs     int
+	FreeGPUs int
+	Jobs     int
+	// Waiting is the number of jobs the last round left waiting.
+	Waiting int
+	// RoundAt is when the last scheduling round ran and RoundTook how long.
+	RoundAt   time.Time
+	RoundTook time.Duration
+}
+
+// Node is one server.
+type Node struct {
+	Name      string
+	Rack      string
+	GPUs      int
+	Reachable bool
+	Drained   bool
+	Missed    int // heartbeats missed in a row
+	FreeGPUs  int
+	// Owners is the job holding each GPU index ("" when free).
+	Owners []string
+}
+
+// DelayTimers are a waiting job's placement delay timers (Dally). Every
+// field is optional: a backend that does not know one leaves it zero and
+// the queue screen hides columns nobody provides.
+type DelayTimers struct {
+	// ServerTimer and RackTimer are what is left of each timer at the time
+	// of the poll: while they run the job refuses offers that span servers
+	// (resp. racks). They count down locally between polls.
+	ServerTimer time.Duration
+	RackTimer   time.Duration
+	// Starved is the job's starvation time at the poll; it counts up.
+	Starved time.Duration
+	// AcceptTier is the widest tier the job accepts now: "server", "rack"
+	// or "cluster".
+	AcceptTier string
+	// NwSens is (I_done/I_total)/(T_run/T_ideal); offers go in increasing
+	// order of it. HasNwSens tells a real 0 from unknown.
+	NwSens    float64
+	HasNwSens bool
+}
+
+// QueueRow is a waiting job (queued, preempted or held) and why it waits.
+type QueueRow struct {
+	ID     string
+	Name   string
+	Class  string
+	Tenant string
+	State  string
+	GPUs   int
+	// Waited is how long it had waited at the poll.
+	Waited time.Duration
+	Reason string
+	// Timers is nil when the backend does not report delay timers.
+	Timers *DelayTimers
+}
+
+// Server is one server of a job's placement and the GPU indices it holds.
+type Server struct {
+	Name string
+	GPUs []int
+}
+
+// Job is a job with its plan and placement.
+type Job struct {
+	ID     string
+	Name   string
+	Tenant string
+	Class  string
+	State  string
+	Reason string
+	// Arch is the model architecture from the job's spec; HasArch is false
+	// when the spec could not be read.
+	Arch    perf.Arch
+	HasArch bool
+	// Plan is the current execution plan; PlanString its compact form
+	// (perf.Plan.String), "" when the job has none.
+	Plan       perf.Plan
+	PlanString string
+	// Placement is where it runs; PlacementString a compact summary that an
+	// event may update before the next poll.
+	Placement       []Server
+	PlacementString string
+	RequestGPUs     int
+	Iterations      int
+	TotalIterations int
+	Restarts        int
+	SubmittedAt     time.Time
+	StartedAt       time.Time
+}
+
+// GPUs is the number of GPUs the job holds.
+func (j Job) GPUs() int {
+	n := 0
+	for _, s := range j.Placement {
+		n += len(s.GPUs)
+	}
+	return n
+}
+
+// PerfPlacement is the placement as perf counts it (GPUs per server).
+func (j Job) PerfPlacement() perf.Placement {
+	var pl perf.Placement
+	for _, s := range j.Placement {
+		if len(s.GPUs) > 0 {
+			pl = append(pl, len(s.GPUs))
+		}
+	}
+	return pl
+}
+
+// Transition is one change of a job's state.
+type Transition struct {
+	From, To string
+	Reason   string
+	At       time.Time
+}
+
+// Decision is a scheduling decision about a job, with its reason.
+type Decision struct {
+	ID         int64
+	Kind       string // start, reconfigure, preempt, wait
+	Plan       string // compact plan, for start and reconfigure
+	Placement  string // GPUs per server, e.g. "[4 4]"
+	Throughput float64
+	Reason     string
+	At         time.Time
+}
+
+// JobDetail is one job with its history and decisions (oldest first).
+type JobDetail struct {
+	Job         Job
+	History     []Transition
+	Decisions   []Decision
+	FetchedAt   time.Time
+	Unavailable string // set when the job could not be fetched
+}
+
+// Event is an entry of the event stream.
+type Event struct {
+	ID    int64
+	Kind  string
+	JobID string
+	Node  string
+	Msg   string
+	// Plan and Placement are set by start and reconfigure events.
+	Plan      string
+	Placement string
+	At        time.Time
+}

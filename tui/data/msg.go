@@ -1,0 +1,105 @@
+package data
+
+import (
+	"time"
+
+	"github.com/replan/replan/perf"
+)
+
+// TickMsg is the one-second clock: countdowns move and polls are due.
+type TickMsg struct{ Now time.Time }
+
+// StatusMsg carries a polled Status.
+type StatusMsg struct {
+	Status Status
+	At     time.Time
+	Err    error
+}
+
+// NodesMsg carries polled servers.
+type NodesMsg struct {
+	Nodes []Node
+	At    time.Time
+	Err   error
+}
+
+// QueueMsg carries the polled queue.
+type QueueMsg struct {
+	Rows []QueueRow
+	At   time.Time
+	Err  error
+}
+
+// JobsMsg carries the polled running jobs.
+type JobsMsg struct {
+	Jobs []Job
+	At   time.Time
+	Err  error
+}
+
+// JobDetailMsg carries one job's detail.
+type JobDetailMsg struct {
+	Detail JobDetail
+	Err    error
+}
+
+// CurveMsg carries a job's resource sensitivity curve, computed off the
+// Update loop.
+type CurveMsg struct {
+	JobID  string
+	Points []perf.CurvePoint
+}
+
+// EventsMsg carries events from the long poll (oldest first).
+type EventsMsg struct {
+	Events []Event
+	At     time.Time
+	Err    error
+}
+
+// ConnMsg reports the connection's state: Err non-nil when a call to the
+// backend failed, nil when calls succeed again. RetryAt is when the next
+// attempt is due.
+type ConnMsg struct {
+	Err     error
+	Attempt int
+	RetryAt time.Time
+}
+
+// OpenJobMsg asks the root to show a job's detail screen.
+type OpenJobMsg struct{ ID string }
+
+// BackMsg asks the root to go back to the previous screen.
+type BackMsg struct{}
+
+// Action is an operation a screen asks the root to run on the backend.
+type Action int
+
+// Actions.
+const (
+	ActCancel Action = iota // cancel job Target
+	ActDrain                // drain server Target
+)
+
+// String names the action as the confirmation prompt does.
+func (a Action) String() string {
+	switch a {
+	case ActCancel:
+		return "cancel job"
+	case ActDrain:
+		return "drain server"
+	}
+	return "?"
+}
+
+// ActionMsg asks the root to confirm and run an action.
+type ActionMsg struct {
+	Action Action
+	Target string
+}
+
+// ResultMsg is the outcome of an action, shown in the footer.
+type ResultMsg struct {
+	Text string
+	Err  error
+}

@@ -1,0 +1,259 @@
+// Package jobdetail is the TUI's job detail screen (enter on a job): its plan
+// history as a timeline, its resource sensitivity curve (throughput against
+// GPUs, computed locally with perf from the job's architecture, the current
+// GPU count marked), the memory estimate of its current plan, and the
+// scheduler's decisions with their reasons.
+package jobdetail
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"charm.land/bubbles/v2/key"
+	tea "charm.land/bubbletea/v2"
+
+	"github.com/replan/replan/perf"
+	"github.com/replan/replan/tui/common"
+	"github.com/replan/replan/tui/data"
+	"github.com/replan/replan/tui/jobs"
+)
+
+// Curve parameters: GPUs on the x axis and CPU cores per GPU.
+const (
+	CurveGPUs       = 64
+	CurveCPUsPerGPU = 8
+)
+
+// Model is the job detail screen.
+type Model struct {
+	st   common.Styles
+	keys common.Keys
+
+	width, height int
+	detail        data.JobDetail
+	loaded        bool
+	curveKey      string
+	curve         []perf.CurvePoint
+	scroll        int
+}
+
+// New is an empty detail screen.
+func New(st common.Styles, keys common.Keys) *Model { return &Model{st: st, keys: keys} }
+
+// SetSize implements common.Screen.
+func (m *Model) SetSize(w, h int) { m.width, m.height = w, h }
+
+// Capturing implements common.Screen.
+func (m *Model) Capturing() bool { return false }
+
+// Help implements common.Screen.
+func (m *Model) Help() []key.Binding {
+	return []key.Binding{m.keys.Up, m.keys.Down, m.keys.PageUp, m.keys.PageDown, m.keys.Back, m.keys.Cancel}
+}
+
+// JobID is the job shown ("" before the first).
+func (m *Model) JobID() string { return m.detail.Job.ID }
+
+// CurveCmd computes a's curve off the Update loop.
+func CurveCmd(jobID string, a perf.Arch) tea.Cmd {
+	return func() tea.Msg {
+		return data.CurveMsg{JobID: jobID, Points: perf.DefaultModel(a, perf.A800).Curve(CurveGPUs, CurveCPUsPerGPU)}
+	}
+}
+
+func curveKey(j data.Job) string {
+	if !j.HasArch {
+		return ""
+	}
+	return fmt.Sprintf("%s/%d/%g", j.Arch.Name, j.Arch.GlobalBatch, j.Arch.Params)
+}
+
+// Update implements common.Screen.
+func (m *Model) Update(msg tea.Msg) tea.Cmd {
+	switch msg := msg.(type) {
+	case data.JobDetailMsg:
+		if msg.Err != nil {
+			return nil
+		}
+		if msg.Detail.Job.ID != m.detail.Job.ID {
+			m.scroll = 0
+		}
+		m.detail, m.loaded = msg.Detail, true
+		if k := curveKey(msg.Detail.Job); k != m.curveKey {
+			m.curveKey, m.curve = k, nil
+			if k != "" {
+				return CurveCmd(msg.Detail.Job.ID, msg.Detail.Job.Arch)
+			}
+		}
+	case data.CurveMsg:
+		if msg.JobID == m.detail.Job.ID {
+			m.curve = msg.Points
+		}
+	case data.EventsMsg:
+		for _, e := range msg.Events {
+			if e.JobID == m.detail.Job.ID && e.Plan != "" {
+				m.detail.Job.PlanString = e.Plan
+			}
+		}
+	case tea.KeyPressMsg:
+		switch {
+		case key.Matches(msg, m.keys.Up):
+			m.scroll--
+		case key.Matches(msg, m.keys.Down):
+			m.scroll++
+		case key.Matches(msg, m.keys.PageUp):
+			m.scroll -= m.height - 1
+		case key.Matches(msg, m.keys.PageDown):
+			m.scroll += m.height - 1
+		case key.Matches(msg, m.keys.Top):
+			m.scroll = 0
+		case key.Matches(msg, m.keys.Back):
+			return func() tea.Msg { return data.BackMsg{} }
+		case key.Matches(msg, m.keys.Cancel):
+			if id := m.detail.Job.ID; id != "" {
+				return func() tea.Msg { return data.ActionMsg{Action: data.ActCancel, Target: id} }
+			}
+		}
+		m.scroll = max(0, m.scroll)
+	}
+	return nil
+}
+
+func gib(b float64) string { return fmt.Sprintf("%.1f", b/perf.GiB) }
+
+// View implements common.Screen.
+func (m *Model) View() string {
+	if !m.loaded {
+		return common.FitLines([]string{m.st.Faint.Render("no job chosen: press enter on a job in the jobs or queue screen")}, m.height)
+	}
+	lines := m.content()
+	m.scroll = common.Clamp(m.scroll, 0, max(0, len(lines)-m.height))
+	for i := range lines {
+		lines[i] = common.Truncate(lines[i], m.width)
+	}
+	return common.FitLines(lines[m.scroll:], m.height)
+}
+
+func (m *Model) content() []string {
+	d, j := m.detail, m.detail.Job
+	var out []string
+	section := func(s string) { out = append(out, "", m.st.Header.Render(s)) }
+	title := fmt.Sprintf("%s %s · tenant %s · %s · %s", j.ID, j.Name, j.Tenant, j.Class, j.State)
+	out = append(out, m.st.Title.Render(title))
+	if d.Unavailable != "" {
+		out = append(out, m.st.Bad.Render(d.Unavailable))
+	}
+	model := "model unknown"
+	if j.HasArch {
+		model = fmt.Sprintf("model %s (%.1fB params, %d layers, hidden %d, seq %d) · global batch %d", j.Arch.Name, j.Arch.Params/1e9, j.Arch.Layers, j.Arch.Hidden, j.Arch.SeqLen, j.Arch.GlobalBatch)
+	}
+	out = append(out, model)
+	plan := j.PlanString
+	if plan == "" {
+		plan = "none yet"
+	}
+	where := jobs.PlacementSummary(j.Placement)
+	if where == "" {
+		where = "nowhere"
+	}
+	out = append(out, fmt.Sprintf("plan %s on %d GPUs: %s", plan, j.GPUs(), where))
+	prog := fmt.Sprintf("iterations %d", j.Iterations)
+	if j.TotalIterations > 0 {
+		prog = fmt.Sprintf("iterations %d/%d (%.0f%%)", j.Iterations, j.TotalIterations, 100*float64(j.Iterations)/float64(j.TotalIterations))
+	}
+	out = append(out, fmt.Sprintf("%s · restarts %d", prog, j.Restarts))
+	if j.Reason != "" {
+		out = append(out, m.st.Faint.Render("why: "+j.Reason))
+	}
+
+	section("Memory (current plan)")
+	if pl := j.PerfPlacement(); j.HasArch && j.PlanString != "" && len(pl) > 0 && j.Plan.GPUs() == pl.GPUs() {
+		mem := perf.EstimateMemory(j.Arch, j.Plan, pl)
+		fits := m.st.OK.Render("fits")
+		if err := mem.Fits(perf.A800); err != nil {
+			fits = m.st.Bad.Render("does not fit: " + err.Error())
+		}
+		out = append(out,
+			fmt.Sprintf("per GPU %s GiB of %s: model states %s · activations %s · buffers %s — %s",
+				gib(mem.GPU), fmt.Sprintf("%.0f", perf.A800.GPUMemGB), gib(mem.ModelStates), gib(mem.Activations), gib(mem.Buffers), fits),
+			fmt.Sprintf("host per server %s GiB (offloaded states)", gib(mem.HostPerServer)))
+	} else {
+		out = append(out, m.st.Faint.Render("no current plan"))
+	}
+
+	section(fmt.Sprintf("Sensitivity: samples/s against GPUs (model prediction, A800, %d cores/GPU; ▲ = %d GPUs now)", CurveCPUsPerGPU, j.GPUs()))
+	switch {
+	case !j.HasArch:
+		out = append(out, m.st.Faint.Render("unknown architecture: no curve"))
+	case m.curve == nil:
+		out = append(out, m.st.Faint.Render("computing…"))
+	default:
+		out = append(out, Plot(m.st, m.curve, j.GPUs(), min(m.width, 90), 10)...)
+		if n := j.GPUs(); n > 0 && n <= len(m.curve) {
+			p := m.curve[n-1]
+			out = append(out, m.st.Faint.Render(fmt.Sprintf("at %d GPUs: best plan %s, %.1f samples/s, slope %+.2f/GPU", n, p.PlanString, p.Throughput, p.Slope)))
+		}
+	}
+
+	section("Plan history")
+	type item struct {
+		at   time.Time
+		line string
+	}
+	var items []item
+	for _, dc := range d.Decisions {
+		if dc.Kind == "wait" {
+			continue
+		}
+		s := fmt.Sprintf("%s  %-11s", clock(dc.At), dc.Kind)
+		if dc.Plan != "" {
+			s += " " + dc.Plan
+		}
+		if dc.Placement != "" {
+			s += " on " + dc.Placement
+		}
+		if dc.Throughput > 0 {
+			s += fmt.Sprintf(" (%.1f samples/s)", dc.Throughput)
+		}
+		items = append(items, item{dc.At, s})
+	}
+	for _, t := range d.History {
+		s := fmt.Sprintf("%s  %-11s %s → %s", clock(t.At), "state", orDash(t.From), t.To)
+		if t.Reason != "" {
+			s += ": " + t.Reason
+		}
+		items = append(items, item{t.At, m.st.Faint.Render(s)})
+	}
+	sort.SliceStable(items, func(a, b int) bool { return items[a].at.Before(items[b].at) })
+	if len(items) == 0 {
+		out = append(out, m.st.Faint.Render("nothing yet"))
+	}
+	for i, it := range items {
+		mark := "├ "
+		if i == len(items)-1 {
+			mark = "└ "
+		}
+		out = append(out, mark+it.line)
+	}
+
+	section("Decisions (newest first)")
+	if len(d.Decisions) == 0 {
+		out = append(out, m.st.Faint.Render("none"))
+	}
+	for i := len(d.Decisions) - 1; i >= 0; i-- {
+		dc := d.Decisions[i]
+		out = append(out, fmt.Sprintf("%s  %-11s %s", clock(dc.At), dc.Kind, strings.TrimSpace(dc.Reason)))
+	}
+	return out
+}
+
+func clock(t time.Time) string { return t.UTC().Format("15:04:05") }
+
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}

@@ -1,0 +1,76 @@
+package jobdetail
+
+import (
+	"flag"
+	"strings"
+	"testing"
+
+	"github.com/charmbracelet/colorprofile"
+
+	"github.com/replan/replan/tui/common"
+	"github.com/replan/replan/tui/data"
+	"github.com/replan/replan/tui/tuitest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func TestGolden(t *testing.T) {
+	m := New(common.NewStyles(colorprofile.NoTTY), common.DefaultKeys())
+	m.SetSize(100, 60)
+	cmd := m.Update(data.JobDetailMsg{Detail: tuitest.Small().Details["j-000003"]})
+	if cmd == nil {
+		t.Fatal("no curve command")
+	}
+	if !strings.Contains(m.View(), "computing…") {
+		t.Errorf("no placeholder before the curve arrives")
+	}
+	m.Update(cmd())
+	v := m.View()
+	tuitest.CheckSize(t, v, 100, 60)
+	for _, s := range []string{"Plan history", "Sensitivity", "Memory", "Decisions", "▲", "DP8·TP2·PP1 mb2 ga2 ZeRO-1", "grows to 16 GPUs"} {
+		if !strings.Contains(v, s) {
+			t.Errorf("view lacks %q", s)
+		}
+	}
+	tuitest.Golden(t, "t5", v, *update)
+
+	// at 80×22 it scrolls
+	m.SetSize(80, 22)
+	tuitest.CheckSize(t, m.View(), 80, 22)
+	tuitest.Golden(t, "t5-80-top", m.View(), *update)
+	m.Update(tuitest.Key("end"))
+	for range 40 {
+		m.Update(tuitest.Key("j"))
+	}
+	v = m.View()
+	if !strings.Contains(v, "Decisions") {
+		t.Errorf("scrolled to the end, no decisions:\n%s", v)
+	}
+	if cmd := m.Update(tuitest.Key("esc")); cmd == nil || cmd() != (data.BackMsg{}) {
+		t.Errorf("esc does not go back")
+	}
+}
+
+func TestPlotMarksCurrent(t *testing.T) {
+	st := common.NewStyles(colorprofile.NoTTY)
+	d := tuitest.Small().Details["j-000003"]
+	pts := CurveCmd("x", d.Job.Arch)().(data.CurveMsg).Points
+	if len(pts) != CurveGPUs {
+		t.Fatalf("%d points", len(pts))
+	}
+	lines := Plot(st, pts, 16, 60, 10)
+	if len(lines) != 10 {
+		t.Fatalf("%d lines", len(lines))
+	}
+	axis, labels := []rune(lines[len(lines)-2]), []rune(lines[len(lines)-1])
+	pos := -1
+	for i, r := range axis {
+		if r == '▲' {
+			pos = i
+		}
+	}
+	// the marker sits under the last digit of the "16" label
+	if pos < 0 || pos >= len(labels) || string(labels[pos-1:pos+1]) != "16" {
+		t.Errorf("marker at %d:\n%s\n%s", pos, string(axis), string(labels))
+	}
+}

@@ -1,0 +1,197 @@
+// Package jobs is the TUI's jobs screen: the running jobs with their plan in
+// compact form (DP2·TP4·PP1 mb2 ga4 ZeRO-1 ckpt), where they run, their
+// progress and restarts. A start or reconfigure event updates a job's plan
+// and placement at once, before the next poll.
+package jobs
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"charm.land/bubbles/v2/key"
+	tea "charm.land/bubbletea/v2"
+
+	"github.com/replan/replan/tui/common"
+	"github.com/replan/replan/tui/data"
+)
+
+// Model is the jobs screen.
+type Model struct {
+	st   common.Styles
+	keys common.Keys
+	pal  *common.Palette
+
+	width, height int
+	jobs          []data.Job
+	cursor        int
+	offset        int
+	loaded        bool
+}
+
+// New is an empty jobs screen.
+func New(st common.Styles, keys common.Keys, pal *common.Palette) *Model {
+	return &Model{st: st, keys: keys, pal: pal}
+}
+
+// SetSize implements common.Screen.
+func (m *Model) SetSize(w, h int) { m.width, m.height = w, h }
+
+// Capturing implements common.Screen.
+func (m *Model) Capturing() bool { return false }
+
+// Help implements common.Screen.
+func (m *Model) Help() []key.Binding {
+	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel)
+}
+
+// Selected is the job under the cursor ("" when none).
+func (m *Model) Selected() string {
+	if len(m.jobs) == 0 {
+		return ""
+	}
+	return m.jobs[m.cursor].ID
+}
+
+// Jobs are the jobs shown.
+func (m *Model) Jobs() []data.Job { return m.jobs }
+
+// Update implements common.Screen.
+func (m *Model) Update(msg tea.Msg) tea.Cmd {
+	switch msg := msg.(type) {
+	case data.JobsMsg:
+		if msg.Err == nil {
+			sel := m.Selected()
+			m.jobs, m.loaded = append([]data.Job(nil), msg.Jobs...), true
+			sort.SliceStable(m.jobs, func(a, b int) bool { return m.jobs[a].ID < m.jobs[b].ID })
+			m.cursor = 0
+			for i, j := range m.jobs {
+				if j.ID == sel {
+					m.cursor = i
+				}
+			}
+		}
+	case data.EventsMsg:
+		for _, e := range msg.Events {
+			if e.Plan == "" && e.Placement == "" {
+				continue
+			}
+			for i := range m.jobs {
+				if m.jobs[i].ID == e.JobID {
+					if e.Plan != "" {
+						m.jobs[i].PlanString = e.Plan
+					}
+					if e.Placement != "" {
+						m.jobs[i].PlacementString = e.Placement
+					}
+				}
+			}
+		}
+	case tea.KeyPressMsg:
+		page := max(1, m.height-3)
+		switch {
+		case key.Matches(msg, m.keys.Up):
+			m.cursor--
+		case key.Matches(msg, m.keys.Down):
+			m.cursor++
+		case key.Matches(msg, m.keys.PageUp):
+			m.cursor -= page
+		case key.Matches(msg, m.keys.PageDown):
+			m.cursor += page
+		case key.Matches(msg, m.keys.Top):
+			m.cursor = 0
+		case key.Matches(msg, m.keys.Bottom):
+			m.cursor = len(m.jobs) - 1
+		case key.Matches(msg, m.keys.Enter):
+			if id := m.Selected(); id != "" {
+				return func() tea.Msg { return data.OpenJobMsg{ID: id} }
+			}
+		case key.Matches(msg, m.keys.Cancel):
+			if id := m.Selected(); id != "" {
+				return func() tea.Msg { return data.ActionMsg{Action: data.ActCancel, Target: id} }
+			}
+		}
+		m.cursor = common.Clamp(m.cursor, 0, len(m.jobs)-1)
+	}
+	return nil
+}
+
+// PlacementSummary is a job's placement compactly: "srv-01[0-3] srv-02[0-7]".
+func PlacementSummary(servers []data.Server) string {
+	parts := make([]string, 0, len(servers))
+	for _, s := range servers {
+		parts = append(parts, s.Name+"["+ranges(s.GPUs)+"]")
+	}
+	return strings.Join(parts, " ")
+}
+
+// ranges writes sorted indices as 0-3,6.
+func ranges(ix []int) string {
+	ix = append([]int(nil), ix...)
+	sort.Ints(ix)
+	var parts []string
+	for i := 0; i < len(ix); {
+		j := i
+		for j+1 < len(ix) && ix[j+1] == ix[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", ix[i], ix[j]))
+		} else {
+			parts = append(parts, fmt.Sprint(ix[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+// View implements common.Screen.
+func (m *Model) View() string {
+	if !m.loaded {
+		return common.FitLines([]string{m.st.Faint.Render("waiting for the first poll of the jobs…")}, m.height)
+	}
+	const idW, nameW, gpuW, planW, iterW, rstW = 8, 10, 4, 31, 9, 3
+	placeW := max(8, m.width-(2+idW+1+nameW+1+gpuW+1+planW+1+iterW+1+rstW+1))
+	hdr := "  " + common.Pad("ID", idW) + " " + common.Pad("NAME", nameW) + " " + common.PadLeft("GPUS", gpuW) + " " +
+		common.Pad("PLAN", planW) + " " + common.PadLeft("ITER", iterW) + " " + common.PadLeft("RST", rstW) + " PLACEMENT"
+	total := 0
+	for _, j := range m.jobs {
+		total += j.GPUs()
+	}
+	lines := []string{
+		common.Truncate(fmt.Sprintf("%d running on %d GPUs", len(m.jobs), total), m.width),
+		m.st.Header.Render(common.Truncate(hdr, m.width)),
+	}
+	if len(m.jobs) == 0 {
+		lines = append(lines, m.st.Faint.Render("  nothing runs"))
+	}
+	lh := max(1, m.height-2)
+	m.offset = common.Window(m.offset, m.cursor, lh, len(m.jobs))
+	for i := m.offset; i < len(m.jobs) && i < m.offset+lh; i++ {
+		j := m.jobs[i]
+		iter := fmt.Sprint(j.Iterations)
+		if j.TotalIterations > 0 {
+			iter = fmt.Sprintf("%d/%d", j.Iterations, j.TotalIterations)
+		}
+		place := j.PlacementString
+		if place == "" {
+			place = PlacementSummary(j.Placement)
+		}
+		plan := j.PlanString
+		if plan == "" {
+			plan = "—"
+		}
+		id := common.Pad(j.ID, idW)
+		id = m.st.Job(m.pal.Slot(j.ID)).Render(id)
+		rest := common.Pad(j.Name, nameW) + " " + common.PadLeft(fmt.Sprint(j.GPUs()), gpuW) + " " +
+			common.Pad(plan, planW) + " " + common.PadLeft(iter, iterW) + " " + common.PadLeft(fmt.Sprint(j.Restarts), rstW) + " "
+		line := id + " " + rest
+		if i == m.cursor {
+			line = "▸ " + m.st.Selected.Render(line)
+		} else {
+			line = "  " + line
+		}
+		lines = append(lines, common.Truncate(line+m.st.Faint.Render(common.Truncate(place, placeW)), m.width))
+	}
+	return common.FitLines(lines, m.height)
+}

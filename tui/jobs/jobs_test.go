@@ -1,0 +1,56 @@
+package jobs
+
+import (
+	"flag"
+	"strings"
+	"testing"
+
+	"github.com/charmbracelet/colorprofile"
+
+	"github.com/replan/replan/tui/common"
+	"github.com/replan/replan/tui/data"
+	"github.com/replan/replan/tui/tuitest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func newModel(w int) *Model {
+	m := New(common.NewStyles(colorprofile.NoTTY), common.DefaultKeys(), common.NewPalette())
+	m.SetSize(w, 22)
+	m.Update(data.JobsMsg{Jobs: tuitest.Small().Jobs, At: tuitest.T0})
+	return m
+}
+
+func TestGolden(t *testing.T) {
+	for _, w := range []int{80, 140} {
+		m := newModel(w)
+		m.Update(tuitest.Key("j"))
+		v := m.View()
+		tuitest.CheckSize(t, v, w, 22)
+		if !strings.Contains(v, "DP2·TP4·PP1 mb2 ga4 ZeRO-1 ckpt") {
+			t.Errorf("width %d: the plan of j-000001 is not shown:\n%s", w, v)
+		}
+		tuitest.Golden(t, map[int]string{80: "jobs-80", 140: "jobs-140"}[w], v, *update)
+	}
+}
+
+// A reconfigure event changes the job's plan before the next poll.
+func TestEventChangesPlan(t *testing.T) {
+	m := newModel(140)
+	old := "DP4·TP1·PP1 mb16 ga1 ZeRO-2"
+	if !strings.Contains(m.View(), old) {
+		t.Fatalf("view lacks %q", old)
+	}
+	m.Update(data.EventsMsg{Events: []data.Event{{ID: 9, Kind: "reconfigure", JobID: "j-000002", Plan: "DP8·TP1·PP1 mb8 ga1 ZeRO-2"}}})
+	v := m.View()
+	if strings.Contains(v, old) || !strings.Contains(v, "DP8·TP1·PP1 mb8 ga1 ZeRO-2") {
+		t.Errorf("after the event:\n%s", v)
+	}
+}
+
+func TestPlacementSummary(t *testing.T) {
+	got := PlacementSummary([]data.Server{{Name: "a", GPUs: []int{3, 0, 1, 2, 6}}, {Name: "b", GPUs: []int{7}}})
+	if want := "a[0-3,6] b[7]"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

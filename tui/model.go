@@ -1,0 +1,516 @@
+package tui
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"charm.land/bubbles/v2/key"
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/replan/replan/tui/cluster"
+	"github.com/replan/replan/tui/common"
+	"github.com/replan/replan/tui/data"
+	"github.com/replan/replan/tui/events"
+	"github.com/replan/replan/tui/jobdetail"
+	"github.com/replan/replan/tui/jobs"
+	"github.com/replan/replan/tui/queue"
+)
+
+// screen numbers the tabs, in the order of the 1-5 keys.
+type screen int
+
+const (
+	scCluster screen = iota
+	scQueue
+	scJobs
+	scDetail
+	scEvents
+	numScreens
+)
+
+var screenNames = [numScreens]string{"cluster", "queue", "jobs", "detail", "events"}
+
+// prompt is what the footer is asking for, if anything.
+type prompt int
+
+const (
+	promptNone prompt = iota
+	promptConfirm
+	promptSubmit
+)
+
+// model is the root: it routes. It owns the size, which screen has focus,
+// the global keys, the connection banner and the footer's prompts; the
+// screens own everything they show.
+type model struct {
+	b    Backend
+	call caller
+	opts Options
+	st   common.Styles
+	keys common.Keys
+
+	screens [numScreens]common.Screen
+	cluster *cluster.Model
+	queue   *queue.Model
+	jobs    *jobs.Model
+	detail  *jobdetail.Model
+	events  *events.Model
+
+	active, prev  screen
+	width, height int
+	now           time.Time
+	status        data.Status
+	haveStatus    bool
+
+	// polling and the connection
+	pending        int
+	roundErr       error
+	nextPoll       time.Time
+	connErr        error
+	attempt        int
+	retryAt        time.Time
+	eventsAfter    int64
+	eventsInFlight bool
+	eventsRetry    time.Time
+	eventsAttempt  int
+
+	prompt     prompt
+	confirm    data.ActionMsg
+	input      common.Input
+	flash      string
+	flashBad   bool
+	flashUntil time.Time
+	help       bool
+	speed      float64
+
+	tick  func() tea.Cmd   // the one-second clock; tests stop it
+	clock func() time.Time // stamps polled data; tests fix it
+}
+
+func newModel(ctx context.Context, b Backend, opts Options) *model {
+	opts = opts.withDefaults()
+	st, keys, pal := common.NewStyles(opts.Profile), common.DefaultKeys(), common.NewPalette()
+	m := &model{b: b, call: newCaller(ctx), opts: opts, st: st, keys: keys, width: 80, height: 24, tick: tick, clock: time.Now}
+	m.cluster = cluster.New(st, keys, pal)
+	m.queue = queue.New(st, keys)
+	m.jobs = jobs.New(st, keys, pal)
+	m.detail = jobdetail.New(st, keys)
+	m.events = events.New(st, keys)
+	m.screens = [numScreens]common.Screen{m.cluster, m.queue, m.jobs, m.detail, m.events}
+	m.input.Prompt = "spec file: "
+	m.now = m.clock()
+	m.resize()
+	return m
+}
+
+// Init starts the clock, the first poll and the event stream.
+func (m *model) Init() tea.Cmd {
+	return tea.Batch(m.tick(), m.pollRound(), m.pollEvents())
+}
+
+func (m *model) contentHeight() int {
+	h := m.height - 2 // title bar and footer
+	if m.connErr != nil {
+		h-- // banner
+	}
+	return max(1, h)
+}
+
+func (m *model) resize() {
+	for _, s := range m.screens {
+		s.SetSize(m.width, m.contentHeight())
+	}
+}
+
+// Update routes a message.
+func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		m.width, m.height = msg.Width, msg.Height
+		m.resize()
+		return m, nil
+	case tea.KeyPressMsg:
+		return m, m.key(msg)
+	case data.TickMsg:
+		return m, m.onTick(msg)
+	case data.StatusMsg:
+		if msg.Err == nil {
+			m.status, m.haveStatus = msg.Status, true
+		}
+		return m, m.roundPart(msg.Err)
+	case data.NodesMsg:
+		return m, tea.Batch(m.broadcast(msg), m.roundPart(msg.Err))
+	case data.QueueMsg:
+		return m, tea.Batch(m.broadcast(msg), m.roundPart(msg.Err))
+	case data.JobsMsg:
+		return m, tea.Batch(m.broadcast(msg), m.roundPart(msg.Err))
+	case data.EventsMsg:
+		m.eventsInFlight = false
+		if msg.Err != nil {
+			m.eventsAttempt++
+			m.eventsRetry = m.now.Add(backoff(m.eventsAttempt, m.opts.MaxBackoff))
+			return m, nil
+		}
+		m.eventsAttempt = 0
+		n := len(msg.Events)
+		if n == 0 {
+			// the wait ran out: the next tick asks again
+			return m, nil
+		}
+		m.eventsAfter = msg.Events[n-1].ID
+		return m, tea.Batch(m.broadcast(msg), m.pollEvents())
+	case data.ConnMsg:
+		m.setConn(msg.Err, msg.Attempt, msg.RetryAt)
+		return m, nil
+	case data.JobDetailMsg:
+		if msg.Err != nil {
+			m.setFlash(fmt.Sprintf("job %s: %v", msg.Detail.Job.ID, msg.Err), true)
+			return m, nil
+		}
+		return m, m.broadcast(msg)
+	case data.OpenJobMsg:
+		if m.active != scDetail {
+			m.prev = m.active
+		}
+		m.active = scDetail
+		return m, m.fetchJob(msg.ID)
+	case data.BackMsg:
+		m.active = m.prev
+		if m.active == scDetail {
+			m.active = scJobs
+		}
+		return m, nil
+	case data.ActionMsg:
+		m.prompt, m.confirm = promptConfirm, msg
+		return m, nil
+	case data.ResultMsg:
+		if msg.Err != nil {
+			m.setFlash(msg.Err.Error(), true)
+		} else {
+			m.setFlash(msg.Text, false)
+		}
+		m.nextPoll = m.now // show the effect at once
+		return m, nil
+	case submitMsg:
+		if msg.err != nil {
+			m.setFlash(fmt.Sprintf("submit %s: %s", msg.file, oneLine(msg.err.Error())), true)
+		} else {
+			m.setFlash(fmt.Sprintf("submitted %s as %s", msg.file, msg.id), false)
+		}
+		m.nextPoll = m.now
+		return m, nil
+	case speedMsg:
+		if msg.err != nil {
+			m.setFlash("speed: "+msg.err.Error(), true)
+		} else {
+			m.speed = msg.speed
+		}
+		return m, nil
+	}
+	return m, m.broadcast(msg)
+}
+
+// broadcast hands a data message to every screen (each takes what it
+// reads); keys go to the active screen only.
+func (m *model) broadcast(msg tea.Msg) tea.Cmd {
+	var cmds []tea.Cmd
+	for _, s := range m.screens {
+		if c := s.Update(msg); c != nil {
+			cmds = append(cmds, c)
+		}
+	}
+	return tea.Batch(cmds...)
+}
+
+func (m *model) onTick(t data.TickMsg) tea.Cmd {
+	m.now = t.Now
+	cmds := []tea.Cmd{m.tick(), m.broadcast(t)}
+	if m.flash != "" && !m.now.Before(m.flashUntil) {
+		m.flash = ""
+	}
+	if m.pending == 0 && !m.now.Before(m.nextPoll) {
+		cmds = append(cmds, m.pollRound())
+		m.nextPoll = m.now.Add(m.opts.PollEvery)
+		if id := m.detail.JobID(); id != "" && m.active == scDetail {
+			cmds = append(cmds, m.fetchJob(id))
+		}
+	}
+	if !m.eventsInFlight && !m.now.Before(m.eventsRetry) {
+		cmds = append(cmds, m.pollEvents())
+	}
+	return tea.Batch(cmds...)
+}
+
+// roundPart counts one answer of a poll round; the last one decides
+// whether the connection is up and when the next round is due.
+func (m *model) roundPart(err error) tea.Cmd {
+	if err != nil && m.roundErr == nil {
+		m.roundErr = err
+	}
+	if m.pending > 0 {
+		m.pending--
+	}
+	if m.pending > 0 {
+		return nil
+	}
+	if m.roundErr != nil {
+		n := m.attempt + 1
+		m.setConn(m.roundErr, n, m.now.Add(backoff(n, m.opts.MaxBackoff)))
+		m.nextPoll = m.retryAt
+		return nil
+	}
+	m.setConn(nil, 0, time.Time{})
+	return nil
+}
+
+func (m *model) setConn(err error, attempt int, retryAt time.Time) {
+	was := m.connErr != nil
+	m.connErr, m.attempt, m.retryAt = err, attempt, retryAt
+	if was != (err != nil) {
+		m.resize()
+	}
+}
+
+func (m *model) setFlash(s string, bad bool) {
+	m.flash, m.flashBad, m.flashUntil = s, bad, m.now.Add(6*time.Second)
+}
+
+func oneLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
+}
+
+func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
+	if k.String() == "ctrl+c" {
+		return tea.Quit
+	}
+	switch m.prompt {
+	case promptConfirm:
+		m.prompt = promptNone
+		if k.String() == "y" || k.String() == "Y" {
+			return m.runAction(m.confirm)
+		}
+		m.setFlash("not done", false)
+		return nil
+	case promptSubmit:
+		switch k.String() {
+		case "esc":
+			m.prompt = promptNone
+		case "enter":
+			m.prompt = promptNone
+			if p := strings.TrimSpace(m.input.Value()); p != "" {
+				return m.submit(p)
+			}
+		default:
+			m.input.Update(k)
+		}
+		return nil
+	}
+	if m.help {
+		m.help = false
+		if key.Matches(k, m.keys.Quit) {
+			return tea.Quit
+		}
+		return nil
+	}
+	scr := m.screens[m.active]
+	if scr.Capturing() {
+		return scr.Update(k)
+	}
+	switch {
+	case key.Matches(k, m.keys.Quit):
+		return tea.Quit
+	case key.Matches(k, m.keys.Help):
+		m.help = true
+	case key.Matches(k, m.keys.NextTab):
+		m.switchTo((m.active + 1) % numScreens)
+	case key.Matches(k, m.keys.PrevTab):
+		m.switchTo((m.active + numScreens - 1) % numScreens)
+	case key.Matches(k, m.keys.Tab1):
+		m.switchTo(scCluster)
+	case key.Matches(k, m.keys.Tab2):
+		m.switchTo(scQueue)
+	case key.Matches(k, m.keys.Tab3):
+		m.switchTo(scJobs)
+	case key.Matches(k, m.keys.Tab4):
+		return m.openDetail()
+	case key.Matches(k, m.keys.Tab5):
+		m.switchTo(scEvents)
+	case key.Matches(k, m.keys.Submit):
+		m.prompt = promptSubmit
+		m.input.SetValue("")
+	case key.Matches(k, m.keys.Faster):
+		return m.setSpeed(2)
+	case key.Matches(k, m.keys.Slower):
+		return m.setSpeed(0.5)
+	default:
+		return scr.Update(k)
+	}
+	return nil
+}
+
+func (m *model) switchTo(s screen) {
+	if s == scDetail {
+		m.prev = m.active
+	}
+	m.active = s
+}
+
+// openDetail shows the detail of the job selected on the jobs (or queue)
+// screen when none is shown yet.
+func (m *model) openDetail() tea.Cmd {
+	m.switchTo(scDetail)
+	if m.detail.JobID() != "" {
+		return m.fetchJob(m.detail.JobID())
+	}
+	id := m.jobs.Selected()
+	if id == "" {
+		id = m.queue.Selected()
+	}
+	if id == "" {
+		return nil
+	}
+	return m.fetchJob(id)
+}
+
+// View draws the title bar, the banner, the active screen and the footer.
+func (m *model) View() tea.View {
+	v := tea.NewView(m.render())
+	v.AltScreen = !m.opts.NoAltScreen
+	v.WindowTitle = m.opts.Title
+	return v
+}
+
+func (m *model) render() string {
+	lines := make([]string, 0, m.height)
+	lines = append(lines, m.titleBar())
+	if m.connErr != nil {
+		lines = append(lines, m.banner())
+	}
+	if m.help {
+		lines = append(lines, m.helpPage())
+	} else {
+		lines = append(lines, m.screens[m.active].View())
+	}
+	lines = append(lines, m.footer())
+	return strings.Join(lines, "\n")
+}
+
+func (m *model) titleBar() string {
+	var b strings.Builder
+	for i, n := range screenNames {
+		t := fmt.Sprintf(" %d %s ", i+1, n)
+		if screen(i) == m.active && !m.help {
+			b.WriteString(m.st.TabActive.Render(t))
+		} else {
+			b.WriteString(m.st.TabInactive.Render(t))
+		}
+	}
+	// the right side drops its least useful parts first when narrow
+	var parts []string
+	if m.haveStatus {
+		s := m.status
+		parts = append(parts, fmt.Sprintf("%d/%d GPUs busy", s.GPUs-s.FreeGPUs, s.GPUs), fmt.Sprintf("%d jobs", s.Jobs))
+	}
+	if m.speed > 0 {
+		parts = append(parts, fmt.Sprintf("×%g", m.speed))
+	}
+	if m.haveStatus && m.status.Policy != "" {
+		parts = append([]string{"policy " + m.status.Policy}, parts...)
+	}
+	parts = append([]string{m.opts.Title}, parts...)
+	left := b.String()
+	room := m.width - ansi.StringWidth(left) - 1
+	for len(parts) > 1 && ansi.StringWidth(strings.Join(parts, " · ")) > room {
+		parts = parts[1:]
+	}
+	right := strings.Join(parts, " · ")
+	if room < 8 {
+		return common.Truncate(left, m.width)
+	}
+	right = common.Truncate(right, room)
+	return left + strings.Repeat(" ", m.width-ansi.StringWidth(left)-ansi.StringWidth(right)) + m.st.Title.Render(right)
+}
+
+func (m *model) banner() string {
+	s := " connection lost"
+	if m.attempt > 0 {
+		s += fmt.Sprintf(" (attempt %d", m.attempt)
+		if wait := m.retryAt.Sub(m.now); !m.retryAt.IsZero() && wait > 0 {
+			s += fmt.Sprintf(", retry in %s", common.Duration(wait.Round(time.Second)))
+		}
+		s += ")"
+	}
+	s += ": " + oneLine(m.connErr.Error())
+	return m.st.Banner.Render(common.Pad(s, m.width))
+}
+
+func (m *model) footer() string {
+	switch m.prompt {
+	case promptConfirm:
+		return m.st.Warn.Render(common.Truncate(fmt.Sprintf("%s %s? y to confirm, any other key to keep it", m.confirm.Action, m.confirm.Target), m.width))
+	case promptSubmit:
+		return m.input.View(m.width)
+	}
+	if m.flash != "" {
+		if m.flashBad {
+			return m.st.Bad.Render(common.Truncate(m.flash, m.width))
+		}
+		return m.st.OK.Render(common.Truncate(m.flash, m.width))
+	}
+	parts := []string{m.st.Key.Render("↑↓/jk") + " move"}
+	for _, b := range m.ownKeys(m.screens[m.active]) {
+		parts = append(parts, m.st.Key.Render(b.Help().Key)+" "+b.Help().Desc)
+	}
+	parts = append(parts, m.st.Key.Render("tab/1-5")+" screens", m.st.Key.Render("?")+" help", m.st.Key.Render("q")+" quit")
+	return m.st.Footer.Render(common.Truncate(strings.Join(parts, "  "), m.width))
+}
+
+// ownKeys are a screen's keys other than the cursor moves every list has.
+func (m *model) ownKeys(s common.Screen) []key.Binding {
+	moves := map[string]bool{}
+	for _, b := range m.keys.Moves() {
+		moves[b.Help().Key] = true
+	}
+	var out []key.Binding
+	for _, b := range s.Help() {
+		if !moves[b.Help().Key] {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// helpPage lists every key: the global ones and each screen's.
+func (m *model) helpPage() string {
+	k, half := m.keys, max(20, m.width/2)
+	cell := func(b key.Binding) string {
+		return m.st.Key.Render(common.Pad(b.Help().Key, 10)) + " " + b.Help().Desc
+	}
+	lines := []string{m.st.Header.Render("Keys everywhere")}
+	global := append([]key.Binding{k.NextTab, k.PrevTab, k.Tab1, k.Tab2, k.Tab3, k.Tab4, k.Tab5, k.Submit, k.Faster, k.Slower, k.Help, k.Quit}, k.Moves()...)
+	for i := 0; i < len(global); i += 2 {
+		l := "  " + common.Pad(cell(global[i]), half-2)
+		if i+1 < len(global) {
+			l += cell(global[i+1])
+		}
+		lines = append(lines, l)
+	}
+	for i, s := range m.screens {
+		var descs []string
+		for _, b := range m.ownKeys(s) {
+			descs = append(descs, m.st.Key.Render(b.Help().Key)+" "+b.Help().Desc)
+		}
+		lines = append(lines, m.st.Header.Render(common.Pad("On "+screenNames[i]+":", 12))+strings.Join(descs, " · "))
+	}
+	lines = append(lines, "", m.st.Faint.Render("Filters: / then type; enter keeps it, esc clears it. Any key closes this page."))
+	for i := range lines {
+		lines[i] = common.Truncate(lines[i], m.width)
+	}
+	return common.FitLines(lines, m.contentHeight())
+}

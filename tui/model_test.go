@@ -1,0 +1,280 @@
+package tui
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/colorprofile"
+
+	"github.com/replan/replan/tui/data"
+	"github.com/replan/replan/tui/tuitest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// harness is the root model over a fake backend, with the clock stopped:
+// time moves only by TickMsgs the test sends.
+type harness struct {
+	t    *testing.T
+	m    *model
+	fake *tuitest.Fake
+	now  time.Time
+}
+
+func newHarness(t *testing.T) *harness {
+	fake := &tuitest.Fake{Snap: tuitest.Small()}
+	m := newModel(context.Background(), fake, Options{Profile: colorprofile.NoTTY})
+	m.tick = func() tea.Cmd { return nil }
+	h := &harness{t: t, m: m, fake: fake, now: tuitest.T0}
+	m.clock = func() time.Time { return h.now }
+	m.now = h.now
+	h.send(tea.WindowSizeMsg{Width: 80, Height: 24})
+	h.run(m.Init())
+	return h
+}
+
+// run executes cmd and feeds what it produces back into the model,
+// breadth first, at most 200 messages (the long poll would go on).
+func (h *harness) run(cmd tea.Cmd) {
+	queue := []tea.Cmd{cmd}
+	for n := 0; len(queue) > 0 && n < 200; n++ {
+		c := queue[0]
+		queue = queue[1:]
+		if c == nil {
+			continue
+		}
+		msg := c()
+		if b, ok := msg.(tea.BatchMsg); ok {
+			queue = append(queue, b...)
+			continue
+		}
+		if msg == nil {
+			continue
+		}
+		if _, ok := msg.(tea.QuitMsg); ok {
+			continue
+		}
+		_, next := h.m.Update(msg)
+		queue = append(queue, next)
+	}
+}
+
+func (h *harness) send(msg tea.Msg) {
+	_, cmd := h.m.Update(msg)
+	h.run(cmd)
+}
+
+func (h *harness) press(keys ...string) {
+	for _, k := range keys {
+		h.send(tuitest.Key(k))
+	}
+}
+
+func (h *harness) tick(d time.Duration) {
+	h.now = h.now.Add(d)
+	h.send(data.TickMsg{Now: h.now})
+}
+
+func (h *harness) view() string {
+	h.t.Helper()
+	v := h.m.View().Content
+	tuitest.CheckSize(h.t, v, 80, 24)
+	return v
+}
+
+func TestGoldenFrames(t *testing.T) {
+	h := newHarness(t)
+	tuitest.Golden(t, "cluster", h.view(), *update)
+	h.press("?")
+	tuitest.Golden(t, "help", h.view(), *update)
+	h.press("x") // any key closes help
+	if strings.Contains(h.view(), "Keys everywhere") {
+		t.Error("help still open")
+	}
+}
+
+func TestKeysSwitchScreensAndMoveCursor(t *testing.T) {
+	h := newHarness(t)
+	if h.m.active != scCluster {
+		t.Fatalf("starts on %s", screenNames[h.m.active])
+	}
+	h.press("2")
+	if h.m.active != scQueue || !strings.Contains(h.view(), "3 waiting") {
+		t.Fatalf("2: on %s:\n%s", screenNames[h.m.active], h.view())
+	}
+	h.press("j")
+	if got := h.m.queue.Selected(); got != "j-000007" {
+		t.Errorf("j on the queue selected %s", got)
+	}
+	h.press("tab")
+	if h.m.active != scJobs {
+		t.Errorf("tab from queue went to %s", screenNames[h.m.active])
+	}
+	h.press("shift+tab", "shift+tab")
+	if h.m.active != scCluster {
+		t.Errorf("shift+tab twice went to %s", screenNames[h.m.active])
+	}
+	h.press("down", "down")
+	if got := h.m.cluster.Selected(); got != "srv-03" {
+		t.Errorf("down twice on the cluster selected %s", got)
+	}
+	h.press("3", "j", "j", "enter")
+	if h.m.active != scDetail {
+		t.Fatalf("enter on a job went to %s", screenNames[h.m.active])
+	}
+	v := h.view()
+	if !strings.Contains(v, "j-000003 t5-c") {
+		t.Errorf("detail of the wrong job:\n%s", v)
+	}
+	h.press("esc")
+	if h.m.active != scJobs {
+		t.Errorf("esc went to %s", screenNames[h.m.active])
+	}
+	h.press("5")
+	if h.m.active != scEvents || !strings.Contains(h.view(), "8 of 8") {
+		t.Errorf("5: on %s:\n%s", screenNames[h.m.active], h.view())
+	}
+	// while the filter reads text, digits and q are text, not keys
+	h.press("/", "q", "1")
+	if h.m.active != scEvents || h.m.events.Filter() != "q1" {
+		t.Errorf("filter typing switched screens or lost text: %s %q", screenNames[h.m.active], h.m.events.Filter())
+	}
+	h.press("esc", "4")
+	if h.m.active != scDetail {
+		t.Errorf("4 went to %s", screenNames[h.m.active])
+	}
+}
+
+func TestTickMovesCountdown(t *testing.T) {
+	h := newHarness(t)
+	h.m.width = 120
+	h.m.resize()
+	h.press("2")
+	line := func() string {
+		for _, l := range strings.Split(h.m.View().Content, "\n") {
+			if strings.Contains(l, "j-000006") {
+				return l
+			}
+		}
+		return ""
+	}
+	if !strings.Contains(line(), "    30s") {
+		t.Fatalf("before: %q", line())
+	}
+	// the fake answers instantly, so the poll that the tick starts resets
+	// the countdown: hold the backend back by making the poll pending
+	h.m.pending = 4
+	h.tick(5 * time.Second)
+	if !strings.Contains(line(), "    25s") {
+		t.Errorf("after a 5 s tick: %q", line())
+	}
+}
+
+func TestEventWithNewPlanChangesJobsView(t *testing.T) {
+	h := newHarness(t)
+	h.press("3")
+	if !strings.Contains(h.view(), "DP2·TP1·PP1 mb64 ga1 ZeRO-1") {
+		t.Fatalf("jobs view:\n%s", h.view())
+	}
+	h.send(data.EventsMsg{Events: []data.Event{{ID: 100, Kind: "reconfigure", JobID: "j-000004", Plan: "DP4·TP1·PP1 mb32 ga1 ZeRO-1", At: h.now}}})
+	v := h.view()
+	if strings.Contains(v, "DP2·TP1·PP1 mb64 ga1 ZeRO-1") || !strings.Contains(v, "DP4·TP1·PP1 mb32 ga1 ZeRO-1") {
+		t.Errorf("after the event:\n%s", v)
+	}
+	if h.m.eventsAfter != 100 {
+		t.Errorf("events resume after %d, want 100", h.m.eventsAfter)
+	}
+}
+
+func TestConnectionErrorShowsBanner(t *testing.T) {
+	h := newHarness(t)
+	h.send(data.ConnMsg{Err: errors.New("dial unix /run/replan.sock: connect: connection refused"), Attempt: 3, RetryAt: h.now.Add(4 * time.Second)})
+	v := h.view()
+	if !strings.Contains(v, "connection lost (attempt 3, retry in 4s): dial unix /run/replan.sock: connect") {
+		t.Fatalf("no banner:\n%s", v)
+	}
+	tuitest.Golden(t, "banner", v, *update)
+}
+
+// A backend that stops answering brings the banner up, polls back off, and
+// the banner goes when it answers again.
+func TestReconnectWithBackoff(t *testing.T) {
+	h := newHarness(t)
+	h.fake.Down = true
+	h.tick(time.Second)
+	if h.m.connErr == nil || h.m.attempt != 1 {
+		t.Fatalf("after a failed poll: err %v attempt %d", h.m.connErr, h.m.attempt)
+	}
+	if !strings.Contains(h.view(), "connection lost") {
+		t.Fatal("no banner")
+	}
+	// attempt n waits 1, 2, 4 … s: ticks before the retry time poll nothing
+	for _, want := range []int{2, 3, 4} {
+		wait := backoff(want-1, h.m.opts.MaxBackoff)
+		h.tick(wait - 500*time.Millisecond)
+		if h.m.attempt != want-1 {
+			t.Fatalf("polled before the backoff of attempt %d ran out", want-1)
+		}
+		h.tick(500 * time.Millisecond)
+		if h.m.attempt != want {
+			t.Fatalf("attempt %d: got %d", want, h.m.attempt)
+		}
+	}
+	h.fake.Down = false
+	h.tick(backoff(4, h.m.opts.MaxBackoff))
+	if h.m.connErr != nil || strings.Contains(h.view(), "connection lost") {
+		t.Errorf("still down after the backend came back: %v", h.m.connErr)
+	}
+}
+
+func TestActions(t *testing.T) {
+	h := newHarness(t)
+	h.press("3", "c")
+	if !strings.Contains(h.view(), "cancel job j-000001? y to confirm") {
+		t.Fatalf("no confirmation:\n%s", h.view())
+	}
+	h.press("n")
+	h.press("c", "y")
+	h.press("1", "j", "j", "j", "d", "y")
+	spec := filepath.Join(t.TempDir(), "job.yaml")
+	if err := os.WriteFile(spec, []byte("name: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.press("s")
+	for _, r := range spec {
+		h.press(string(r))
+	}
+	h.press("enter")
+	if !strings.Contains(h.view(), "submitted "+spec+" as j-000099") {
+		t.Errorf("no submit result:\n%s", h.view())
+	}
+	h.press("+", "+", "-")
+	want := []string{"cancel j-000001", "drain srv-04", "submit job.yaml", "speed 2", "speed 2", "speed 0.5"}
+	if !slices.Equal(h.fake.Ops, want) {
+		t.Errorf("ops %q, want %q", h.fake.Ops, want)
+	}
+	if !strings.Contains(h.view(), "×2") {
+		t.Errorf("speed not shown:\n%s", h.view())
+	}
+}
+
+func TestQuit(t *testing.T) {
+	h := newHarness(t)
+	for _, k := range []string{"q", "ctrl+c"} {
+		_, cmd := h.m.Update(tuitest.Key(k))
+		if cmd == nil {
+			t.Fatalf("%s: no command", k)
+		}
+		if _, ok := cmd().(tea.QuitMsg); !ok {
+			t.Errorf("%s does not quit", k)
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package tui
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+
+	"github.com/replan/replan/tui/data"
+)
+
+// caller turns a backend call into a tea.Cmd that runs it under the
+// program's context with a timeout. (It closes over the context so that no
+// model holds one.)
+type caller func(timeout time.Duration, fn func(ctx context.Context) tea.Msg) tea.Cmd
+
+func newCaller(ctx context.Context) caller {
+	return func(timeout time.Duration, fn func(ctx context.Context) tea.Msg) tea.Cmd {
+		return func() tea.Msg {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			return fn(cctx)
+		}
+	}
+}
+
+// Messages only the root sees.
+type (
+	speedMsg struct {
+		speed float64
+		err   error
+	}
+	submitMsg struct {
+		file, id string
+		err      error
+	}
+)
+
+func tick() tea.Cmd {
+	return tea.Tick(time.Second, func(t time.Time) tea.Msg { return data.TickMsg{Now: t} })
+}
+
+// pollRound fetches status, servers, queue and jobs: four typed messages.
+func (m *model) pollRound() tea.Cmd {
+	b, t, now := m.b, m.opts.CallTimeout, m.clock
+	m.pending, m.roundErr = 4, nil
+	return tea.Batch(
+		m.call(t, func(ctx context.Context) tea.Msg {
+			s, err := b.Status(ctx)
+			return data.StatusMsg{Status: s, At: now(), Err: err}
+		}),
+		m.call(t, func(ctx context.Context) tea.Msg {
+			n, err := b.Nodes(ctx)
+			return data.NodesMsg{Nodes: n, At: now(), Err: err}
+		}),
+		m.call(t, func(ctx context.Context) tea.Msg {
+			q, err := b.Queue(ctx)
+			return data.QueueMsg{Rows: q, At: now(), Err: err}
+		}),
+		m.call(t, func(ctx context.Context) tea.Msg {
+			j, err := b.Jobs(ctx)
+			return data.JobsMsg{Jobs: j, At: now(), Err: err}
+		}),
+	)
+}
+
+func (m *model) pollEvents() tea.Cmd {
+	b, after, wait, now := m.b, m.eventsAfter, m.opts.EventWait, m.clock
+	m.eventsInFlight = true
+	return m.call(wait+m.opts.CallTimeout, func(ctx context.Context) tea.Msg {
+		evs, err := b.Events(ctx, after, wait)
+		return data.EventsMsg{Events: evs, At: now(), Err: err}
+	})
+}
+
+func (m *model) fetchJob(id string) tea.Cmd {
+	b, now := m.b, m.clock
+	return m.call(m.opts.CallTimeout, func(ctx context.Context) tea.Msg {
+		d, err := b.Job(ctx, id)
+		d.FetchedAt = now()
+		return data.JobDetailMsg{Detail: d, Err: err}
+	})
+}
+
+func (m *model) runAction(a data.ActionMsg) tea.Cmd {
+	b := m.b
+	return m.call(m.opts.CallTimeout, func(ctx context.Context) tea.Msg {
+		var err error
+		switch a.Action {
+		case data.ActCancel:
+			err = b.Cancel(ctx, a.Target)
+		case data.ActDrain:
+			err = b.Drain(ctx, a.Target)
+		}
+		if err != nil {
+			return data.ResultMsg{Err: fmt.Errorf("%s %s: %w", a.Action, a.Target, err)}
+		}
+		done := map[data.Action]string{data.ActCancel: "cancelled", data.ActDrain: "drained"}[a.Action]
+		return data.ResultMsg{Text: a.Target + " " + done}
+	})
+}
+
+// submit reads the spec file (in the command, not in Update) and sends it.
+func (m *model) submit(path string) tea.Cmd {
+	b := m.b
+	return m.call(m.opts.CallTimeout, func(ctx context.Context) tea.Msg {
+		spec, err := os.ReadFile(path)
+		if err != nil {
+			return submitMsg{file: path, err: err}
+		}
+		id, err := b.Submit(ctx, filepath.Base(path), spec)
+		return submitMsg{file: path, id: id, err: err}
+	})
+}
+
+func (m *model) setSpeed(factor float64) tea.Cmd {
+	sp, ok := m.b.(Speeder)
+	if !ok {
+		return nil
+	}
+	return m.call(m.opts.CallTimeout, func(ctx context.Context) tea.Msg {
+		s, err := sp.SetSpeed(ctx, factor)
+		return speedMsg{speed: s, err: err}
+	})
+}
+
+// backoff is the delay before retry attempt n (1, 2, 4, … seconds, capped).
+func backoff(n int, limit time.Duration) time.Duration {
+	d := time.Second
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}

@@ -1,0 +1,239 @@
+// Package queue is the TUI's queue screen: the waiting jobs with their
+// class, tenant, GPUs, how long they waited and why. When the backend
+// reports delay timers (data.DelayTimers) the screen adds their columns —
+// server timer, rack timer, starvation time, the tier accepted now and
+// Nw_sens — and counts them down locally on every tick between polls.
+package queue
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"charm.land/bubbles/v2/key"
+	tea "charm.land/bubbletea/v2"
+
+	"github.com/replan/replan/tui/common"
+	"github.com/replan/replan/tui/data"
+)
+
+// Model is the queue screen.
+type Model struct {
+	st   common.Styles
+	keys common.Keys
+
+	width, height int
+	rows          []data.QueueRow
+	polledAt, now time.Time
+	cursor        int
+	offset        int
+	loaded        bool
+}
+
+// New is an empty queue screen.
+func New(st common.Styles, keys common.Keys) *Model { return &Model{st: st, keys: keys} }
+
+// SetSize implements common.Screen.
+func (m *Model) SetSize(w, h int) { m.width, m.height = w, h }
+
+// Capturing implements common.Screen.
+func (m *Model) Capturing() bool { return false }
+
+// Help implements common.Screen.
+func (m *Model) Help() []key.Binding {
+	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel)
+}
+
+// Selected is the job under the cursor ("" when none).
+func (m *Model) Selected() string {
+	if len(m.rows) == 0 {
+		return ""
+	}
+	return m.rows[m.cursor].ID
+}
+
+// Update implements common.Screen.
+func (m *Model) Update(msg tea.Msg) tea.Cmd {
+	switch msg := msg.(type) {
+	case data.QueueMsg:
+		if msg.Err == nil {
+			sel := m.Selected()
+			m.rows, m.polledAt, m.now, m.loaded = msg.Rows, msg.At, msg.At, true
+			m.cursor = 0
+			for i, r := range m.rows {
+				if r.ID == sel {
+					m.cursor = i
+				}
+			}
+		}
+	case data.TickMsg:
+		if msg.Now.After(m.now) {
+			m.now = msg.Now
+		}
+	case tea.KeyPressMsg:
+		page := max(1, m.height-3)
+		switch {
+		case key.Matches(msg, m.keys.Up):
+			m.cursor--
+		case key.Matches(msg, m.keys.Down):
+			m.cursor++
+		case key.Matches(msg, m.keys.PageUp):
+			m.cursor -= page
+		case key.Matches(msg, m.keys.PageDown):
+			m.cursor += page
+		case key.Matches(msg, m.keys.Top):
+			m.cursor = 0
+		case key.Matches(msg, m.keys.Bottom):
+			m.cursor = len(m.rows) - 1
+		case key.Matches(msg, m.keys.Enter):
+			if id := m.Selected(); id != "" {
+				return func() tea.Msg { return data.OpenJobMsg{ID: id} }
+			}
+		case key.Matches(msg, m.keys.Cancel):
+			if id := m.Selected(); id != "" {
+				return func() tea.Msg { return data.ActionMsg{Action: data.ActCancel, Target: id} }
+			}
+		}
+		m.cursor = common.Clamp(m.cursor, 0, len(m.rows)-1)
+	}
+	return nil
+}
+
+// elapsed is the local time since the poll.
+func (m *Model) elapsed() time.Duration {
+	if m.polledAt.IsZero() || m.now.Before(m.polledAt) {
+		return 0
+	}
+	return m.now.Sub(m.polledAt)
+}
+
+type column struct {
+	title string
+	width int
+	right bool
+	cell  func(r data.QueueRow) string
+}
+
+func (m *Model) columns() []column {
+	el := m.elapsed()
+	cols := []column{
+		{"ID", 8, false, func(r data.QueueRow) string { return r.ID }},
+		{"NAME", 14, false, func(r data.QueueRow) string { return r.Name }},
+		{"CLASS", 11, false, func(r data.QueueRow) string { return r.Class }},
+		{"TENANT", 8, false, func(r data.QueueRow) string { return r.Tenant }},
+		{"GPUS", 4, true, func(r data.QueueRow) string { return fmt.Sprint(r.GPUs) }},
+		{"WAITED", 7, true, func(r data.QueueRow) string { return common.Duration(r.Waited + el) }},
+	}
+	var srv, rack, starved, tier, sens bool
+	for _, r := range m.rows {
+		if t := r.Timers; t != nil {
+			srv = srv || t.ServerTimer > 0
+			rack = rack || t.RackTimer > 0
+			starved = starved || t.Starved > 0
+			tier = tier || t.AcceptTier != ""
+			sens = sens || t.HasNwSens
+		}
+	}
+	countdown := func(get func(*data.DelayTimers) time.Duration) func(data.QueueRow) string {
+		return func(r data.QueueRow) string {
+			if r.Timers == nil {
+				return ""
+			}
+			left := get(r.Timers) - el
+			if left <= 0 {
+				return "0s"
+			}
+			return common.Duration(left)
+		}
+	}
+	if srv {
+		cols = append(cols, column{"SRV-TMR", 7, true, countdown(func(t *data.DelayTimers) time.Duration { return t.ServerTimer })})
+	}
+	if rack {
+		cols = append(cols, column{"RACK-TMR", 8, true, countdown(func(t *data.DelayTimers) time.Duration { return t.RackTimer })})
+	}
+	if starved {
+		cols = append(cols, column{"STARVED", 7, true, func(r data.QueueRow) string {
+			if r.Timers == nil {
+				return ""
+			}
+			return common.Duration(r.Timers.Starved + el)
+		}})
+	}
+	if tier {
+		cols = append(cols, column{"TIER", 7, false, func(r data.QueueRow) string {
+			if r.Timers == nil {
+				return ""
+			}
+			return r.Timers.AcceptTier
+		}})
+	}
+	if sens {
+		cols = append(cols, column{"NW-SENS", 7, true, func(r data.QueueRow) string {
+			if r.Timers == nil || !r.Timers.HasNwSens {
+				return ""
+			}
+			return fmt.Sprintf("%.2f", r.Timers.NwSens)
+		}})
+	}
+	return cols
+}
+
+// View implements common.Screen.
+func (m *Model) View() string {
+	if !m.loaded {
+		return common.FitLines([]string{m.st.Faint.Render("waiting for the first poll of the queue…")}, m.height)
+	}
+	cols := m.columns()
+	used := 2
+	for _, c := range cols {
+		used += c.width + 1
+	}
+	reasonW := max(10, m.width-used)
+	var hdr strings.Builder
+	hdr.WriteString("  ")
+	for _, c := range cols {
+		if c.right {
+			hdr.WriteString(common.PadLeft(c.title, c.width))
+		} else {
+			hdr.WriteString(common.Pad(c.title, c.width))
+		}
+		hdr.WriteByte(' ')
+	}
+	hdr.WriteString("REASON")
+	lines := []string{
+		common.Truncate(fmt.Sprintf("%d waiting", len(m.rows)), m.width),
+		m.st.Header.Render(common.Truncate(hdr.String(), m.width)),
+	}
+	if len(m.rows) == 0 {
+		lines = append(lines, m.st.Faint.Render("  nothing waits"))
+	}
+	lh := max(1, m.height-2)
+	m.offset = common.Window(m.offset, m.cursor, lh, len(m.rows))
+	for i := m.offset; i < len(m.rows) && i < m.offset+lh; i++ {
+		r := m.rows[i]
+		var b strings.Builder
+		for _, c := range cols {
+			if c.right {
+				b.WriteString(common.PadLeft(c.cell(r), c.width))
+			} else {
+				b.WriteString(common.Pad(c.cell(r), c.width))
+			}
+			b.WriteByte(' ')
+		}
+		line := b.String()
+		if i == m.cursor {
+			line = "▸ " + m.st.Selected.Render(line)
+		} else {
+			line = "  " + line
+		}
+		reason := common.Truncate(r.Reason, reasonW)
+		if r.State == "held" {
+			reason = m.st.Warn.Render(reason)
+		} else {
+			reason = m.st.Faint.Render(reason)
+		}
+		lines = append(lines, common.Truncate(line+reason, m.width))
+	}
+	return common.FitLines(lines, m.height)
+}
