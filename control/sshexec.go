@@ -63,9 +63,10 @@ type SSHExecutor struct {
 	opt     SSHOptions
 	log     *slog.Logger
 
-	mu      sync.Mutex
-	jobs    map[string]*sshJob
-	clients map[string]*agent.Client
+	mu        sync.Mutex
+	jobs      map[string]*sshJob
+	launching map[string]bool // process ids being started, not yet tracked
+	clients   map[string]*agent.Client
 }
 
 // sshJob is a job the executor runs: its current launch and what it has
@@ -116,7 +117,7 @@ func NewSSHExecutor(fl *fleet.Fleet, servers []cluster.Server, opt SSHOptions) (
 		opt.CallTimeout = 15 * time.Second
 	}
 	e := &SSHExecutor{fl: fl, servers: map[string]cluster.Server{}, opt: opt, log: opt.Logger,
-		jobs: map[string]*sshJob{}, clients: map[string]*agent.Client{}}
+		jobs: map[string]*sshJob{}, launching: map[string]bool{}, clients: map[string]*agent.Client{}}
 	for _, s := range servers {
 		if _, dup := e.servers[s.Name]; dup {
 			return nil, fmt.Errorf("ssh executor: server %s twice", s.Name)
@@ -256,6 +257,18 @@ func (e *SSHExecutor) launch(ctx context.Context, l Launch, r launch.Rendered) e
 	for rank, sl := range r.Servers {
 		j.procs = append(j.procs, sshProc{rank: rank, server: sl.Server, id: ProcessID(l.JobID, l.Attempt, rank)})
 	}
+	e.mu.Lock()
+	for _, p := range j.procs {
+		e.launching[p.id] = true
+	}
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		for _, p := range j.procs {
+			delete(e.launching, p.id)
+		}
+		e.mu.Unlock()
+	}()
 	started := make([]bool, len(r.Servers))
 	errs := e.each(ctx, len(r.Servers), func(ctx context.Context, i int) error {
 		sl := r.Servers[i]
@@ -293,7 +306,7 @@ func (e *SSHExecutor) launch(ctx context.Context, l Launch, r launch.Rendered) e
 	})
 	if err := errors.Join(errs...); err != nil {
 		// Stop what started, on a context of its own: ctx may be what failed.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.KillGrace+e.opt.CallTimeout)
+		sctx, cancel := e.boundStop(context.WithoutCancel(ctx))
 		defer cancel()
 		undo := &sshJob{l: l}
 		for i, ok := range started {
@@ -420,14 +433,16 @@ func (e *SSHExecutor) readMarker(ctx context.Context, l Launch) (int, string, er
 	return n, tag, nil
 }
 
+// srvState is one server's answer in an Observe.
+type srvState struct {
+	procs map[string]agent.ProcessInfo
+	err   error
+}
+
 // Observe implements Executor: every server's heartbeat (its agent answers
 // or not) and, for every job, rank 0's progress, throughput and exit, and
 // the checkpoint marker on its master server.
 func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
-	type srvState struct {
-		procs map[string]agent.ProcessInfo
-		err   error
-	}
 	states := make([]srvState, len(e.order))
 	e.each(ctx, len(e.order), func(ctx context.Context, i int) error {
 		ctx, cancel := context.WithTimeout(ctx, e.opt.CallTimeout)
@@ -462,12 +477,20 @@ func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
 
 	e.mu.Lock()
 	var jobs []*sshJob
+	known := map[string]bool{}
 	for _, j := range e.jobs {
 		if !j.stopping {
 			jobs = append(jobs, j)
 		}
+		for _, p := range j.procs {
+			known[p.id] = true
+		}
+	}
+	for id := range e.launching {
+		known[id] = true
 	}
 	e.mu.Unlock()
+	e.reapOrphans(ctx, byName, known)
 	sort.Slice(jobs, func(a, b int) bool { return jobs[a].l.JobID < jobs[b].l.JobID })
 	obs := make([]*JobObservation, len(jobs))
 	e.each(ctx, len(jobs), func(ctx context.Context, i int) error {
@@ -487,16 +510,24 @@ func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
 		if jo == nil {
 			continue
 		}
+		j := jobs[i]
+		e.mu.Lock()
+		busy := j.stopping || e.jobs[j.l.JobID] != j
+		if jo.Exited && !busy {
+			j.stopping = true
+		}
+		e.mu.Unlock()
+		if busy {
+			continue // a Stop or Reconfigure took it over meanwhile
+		}
 		if jo.Exited {
 			// The job is over on this launch: end whatever rank is left
 			// and forget it; the daemon finishes or requeues it.
-			j := jobs[i]
-			e.mu.Lock()
-			j.stopping = true
-			e.mu.Unlock()
-			if err := e.stopAll(ctx, j, e.opt.KillGrace); err != nil {
+			sctx, cancel := e.boundStop(ctx)
+			if err := e.stopAll(sctx, j, e.opt.KillGrace); err != nil {
 				e.log.Warn("observe: stop the rest of an exited job", "job", j.l.JobID, "err", err)
 			}
+			cancel()
 			e.forget(j.l.JobID, j)
 		}
 		o.Jobs = append(o.Jobs, *jo)
@@ -514,8 +545,11 @@ func (e *SSHExecutor) observeJob(ctx context.Context, j *sshJob, proc func(serve
 	}
 	jo := &JobObservation{JobID: j.l.JobID}
 	if found {
+		e.mu.Lock()
+		since := j.since
+		e.mu.Unlock()
 		if c, err := e.client(ctx, r0.server); err == nil {
-			if samples, err := c.Samples(ctx, r0.id, j.since); err == nil && len(samples) > 0 {
+			if samples, err := c.Samples(ctx, r0.id, since); err == nil && len(samples) > 0 {
 				e.mu.Lock()
 				for _, s := range samples {
 					j.step = max(j.step, int(s.Step))
@@ -545,6 +579,10 @@ func (e *SSHExecutor) observeJob(ctx context.Context, j *sshJob, proc func(serve
 		jo.Exited, jo.ExitCode = true, exitCode(p0)
 		if jo.ExitCode != 0 {
 			jo.Err = fmt.Sprintf("rank 0 on %s: %s", r0.server, p0.ExitReason)
+		} else if p0.StopRequested {
+			// Stopped through the agent behind the daemon's back: not a
+			// finish; the job resumes from its checkpoint.
+			jo.ExitCode, jo.Err = -1, fmt.Sprintf("rank 0 on %s was stopped outside the daemon", r0.server)
 		}
 	default:
 		// Rank 0 runs; another rank that failed brings the job down.
@@ -558,6 +596,52 @@ func (e *SSHExecutor) observeJob(ctx context.Context, j *sshJob, proc func(serve
 		}
 	}
 	return jo
+}
+
+// boundStop bounds a stop without checkpoint: a server that does not
+// answer must not hold the daemon's loop for longer than a grace and a
+// call. (The agent finishes a stop it received on its own.)
+func (e *SSHExecutor) boundStop(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, e.opt.KillGrace+e.opt.CallTimeout)
+}
+
+// reapOrphans stops running processes that carry a job process id (see
+// ProcessID) the executor does not track: what is left of a launch on a
+// server that was cut off and came back after its job moved on. Adopt runs
+// before the first Observe, so after a restart every live launch is
+// tracked by then.
+func (e *SSHExecutor) reapOrphans(ctx context.Context, servers map[string]*srvState, known map[string]bool) {
+	for _, name := range e.order {
+		st := servers[name]
+		if st == nil || st.err != nil {
+			continue
+		}
+		for id, p := range st.procs {
+			if p.State != agent.StateRunning || known[id] || !isJobProcessID(id) {
+				continue
+			}
+			e.log.Warn("stopping an orphaned process of an earlier launch", "server", name, "id", id)
+			c, err := e.client(ctx, name)
+			if err != nil {
+				continue
+			}
+			sctx, cancel := e.boundStop(ctx)
+			if _, err := c.Stop(sctx, id, e.opt.KillGrace); err != nil {
+				e.log.Warn("stop orphan", "server", name, "id", id, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// isJobProcessID reports whether id has ProcessID's shape.
+func isJobProcessID(id string) bool {
+	i := strings.LastIndex(id, "-a")
+	if i <= 0 {
+		return false
+	}
+	_, _, ok := parseProcessID(id[:i], id)
+	return ok
 }
 
 func exitCode(p agent.ProcessInfo) int {
@@ -583,7 +667,9 @@ func (e *SSHExecutor) Stop(ctx context.Context, id string, checkpoint bool) (int
 	}
 	defer e.forget(id, j)
 	if !checkpoint {
-		if err := e.stopAll(ctx, j, e.opt.KillGrace); err != nil {
+		sctx, cancel := e.boundStop(ctx)
+		defer cancel()
+		if err := e.stopAll(sctx, j, e.opt.KillGrace); err != nil {
 			return 0, fmt.Errorf("stop %s: %w", id, err)
 		}
 		e.log.Info("stopped", "job", id)
@@ -747,7 +833,9 @@ func (e *SSHExecutor) Reconfigure(ctx context.Context, from, to Launch, last int
 				nj := e.jobs[to.JobID]
 				e.mu.Unlock()
 				if nj != nil {
-					e.stopAll(context.WithoutCancel(ctx), nj, e.opt.KillGrace)
+					sctx, cancel := e.boundStop(context.WithoutCancel(ctx))
+					e.stopAll(sctx, nj, e.opt.KillGrace)
+					cancel()
 					e.forget(to.JobID, nj)
 				}
 				return fmt.Errorf("reconfigure %s: verify: %w", to.JobID, err)
@@ -778,10 +866,7 @@ func (e *SSHExecutor) convert(ctx context.Context, l Launch, s launch.Step, tag 
 	for i, a := range s.Argv {
 		argv[i] = strings.ReplaceAll(a, "${TAG}", tag)
 	}
-	envArgs := []string{"env"}
-	for _, kv := range launch.SortedEnv(l.Spec.Env) {
-		envArgs = append(envArgs, kv)
-	}
+	envArgs := append([]string{"env"}, launch.SortedEnv(l.Spec.Env)...)
 	script := "exec " + ssh.QuoteArgs(append(envArgs, argv...)...)
 	if l.Spec.WorkDir != "" {
 		script = "cd " + ssh.Quote(l.Spec.WorkDir) + " && " + script

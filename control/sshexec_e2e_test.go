@@ -20,6 +20,9 @@ import (
 	"github.com/replan/replan/control"
 	"github.com/replan/replan/fleet"
 	"github.com/replan/replan/internal/sshtest"
+	"github.com/replan/replan/jobspec"
+	"github.com/replan/replan/launch"
+	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
 	"github.com/replan/replan/ssh"
 )
@@ -172,91 +175,9 @@ save
 // killed with SIGKILL while jobs run, a new daemon adopts them, and every
 // job finishes with its iterations continuing across each restart.
 func TestSSHExecutorEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test skipped in -short mode")
-	}
-	if ok, why := sshtest.Available(); !ok {
-		t.Skip(why)
-	}
-	began := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 110*time.Second)
-	defer cancel()
-	tmp := t.TempDir()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-
-	agentBin := buildAgent(t, tmp)
-	clientKey := sshtest.ClientKey(t)
-	hosts, netns := startHosts(t, 3, clientKey)
-	t.Logf("3 test hosts, network namespaces: %v", netns)
-	remoteDir := filepath.Join(tmp, "{server}")
-	var dirs []string
-	for _, h := range hosts {
-		dirs = append(dirs, fleet.ExpandDir(remoteDir, h.name, "/"))
-	}
-	t.Cleanup(func() { killLeftovers(dirs) })
-	knownHosts := filepath.Join(tmp, "known_hosts")
-	for _, h := range hosts {
-		h.sshd.AppendKnownHosts(knownHosts)
-	}
-	invPath := writeInventory(t, tmp, hosts, clientKey, knownHosts)
-	inv, err := cluster.Load(invPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := ssh.NewPool(ssh.FromInventory(inv, log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pool.Close() })
-	fl := fleet.New(pool, fleet.Options{RemoteDir: remoteDir, Logger: log})
-	res, err := fl.Deploy(ctx, inv.Servers, fleet.DeployOptions{AgentBinary: agentBin, FakeGPUs: "8xA800"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res {
-		if r.Status != fleet.StatusDeployed || r.GPUs != 8 {
-			t.Fatalf("deploy %s: %+v", r.Server, r)
-		}
-	}
-	t.Logf("agents deployed at %s", time.Since(began).Round(time.Millisecond))
-
-	// The fake training stack.
-	binDir := filepath.Join(tmp, "bin")
-	work := filepath.Join(tmp, "work")
-	for _, d := range []string{binDir, work} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for name, body := range map[string]string{"deepspeed": fakeDeepSpeed, "torchrun": fakeTorchrun, "python": fakePython} {
-		if err := os.WriteFile(filepath.Join(binDir, name), []byte(body), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	trainer := filepath.Join(tmp, "trainer.sh")
-	if err := os.WriteFile(trainer, []byte(fakeTrainer), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	jobSpec := func(name, class string, gpus, iterations int) []byte {
-		ckpt := filepath.Join(tmp, "ckpt", name)
-		if err := os.MkdirAll(ckpt, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Appendf(nil, `version: 1
-name: %s
-tenant: research
-class: %s
-model: gpt2
-framework: deepspeed
-workdir: %s
-entrypoint: %s
-env: {PATH: "%s:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-global_batch: 16
-iterations: %d
-checkpoint_dir: %s
-request: {gpus: %d, plan: "dp=%d,tp=1,pp=1,mb=%d,ga=1"}
-`, name, class, work, trainer, binDir, iterations, ckpt, gpus, gpus, 16/gpus)
-	}
+	c := newTestCluster(t)
+	ctx, tmp, began, invPath, remoteDir, jobSpec := c.ctx, c.tmp, c.began, c.invPath, c.remoteDir, c.jobSpec
+	netns := c.netns
 
 	// The daemon, as a subprocess.
 	cfg := testDaemonConfig{Inventory: invPath, RemoteDir: remoteDir, DB: filepath.Join(tmp, "replan.db"), Socket: filepath.Join(tmp, "replan.sock")}
@@ -424,6 +345,123 @@ request: {gpus: %d, plan: "dp=%d,tp=1,pp=1,mb=%d,ga=1"}
 	t.Logf("end-to-end (netns %v) took %s", netns, time.Since(began).Round(time.Millisecond))
 }
 
+// testCluster is three test hosts with agents deployed, and the fake
+// training stack.
+type testCluster struct {
+	ctx       context.Context
+	tmp       string
+	began     time.Time
+	netns     bool
+	invPath   string
+	inv       *cluster.Inventory
+	remoteDir string
+	fl        *fleet.Fleet
+	log       *slog.Logger
+	binDir    string
+	work      string
+	trainer   string
+}
+
+// newTestCluster starts three sshd hosts (network namespaces where
+// possible), deploys agents with fake 8xA800 GPUs to them and writes the
+// fake deepspeed/torchrun/python and the trainer script. It skips in
+// -short mode and where sshd is missing.
+func newTestCluster(t *testing.T) *testCluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test skipped in -short mode")
+	}
+	if ok, why := sshtest.Available(); !ok {
+		t.Skip(why)
+	}
+	c := &testCluster{began: time.Now(), tmp: t.TempDir()}
+	ctx, cancel := context.WithTimeout(context.Background(), 110*time.Second)
+	t.Cleanup(cancel)
+	c.ctx = ctx
+	c.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	tmp, log := c.tmp, c.log
+
+	agentBin := buildAgent(t, tmp)
+	clientKey := sshtest.ClientKey(t)
+	hosts, netns := startHosts(t, 3, clientKey)
+	c.netns = netns
+	t.Logf("3 test hosts, network namespaces: %v", netns)
+	c.remoteDir = filepath.Join(tmp, "{server}")
+	var dirs []string
+	for _, h := range hosts {
+		dirs = append(dirs, fleet.ExpandDir(c.remoteDir, h.name, "/"))
+	}
+	t.Cleanup(func() { killLeftovers(dirs) })
+	knownHosts := filepath.Join(tmp, "known_hosts")
+	for _, h := range hosts {
+		h.sshd.AppendKnownHosts(knownHosts)
+	}
+	c.invPath = writeInventory(t, tmp, hosts, clientKey, knownHosts)
+	inv, err := cluster.Load(c.invPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.inv = inv
+	pool, err := ssh.NewPool(ssh.FromInventory(inv, log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	c.fl = fleet.New(pool, fleet.Options{RemoteDir: c.remoteDir, Logger: log})
+	res, err := c.fl.Deploy(ctx, inv.Servers, fleet.DeployOptions{AgentBinary: agentBin, FakeGPUs: "8xA800"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Status != fleet.StatusDeployed || r.GPUs != 8 {
+			t.Fatalf("deploy %s: %+v", r.Server, r)
+		}
+	}
+	t.Logf("agents deployed at %s", time.Since(c.began).Round(time.Millisecond))
+
+	// The fake training stack.
+	c.binDir = filepath.Join(tmp, "bin")
+	c.work = filepath.Join(tmp, "work")
+	for _, d := range []string{c.binDir, c.work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, body := range map[string]string{"deepspeed": fakeDeepSpeed, "torchrun": fakeTorchrun, "python": fakePython} {
+		if err := os.WriteFile(filepath.Join(c.binDir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.trainer = filepath.Join(tmp, "trainer.sh")
+	if err := os.WriteFile(c.trainer, []byte(fakeTrainer), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// jobSpec is the YAML of a job running the fake trainer through the fake
+// deepspeed, with its own checkpoint directory.
+func (c *testCluster) jobSpec(name, class string, gpus, iterations int) []byte {
+	ckpt := filepath.Join(c.tmp, "ckpt", name)
+	if err := os.MkdirAll(ckpt, 0o755); err != nil {
+		panic(err)
+	}
+	return fmt.Appendf(nil, `version: 1
+name: %s
+tenant: research
+class: %s
+model: gpt2
+framework: deepspeed
+workdir: %s
+entrypoint: %s
+env: {PATH: "%s:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+global_batch: 16
+iterations: %d
+checkpoint_dir: %s
+request: {gpus: %d, plan: "dp=%d,tp=1,pp=1,mb=%d,ga=1"}
+`, name, class, c.work, c.trainer, c.binDir, iterations, ckpt, gpus, gpus, 16/gpus)
+}
+
 func mustDetail(t *testing.T, ctx context.Context, c *control.Client, id string) control.JobDetail {
 	t.Helper()
 	d, err := c.Job(ctx, id)
@@ -473,6 +511,11 @@ func checkTrail(lines []string, total int) error {
 		return fmt.Errorf("last checkpoint %d, want %d", saved, total)
 	}
 	return nil
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(strings.TrimSpace(s))
+	return n
 }
 
 func keys(m map[string]bool) []string {
@@ -612,4 +655,150 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestSSHExecutorDirect drives the SSH executor without a daemon: a
+// checkpointed stop returns the marker's iteration, a resumed launch over
+// two servers continues from it, a second executor adopts it, a
+// reconfiguration whose converter is missing fails with a clear error
+// after the checkpoint, and a job that exits non-zero is reported so.
+func TestSSHExecutorDirect(t *testing.T) {
+	c := newTestCluster(t)
+	ctx := c.ctx
+	opts := control.SSHOptions{Logger: c.log, StopGrace: 10 * time.Second, KillGrace: 2 * time.Second, WaitTimeout: 20 * time.Second, Poll: 100 * time.Millisecond, NoCPUBinding: true}
+	ex, err := control.NewSSHExecutor(c.fl, c.inv.Servers, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobspec.Parse("five.yaml", c.jobSpec("five", "best-effort", 8, 100000), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := func(i, gpus int) launch.Server {
+		s := c.inv.Servers[i]
+		ls := launch.Server{Name: s.Name, Address: s.Address}
+		for g := range gpus {
+			ls.GPUs = append(ls.GPUs, g)
+		}
+		return ls
+	}
+	observe := func(ex *control.SSHExecutor, id string) (control.JobObservation, bool) {
+		o, err := ex.Observe(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range o.Nodes {
+			if !n.Reachable {
+				t.Fatalf("node %s unreachable: %s", n.Name, n.Err)
+			}
+		}
+		for _, j := range o.Jobs {
+			if j.JobID == id {
+				return j, true
+			}
+		}
+		return control.JobObservation{}, false
+	}
+	progress := func(ex *control.SSHExecutor, id string, beyond int) int {
+		var it int
+		poll(t, ctx, fmt.Sprintf("%s beyond iteration %d", id, beyond), 20*time.Second, func() error {
+			o, ok := observe(ex, id)
+			if !ok || o.Exited || o.Iterations <= beyond || o.SamplesPerSec != 20 {
+				return fmt.Errorf("%+v (found %v)", o, ok)
+			}
+			it = o.Iterations
+			return nil
+		})
+		return it
+	}
+
+	l := control.Launch{JobID: "j-900001", Spec: spec, Plan: spec.Request.Plan, Servers: []launch.Server{srv(0, 8)}}
+	if err := ex.Start(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	seen := progress(ex, l.JobID, 10)
+	ckpt, err := ex.Stop(ctx, l.JobID, true)
+	if err != nil || ckpt < seen {
+		t.Fatalf("checkpointed stop: %d, %v (seen %d)", ckpt, err, seen)
+	}
+	if b, _ := os.ReadFile(launch.CheckpointMarker(spec)); strings.TrimSpace(string(b)) != strconv.Itoa(ckpt) {
+		t.Fatalf("marker says %q, stop returned %d", b, ckpt)
+	}
+	if _, ok := observe(ex, l.JobID); ok {
+		t.Fatal("a stopped job is still observed")
+	}
+	if ok, err := ex.Adopt(ctx, l); ok || err != nil {
+		t.Fatalf("adopt a stopped job: %v, %v", ok, err)
+	}
+
+	// Resume over two servers: rank 0 on h2, rank 1 on h3.
+	l2 := l
+	l2.Attempt, l2.Resume, l2.From = 1, true, ckpt
+	l2.Servers = []launch.Server{srv(1, 4), srv(2, 4)}
+	if err := ex.Start(ctx, l2); err != nil {
+		t.Fatal(err)
+	}
+	progress(ex, l.JobID, ckpt)
+	trail := readTrail(t, filepath.Join(c.tmp, "ckpt", "five", "trail"))
+	if want := fmt.Sprintf("start 1 %d", ckpt); trail[len(trail)-1] != want {
+		t.Fatalf("trail ends %q, want %q", trail[len(trail)-1], want)
+	}
+
+	// A new executor (a restarted daemon) adopts it. Its spec names a
+	// PATH without the fake python: the conversion a DP change needs
+	// fails clearly, after the checkpoint.
+	noPython := filepath.Join(c.tmp, "bin-no-python")
+	if err := os.MkdirAll(noPython, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(noPython, "deepspeed"), []byte(fakeDeepSpeed), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec2 := *spec
+	spec2.Env = map[string]string{"PATH": noPython + ":/usr/bin:/bin"}
+	l2.Spec = &spec2
+	ex2, err := control.NewSSHExecutor(c.fl, c.inv.Servers, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := ex2.Adopt(ctx, l2); !ok || err != nil {
+		t.Fatalf("adopt a running job: %v, %v", ok, err)
+	}
+	last := progress(ex2, l.JobID, ckpt)
+	to := l2
+	to.Attempt, to.Plan, to.Servers = 2, perf.Plan{DP: 2, TP: 1, PP: 1, MicroBatch: 8, GA: 1}, []launch.Server{srv(0, 2)}
+	err = ex2.Reconfigure(ctx, l2, to, last)
+	if err == nil || !strings.Contains(err.Error(), "converter is missing") {
+		t.Fatalf("reconfigure without a converter: %v", err)
+	}
+	t.Logf("reconfigure without a converter: %v", err)
+	if b, _ := os.ReadFile(launch.CheckpointMarker(spec)); atoi(string(b)) < last {
+		t.Errorf("marker %q below the last iteration %d", b, last)
+	}
+	if _, ok := observe(ex2, l.JobID); ok {
+		t.Fatal("the job still runs after a failed reconfiguration")
+	}
+
+	// A job that exits 3 is reported with its code.
+	failing := filepath.Join(c.tmp, "fail.sh")
+	if err := os.WriteFile(failing, []byte("echo boom\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec3 := *spec
+	spec3.Name, spec3.Entrypoint = "six", failing
+	l3 := control.Launch{JobID: "j-900002", Spec: &spec3, Plan: spec.Request.Plan, Servers: []launch.Server{srv(2, 8)}}
+	if err := ex.Start(ctx, l3); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the failing job reported", 20*time.Second, func() error {
+		o, ok := observe(ex, l3.JobID)
+		if !ok || !o.Exited {
+			return fmt.Errorf("%+v", o)
+		}
+		if o.ExitCode != 3 || o.Err == "" {
+			t.Fatalf("failing job: %+v", o)
+		}
+		return nil
+	})
+	t.Logf("direct executor checks (netns %v) took %s", c.netns, time.Since(c.began).Round(time.Millisecond))
 }
