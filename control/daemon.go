@@ -75,6 +75,7 @@ type Daemon struct {
 
 type jobState struct {
 	saved   time.Time // last progress write
+	changed time.Time // last start or reconfiguration (the policy's dwell)
 	rec     JobRecord
 	spec    *jobspec.Spec
 	plan    perf.Plan
@@ -374,6 +375,11 @@ func (d *Daemon) snapshot() sched.Snapshot {
 		}
 		if js.rec.State == StateRunning {
 			sj.Plan = js.plan
+			changed := js.changed
+			if changed.IsZero() {
+				changed = js.rec.StartedAt
+			}
+			sj.LastChange = float64(changed.UnixNano()) / 1e9
 			for _, srv := range js.servers {
 				i := d.srvIdx[srv.Name]
 				sj.Alloc = append(sj.Alloc, sched.Alloc{Server: i, GPUs: len(srv.GPUs), CPUs: len(srv.CPUs)})
@@ -475,7 +481,7 @@ func (d *Daemon) apply(ctx context.Context, a sched.Decision) error {
 			d.take(a.Job, js.servers)
 			return err
 		}
-		js.plan, js.servers = a.Plan, servers
+		js.plan, js.servers, js.changed = a.Plan, servers, d.now()
 		d.take(a.Job, servers)
 		delete(d.waits, a.Job)
 		d.cfg.Store.AddDecision(ctx, DecisionRecord{JobID: a.Job, Kind: a.Kind.String(), Detail: detail, Reason: a.Why, At: d.now()})
