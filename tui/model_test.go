@@ -166,14 +166,14 @@ func TestTickMovesCountdown(t *testing.T) {
 		}
 		return ""
 	}
-	if !strings.Contains(line(), "    30s") {
+	if !strings.Contains(line(), "   30s") {
 		t.Fatalf("before: %q", line())
 	}
 	// the fake answers instantly, so the poll that the tick starts resets
 	// the countdown: hold the backend back by making the poll pending
 	h.m.pending = 4
 	h.tick(5 * time.Second)
-	if !strings.Contains(line(), "    25s") {
+	if !strings.Contains(line(), "   25s") {
 		t.Errorf("after a 5 s tick: %q", line())
 	}
 }

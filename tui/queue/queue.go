@@ -118,11 +118,11 @@ func (m *Model) columns() []column {
 	el := m.elapsed()
 	cols := []column{
 		{"ID", 8, false, func(r data.QueueRow) string { return r.ID }},
-		{"NAME", 14, false, func(r data.QueueRow) string { return r.Name }},
+		{"NAME", 12, false, func(r data.QueueRow) string { return r.Name }},
 		{"CLASS", 11, false, func(r data.QueueRow) string { return r.Class }},
 		{"TENANT", 8, false, func(r data.QueueRow) string { return r.Tenant }},
 		{"GPUS", 4, true, func(r data.QueueRow) string { return fmt.Sprint(r.GPUs) }},
-		{"WAITED", 7, true, func(r data.QueueRow) string { return common.Duration(r.Waited + el) }},
+		{"WAITED", 6, true, func(r data.QueueRow) string { return common.Duration(r.Waited + el) }},
 	}
 	var srv, rack, starved, tier, sens bool
 	for _, r := range m.rows {
@@ -147,13 +147,13 @@ func (m *Model) columns() []column {
 		}
 	}
 	if srv {
-		cols = append(cols, column{"SRV-TMR", 7, true, countdown(func(t *data.DelayTimers) time.Duration { return t.ServerTimer })})
+		cols = append(cols, column{"SRV-T", 5, true, countdown(func(t *data.DelayTimers) time.Duration { return t.ServerTimer })})
 	}
 	if rack {
-		cols = append(cols, column{"RACK-TMR", 8, true, countdown(func(t *data.DelayTimers) time.Duration { return t.RackTimer })})
+		cols = append(cols, column{"RACK-T", 6, true, countdown(func(t *data.DelayTimers) time.Duration { return t.RackTimer })})
 	}
 	if starved {
-		cols = append(cols, column{"STARVED", 7, true, func(r data.QueueRow) string {
+		cols = append(cols, column{"STARVE", 6, true, func(r data.QueueRow) string {
 			if r.Timers == nil {
 				return ""
 			}
@@ -169,7 +169,7 @@ func (m *Model) columns() []column {
 		}})
 	}
 	if sens {
-		cols = append(cols, column{"NW-SENS", 7, true, func(r data.QueueRow) string {
+		cols = append(cols, column{"NWSENS", 6, true, func(r data.QueueRow) string {
 			if r.Timers == nil || !r.Timers.HasNwSens {
 				return ""
 			}

@@ -34,7 +34,7 @@ func TestGolden(t *testing.T) {
 	m = newModel(plain, 80)
 	v := m.View()
 	tuitest.CheckSize(t, v, 80, 22)
-	if strings.Contains(v, "SRV-TMR") || strings.Contains(v, "NW-SENS") {
+	if strings.Contains(v, "SRV-T") || strings.Contains(v, "NWSENS") {
 		t.Errorf("timer columns without timers:\n%s", v)
 	}
 	tuitest.Golden(t, "plain-80", v, *update)

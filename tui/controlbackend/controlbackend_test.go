@@ -1,0 +1,170 @@
+package controlbackend
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replan/replan/control"
+	"github.com/replan/replan/sched"
+	"github.com/replan/replan/tui/data"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+const spec = `version: 1
+name: bert-a
+tenant: research
+class: best-effort
+model: bert
+framework: deepspeed
+workdir: /w
+entrypoint: train.py
+global_batch: 32
+iterations: 50
+checkpoint_dir: /ckpt/x
+request: {gpus: 4}
+`
+
+// The adapter over a real daemon's API on a unix socket: a submitted job
+// starts, and every screen's rows come out filled.
+func TestOverTheAPI(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	st, err := control.OpenSQLite(ctx, filepath.Join(dir, "replan.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	pol, err := sched.New("morphling")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := control.New(ctx, control.Config{
+		Store: st, Exec: control.NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 0), Policy: pol, Clock: c.now,
+		Servers: []control.ServerInfo{{Name: "a", Address: "10.0.0.1", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}, {Name: "b", Address: "10.0.0.2", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}},
+		Tenants: []control.TenantInfo{{Name: "research", QuotaGPUs: 16}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "replan.sock")
+	l, err := control.ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go control.Serve(ctx, l, (&control.API{D: d, Version: "test"}).Handler())
+	go d.Run(ctx, 20*time.Millisecond)
+	b := New(control.NewUnixClient(sock))
+
+	id, err := b.Submit(ctx, "a.yaml", []byte(spec))
+	if err != nil || id == "" {
+		t.Fatalf("submit: %q %v", id, err)
+	}
+	if _, err := b.Submit(ctx, "bad.yaml", []byte("name: x\n")); err == nil {
+		t.Error("a bad spec was accepted")
+	}
+	var evs []data.Event
+	var after int64
+	deadline := time.Now().Add(10 * time.Second)
+	started := false
+	for !started && time.Now().Before(deadline) {
+		got, err := b.Events(ctx, after, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range got {
+			after = e.ID
+			evs = append(evs, e)
+			if e.Kind == "start" && e.JobID == id {
+				started = true
+				if e.Plan == "" {
+					t.Errorf("start event without a plan: %+v", e)
+				}
+			}
+		}
+	}
+	if !started {
+		t.Fatalf("no start event: %+v", evs)
+	}
+
+	jobs, err := b.Jobs(ctx)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("jobs %+v %v", jobs, err)
+	}
+	j := jobs[0]
+	if j.ID != id || !j.HasArch || j.Arch.Name == "" || j.PlanString == "" || j.GPUs() == 0 || j.TotalIterations != 50 || j.PlacementString == "" {
+		t.Errorf("job %+v", j)
+	}
+	if j.Plan.GPUs() != j.GPUs() {
+		t.Errorf("plan on %d GPUs, placement %d", j.Plan.GPUs(), j.GPUs())
+	}
+
+	nodes, err := b.Nodes(ctx)
+	if err != nil || len(nodes) != 2 {
+		t.Fatalf("nodes %+v %v", nodes, err)
+	}
+	owned := 0
+	for _, n := range nodes {
+		if n.Rack != "r1" || len(n.Owners) != 8 || !n.Reachable {
+			t.Errorf("node %+v", n)
+		}
+		for _, o := range n.Owners {
+			if o == id {
+				owned++
+			}
+		}
+	}
+	if owned != j.GPUs() {
+		t.Errorf("%d GPUs owned by %s, placement has %d", owned, id, j.GPUs())
+	}
+
+	detail, err := b.Job(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var start *data.Decision
+	for i, dc := range detail.Decisions {
+		if dc.Kind == "start" {
+			start = &detail.Decisions[i]
+		}
+	}
+	if start == nil || start.Plan == "" || start.Placement == "" || len(detail.History) == 0 {
+		t.Errorf("detail %+v", detail)
+	}
+
+	st2, err := b.Status(ctx)
+	if err != nil || st2.GPUs != 16 || st2.Servers != 2 || st2.Policy == "" {
+		t.Errorf("status %+v %v", st2, err)
+	}
+	if q, err := b.Queue(ctx); err != nil || len(q) != 0 {
+		t.Errorf("queue %+v %v", q, err)
+	}
+
+	if err := b.Drain(ctx, "nowhere"); err == nil {
+		t.Error("drained an unknown server")
+	}
+	if err := b.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Cancel(ctx, id); err == nil || !strings.Contains(err.Error(), "cancelled") {
+		t.Errorf("second cancel: %v", err)
+	}
+	if _, err := b.Job(ctx, "j-999999"); err == nil {
+		t.Error("an unknown job was found")
+	}
+}
