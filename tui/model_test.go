@@ -278,3 +278,26 @@ func TestQuit(t *testing.T) {
 		}
 	}
 }
+
+// Every screen renders at any size, tiny ones included, without panicking
+// and within its bounds.
+func TestAllScreensAnySize(t *testing.T) {
+	h := newHarness(t)
+	h.press("3", "enter") // load a detail
+	for _, sz := range [][2]int{{0, 0}, {1, 1}, {20, 5}, {40, 10}, {80, 24}, {200, 60}} {
+		h.send(tea.WindowSizeMsg{Width: sz[0], Height: sz[1]})
+		for _, k := range []string{"1", "2", "3", "4", "5", "?"} {
+			h.press(k)
+			for _, mv := range []string{"j", "end", "pgdown", "k", "home"} {
+				h.press(mv)
+			}
+			v := h.m.View().Content
+			if sz[0] >= 20 {
+				tuitest.CheckSize(t, v, sz[0], max(sz[1], 3))
+			}
+			if k == "?" {
+				h.press("x")
+			}
+		}
+	}
+}
