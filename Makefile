@@ -19,11 +19,14 @@ build:
 test:
 	$(GO) test -count=1 -timeout 15m $(PKGS)
 
-# Benchmarks print the issue targets as tables (ratios against baselines
-# measured in the same run) and the Go benchmarks' ns/op.
+# Benchmarks print every issue's targets as tables (figures next to their
+# targets and ratios against baselines measured in the same run), then the
+# Go benchmarks' ns/op. Nothing here is a pass/fail test.
 bench: build
 	$(GO) run . perf bench --data $(SHARED)/data/morphling
-	$(GO) test -run '^$$' -bench . -benchtime 20x ./perf/...
+	$(GO) run . sim bench --data $(SHARED)/data/morphling
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./perf/... ./sched/... ./tui/...
+	REPLAN_FOOTPRINT=1 $(GO) test -run TestFootprint -v ./agent/ | grep -E 'binary|RSS|CPU' || true
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -42,6 +45,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParsePlanSpec -fuzztime 30s ./perf/
 	$(GO) test -run '^$$' -fuzz FuzzLoadArch -fuzztime 30s ./perf/
 	$(GO) test -run '^$$' -fuzz FuzzProfile -fuzztime 30s ./dataset/
+	$(GO) test -run '^$$' -fuzz FuzzPlacement -fuzztime 30s ./dataset/
+	$(GO) test -run '^$$' -fuzz FuzzParseInventory -fuzztime 30s ./cluster/
+	$(GO) test -run '^$$' -fuzz FuzzParseLine -fuzztime 30s ./agent/logparse/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./jobspec/
 
 clean:
 	rm -rf bin
