@@ -106,9 +106,10 @@ func newModel(ctx context.Context, b Backend, opts Options) *model {
 	return m
 }
 
-// Init starts the clock, the first poll and the event stream.
+// Init starts the clock, the first poll and the event stream, and asks a
+// Speeder for its speed (a factor of 1 changes nothing).
 func (m *model) Init() tea.Cmd {
-	return tea.Batch(m.tick(), m.pollRound(), m.pollEvents())
+	return tea.Batch(m.tick(), m.pollRound(), m.pollEvents(), m.setSpeed(1))
 }
 
 func (m *model) contentHeight() int {
@@ -134,6 +135,12 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case tea.KeyPressMsg:
 		return m, m.key(msg)
+	case tea.PasteMsg:
+		if m.prompt == promptSubmit {
+			m.input.SetValue(m.input.Value() + strings.TrimSpace(msg.Content))
+			return m, nil
+		}
+		return m, m.screens[m.active].Update(msg)
 	case data.TickMsg:
 		return m, m.onTick(msg)
 	case data.StatusMsg:

@@ -257,7 +257,7 @@ func TestActions(t *testing.T) {
 		t.Errorf("no submit result:\n%s", h.view())
 	}
 	h.press("+", "+", "-")
-	want := []string{"cancel j-000001", "drain srv-04", "submit job.yaml", "speed 2", "speed 2", "speed 0.5"}
+	want := []string{"speed 1", "cancel j-000001", "drain srv-04", "submit job.yaml", "speed 2", "speed 2", "speed 0.5"}
 	if !slices.Equal(h.fake.Ops, want) {
 		t.Errorf("ops %q, want %q", h.fake.Ops, want)
 	}

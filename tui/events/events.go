@@ -71,6 +71,12 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 			}
 			m.refilter()
 		}
+	case tea.PasteMsg:
+		if m.filtering {
+			m.filter.SetValue(m.filter.Value() + strings.TrimSpace(msg.Content))
+			m.follow = true
+			m.refilter()
+		}
 	case tea.KeyPressMsg:
 		if m.filtering {
 			switch msg.String() {
