@@ -176,7 +176,29 @@ func (m *Model) columns() []column {
 			return fmt.Sprintf("%.2f", r.Timers.NwSens)
 		}})
 	}
+	// on narrow terminals the reason keeps at least 20 cells: drop the
+	// tenant, then the name, then the class
+	for _, drop := range []string{"TENANT", "NAME", "CLASS"} {
+		if m.width == 0 || width(cols)+20 <= m.width {
+			break
+		}
+		for i, c := range cols {
+			if c.title == drop {
+				cols = append(cols[:i:i], cols[i+1:]...)
+				break
+			}
+		}
+	}
 	return cols
+}
+
+// width is the cells the columns take before the reason.
+func width(cols []column) int {
+	w := 2
+	for _, c := range cols {
+		w += c.width + 1
+	}
+	return w
 }
 
 // View implements common.Screen.
@@ -185,11 +207,7 @@ func (m *Model) View() string {
 		return common.FitLines([]string{m.st.Faint.Render("waiting for the first poll of the queue…")}, m.height)
 	}
 	cols := m.columns()
-	used := 2
-	for _, c := range cols {
-		used += c.width + 1
-	}
-	reasonW := max(10, m.width-used)
+	reasonW := max(10, m.width-width(cols))
 	var hdr strings.Builder
 	hdr.WriteString("  ")
 	for _, c := range cols {

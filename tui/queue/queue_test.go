@@ -28,11 +28,20 @@ func TestGolden(t *testing.T) {
 	tuitest.CheckSize(t, m.View(), 120, 22)
 	tuitest.Golden(t, "timers-120", m.View(), *update)
 
+	// at 80 columns the timers push out tenant and name, not the reason
+	m = newModel(rows, 80)
+	v := m.View()
+	tuitest.CheckSize(t, v, 80, 22)
+	if !strings.Contains(v, "waits for a rack") || strings.Contains(v, "TENANT") {
+		t.Errorf("timers at 80 columns:\n%s", v)
+	}
+	tuitest.Golden(t, "timers-80", v, *update)
+
 	// without timers the countdown columns are not there at all
 	plain := append([]data.QueueRow(nil), rows...)
 	plain[0].Timers = nil
 	m = newModel(plain, 80)
-	v := m.View()
+	v = m.View()
 	tuitest.CheckSize(t, v, 80, 22)
 	if strings.Contains(v, "SRV-T") || strings.Contains(v, "NWSENS") {
 		t.Errorf("timer columns without timers:\n%s", v)
