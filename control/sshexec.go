@@ -570,7 +570,9 @@ func (e *SSHExecutor) observeJob(ctx context.Context, j *sshJob, proc func(serve
 		e.log.Debug("observe: checkpoint marker", "job", j.l.JobID, "err", err)
 	}
 	e.mu.Lock()
-	jo.Iterations, jo.Checkpoint, jo.SamplesPerSec = j.step, j.ckpt, j.sps
+	// What was checkpointed was done, even when the log did not say so
+	// (a launch that resumed at the end exits without a step line).
+	jo.Iterations, jo.Checkpoint, jo.SamplesPerSec = max(j.step, j.ckpt), j.ckpt, j.sps
 	e.mu.Unlock()
 	switch {
 	case !found:
@@ -930,6 +932,15 @@ func (e *SSHExecutor) verify(ctx context.Context, id string, last int) error {
 			}
 		}
 		if p, err := c.Process(ctx, r0.id); err == nil && p.State == agent.StateExited {
+			// A job that reached its end meanwhile (its checkpoint says
+			// so) finished: nothing to verify; Observe reports it.
+			if n, _, merr := e.readMarker(ctx, j.l); merr == nil && exitCode(p) == 0 && !p.StopRequested && n >= j.l.Spec.Iterations {
+				e.mu.Lock()
+				j.ckpt = max(j.ckpt, n)
+				e.mu.Unlock()
+				e.log.Info("reconfigure: the job finished while it moved", "job", id, "checkpoint", n)
+				return nil
+			}
 			tail, _ := c.Logs(ctx, r0.id, 5)
 			return fmt.Errorf("rank 0 exited (%s) before reporting an iteration beyond %d (last seen %d): %s", p.ExitReason, last, seen, strings.TrimSpace(string(tail)))
 		}

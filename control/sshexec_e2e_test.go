@@ -800,5 +800,29 @@ func TestSSHExecutorDirect(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A launch that resumes at the job's end exits 0 at once, without a
+	// step line: it finished, at the checkpoint's iteration.
+	spec4, err := jobspec.Parse("seven.yaml", c.jobSpec("seven", "best-effort", 8, 20), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(launch.CheckpointMarker(spec4), []byte("20\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l4 := control.Launch{JobID: "j-900003", Spec: spec4, Plan: spec4.Request.Plan, Servers: []launch.Server{srv(1, 8)}, Attempt: 4, Resume: true}
+	if err := ex.Start(ctx, l4); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the resumed-at-the-end job reported", 20*time.Second, func() error {
+		o, ok := observe(ex, l4.JobID)
+		if !ok || !o.Exited {
+			return fmt.Errorf("%+v", o)
+		}
+		if o.ExitCode != 0 || o.Iterations != 20 || o.Checkpoint != 20 {
+			t.Fatalf("resumed at the end: %+v", o)
+		}
+		return nil
+	})
 	t.Logf("direct executor checks (netns %v) took %s", c.netns, time.Since(c.began).Round(time.Millisecond))
 }
