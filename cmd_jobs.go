@@ -240,3 +240,29 @@ func newEventsCmd(stdout, stderr io.Writer) *cobra.Command {
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following new events")
 	return cmd
 }
+
+func newLogsCmd(stdout, stderr io.Writer) *cobra.Command {
+	o := &clientOptions{}
+	var follow bool
+	var tail int
+	cmd := &cobra.Command{Use: "logs ID [-f]", Short: "A job's training log (-f follows it)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			rc, err := c.Logs(cmd.Context(), args[0], tail, follow)
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			if _, err := io.Copy(stdout, rc); err != nil && cmd.Context().Err() == nil {
+				return err
+			}
+			return nil
+		}}
+	o.add(cmd)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the log")
+	cmd.Flags().IntVar(&tail, "tail", 100, "lines from the end to start with")
+	return cmd
+}

@@ -38,6 +38,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newNodeOpCmd("undrain", "Let the scheduler use a drained server again"),
 		newHistoryCmd,
 		newEventsCmd,
+		newLogsCmd,
 		newInventoryCmd,
 		newTrustCmd,
 		newAgentCmd,

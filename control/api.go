@@ -89,6 +89,7 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/jobs", a.submit)
 	mux.HandleFunc("GET /v1/jobs", a.jobs)
 	mux.HandleFunc("GET /v1/jobs/{id}", a.job)
+	mux.HandleFunc("GET /v1/jobs/{id}/logs", a.logs)
 	mux.HandleFunc("POST /v1/jobs/{id}/{op}", a.jobOp)
 	mux.HandleFunc("GET /v1/queue", a.queue)
 	mux.HandleFunc("GET /v1/nodes", a.nodes)

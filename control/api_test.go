@@ -191,3 +191,56 @@ func hasKind(evs []Event, k string) bool {
 	}
 	return false
 }
+
+func TestAPILogsFollowTheSimulatedJob(t *testing.T) {
+	ctx := context.Background()
+	cl, d, c, _, _ := startAPI(t, "")
+	long := strings.Replace(strings.Replace(specYAML, "%s", "a", 1), "iterations: 50", "iterations: 100000", 1)
+	rec, err := cl.Submit(ctx, "a.yaml", []byte(long))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		det, _ := cl.Job(ctx, rec.ID)
+		if det.Job.State == StateRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("job never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.advance(3 * time.Second)
+	rc, err := cl.Logs(ctx, rec.ID, 3, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[2], "global_step=") || !strings.Contains(lines[2], "CurrSamplesPerSec=") {
+		t.Fatalf("tail 3:\n%s", b)
+	}
+	// follow: more lines arrive as the virtual clock moves
+	fctx, cancel := context.WithCancel(ctx)
+	rc, err = cl.Logs(fctx, rec.ID, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for i := 0; i < 5; i++ {
+			time.Sleep(250 * time.Millisecond)
+			c.advance(2 * time.Second)
+		}
+		cancel()
+	}()
+	b, _ = io.ReadAll(rc)
+	if n := strings.Count(string(b), "global_step="); n < 3 {
+		t.Errorf("followed %d lines:\n%s", n, b)
+	}
+	if _, err := cl.Logs(ctx, "j-nope", 1, false); !IsNotFound(err) {
+		t.Errorf("unknown job: %v", err)
+	}
+	_ = d
+}

@@ -168,3 +168,5 @@ func IsNotFound(err error) bool {
 	var re *RemoteError
 	return errors.As(err, &re) && re.Status == http.StatusNotFound
 }
+
+func decodeJSON(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -1,0 +1,161 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// LogReader is implemented by executors that can show a job's training
+// log: the last tail lines, and with follow every new line until ctx ends.
+type LogReader interface {
+	Logs(ctx context.Context, jobID string, tail int, follow bool) (io.ReadCloser, error)
+}
+
+// ErrNoLogs is returned when the executor keeps no logs.
+var ErrNoLogs = errors.New("the executor keeps no logs")
+
+// Logs streams a job's log through the executor.
+func (d *Daemon) Logs(ctx context.Context, id string, tail int, follow bool) (io.ReadCloser, error) {
+	lr, ok := d.cfg.Exec.(LogReader)
+	if !ok {
+		return nil, ErrNoLogs
+	}
+	if _, err := d.cfg.Store.GetJob(ctx, id); err != nil {
+		return nil, err
+	}
+	return lr.Logs(ctx, id, tail, follow)
+}
+
+// logs is GET /v1/jobs/{id}/logs?tail=N&follow=1: text, streamed.
+func (a *API) logs(w http.ResponseWriter, r *http.Request) {
+	tail := 100
+	if s := r.URL.Query().Get("tail"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("tail: want an integer, got %q", s))
+			return
+		}
+		tail = n
+	}
+	follow := r.URL.Query().Get("follow") == "1" || r.URL.Query().Get("follow") == "true"
+	rc, err := a.D.Logs(r.Context(), r.PathValue("id"), tail, follow)
+	if errors.Is(err, ErrNoLogs) {
+		writeErr(w, http.StatusNotImplemented, err)
+		return
+	}
+	if err != nil {
+		writeErr(w, statusOf(err), err)
+		return
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := rc.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Logs reads a job's log from the daemon (follow streams until ctx ends).
+func (c *Client) Logs(ctx context.Context, id string, tail int, follow bool) (io.ReadCloser, error) {
+	q := "?tail=" + strconv.Itoa(tail)
+	if follow {
+		q += "&follow=1"
+	}
+	req, err := http.NewRequestWithContext(ctx, "GET", c.Base+"/v1/jobs/"+id+"/logs"+q, nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		re := &RemoteError{Status: resp.StatusCode}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		re.APIError.Error = string(b)
+		var ae APIError
+		if jsonErr := decodeJSON(b, &ae); jsonErr == nil && ae.Error != "" {
+			re.APIError = ae
+		}
+		return nil, re
+	}
+	return resp.Body, nil
+}
+
+// simLog renders the DeepSpeed ThroughputTimer lines a simulated job
+// would have printed between iterations from and to.
+func simLog(w io.Writer, from, to int, sps float64) {
+	for it := from; it <= to; it++ {
+		fmt.Fprintf(w, "[Rank 0] epoch=0/micro_step=%d/global_step=%d, RunningAvgSamplesPerSec=%.3f, CurrSamplesPerSec=%.3f, MemAllocated=31.2GB, MaxMemAllocated=58.7GB\n", it, it, sps, sps)
+	}
+}
+
+// Logs implements LogReader for the simulated cluster: the lines the job
+// would have printed (one per iteration), following its virtual progress.
+func (e *SimExecutor) Logs(ctx context.Context, id string, tail int, follow bool) (io.ReadCloser, error) {
+	pr, pw := io.Pipe()
+	go func() {
+		last := -1
+		for {
+			e.mu.Lock()
+			j := e.running[id]
+			var cur int
+			var sps float64
+			if j != nil {
+				cur = int(e.progress(j))
+				sps = float64(j.l.Spec.GlobalBatch) / j.iterTime
+			}
+			e.mu.Unlock()
+			if j == nil {
+				if last < 0 {
+					fmt.Fprintf(pw, "(%s is not running on the simulated cluster)\n", id)
+				}
+				pw.Close()
+				return
+			}
+			from := last + 1
+			if last < 0 {
+				from = max(cur-tail+1, 1)
+			}
+			if cur >= from {
+				simLog(pw, from, cur, sps)
+				last = cur
+			} else if last < 0 {
+				last = cur
+			}
+			if !follow {
+				pw.Close()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				pw.Close()
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return pr, nil
+}
