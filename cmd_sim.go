@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/dataset"
 	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
@@ -19,6 +20,8 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 		trace, dir, policies string
 		asJSON               bool
 		cfg                  sim.Config
+		racks                int
+		spine                float64
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --trace FILE [--data DIR] [--policy a,b] [--json]",
@@ -29,6 +32,9 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 				return fmt.Errorf("sim: --trace FILE is required (e.g. ../shared/data/morphling/workloads/workload-base.csv)")
 			}
 			ctx := cmd.Context()
+			if err := applyRacks(&cfg, racks); err != nil {
+				return err
+			}
 			jobs, err := dataset.LoadWorkload(ctx, trace)
 			if err != nil {
 				return err
@@ -37,6 +43,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			models.SetSpine(spine, cfg.ServersPerRack)
 			ps, err := simPolicies(policies, cfg.RestartCost)
 			if err != nil {
 				return err
@@ -49,17 +56,38 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 				return writeJSON(stdout, sim.Report{Policies: results})
 			}
 			fmt.Fprintf(stdout, "%s: %d jobs, %d servers × %d GPUs, restart cost %.0f s\n", trace, len(jobs), cfg.Servers, cfg.GPUsPerServer, cfg.RestartCost)
+			if cfg.ServersPerRack > 0 && cfg.ServersPerRack < cfg.Servers {
+				fmt.Fprintf(stdout, "%d racks of %d servers, spine %.0f GB/s per rack (the policies price cross-rack bandwidth ×%.2f)\n", (cfg.Servers+cfg.ServersPerRack-1)/cfg.ServersPerRack, cfg.ServersPerRack, spine, sim.SpineFactor(spine, cfg.ServersPerRack))
+			}
 			return sim.WriteTable(stdout, results)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&trace, "trace", "", "workload trace CSV (Morphling layout)")
 	f.StringVar(&dir, "data", "", "data directory for fitting and measured tables (default $REPLAN_DATA or ../shared/data/morphling)")
-	f.StringVar(&policies, "policy", strings.Join(sched.Names(), ","), "policies to compare, comma-separated")
+	f.StringVar(&policies, "policy", "replan", "policies to compare, comma-separated: "+strings.Join(sched.Names(), ","))
 	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.IntVar(&racks, "racks", 0, "racks (with --servers-per-rack: the cluster is racks × servers-per-rack servers; 0: --servers)")
+	f.Float64Var(&spine, "spine-gbps", cluster.A800SpineGBps, "each rack's uplink into the spine, GB/s (oversubscription = servers-per-rack × 100 GB/s / this)")
+	f.BoolVar(&cfg.NoShifts, "no-shifts", false, "ignore the policies' time-shifts (same placements, jobs start at once)")
 	addClusterFlags(cmd, &cfg)
 	cmd.AddCommand(newSimGenCmd(stdout), newSimBenchCmd(stdout))
 	return cmd
+}
+
+// applyRacks sizes the cluster from --racks and --servers-per-rack.
+func applyRacks(cfg *sim.Config, racks int) error {
+	if racks < 0 {
+		return fmt.Errorf("sim: --racks %d: must be ≥ 0", racks)
+	}
+	if racks == 0 {
+		return nil
+	}
+	if cfg.ServersPerRack <= 0 {
+		cfg.ServersPerRack = 8
+	}
+	cfg.Servers = racks * cfg.ServersPerRack
+	return nil
 }
 
 func addClusterFlags(cmd *cobra.Command, cfg *sim.Config) {

@@ -23,7 +23,64 @@ type FIFO struct {
 	Tenancy bool
 	// Strict stops at the first job that does not fit (no backfilling).
 	Strict bool
-	c      *cache
+	// Net makes placement network-aware with Dally's delay timers and
+	// Nw_sens order (dally, dally-manual).
+	Net *NetOptions
+	// LAS orders waiting jobs by least attained service, GPUs × seconds
+	// run (Tiresias' 2D-LAS, without its discretised queues).
+	LAS bool
+	// SkewLoss, when > 0, consolidates jobs whose predicted loss across
+	// racks is at least this (Tiresias' high-skew models) onto the
+	// narrowest tier they fit; the others take any offer.
+	SkewLoss float64
+	// Migrate moves a running job spread over servers (racks) onto one
+	// server (rack) when one frees up (Gandiva's migration).
+	Migrate bool
+	c       *cache
+}
+
+// NewTiresias is Tiresias: 2D-LAS priority, consolidation of high-skew
+// jobs (predicted loss across racks ≥ 10 %), any offer for the others.
+func NewTiresias() *FIFO { return &FIFO{name: "tiresias", LAS: true, SkewLoss: 0.1, c: newCache()} }
+
+// NewGandiva is Gandiva's placement: network-agnostic, FIFO, with
+// migration to a better consolidation when one frees up.
+func NewGandiva() *FIFO { return &FIFO{name: "gandiva", Migrate: true, c: newCache()} }
+
+// NewDally is Dally on exact requests: delay scheduling over tiers with
+// the auto-tuned timers (auto=true, "dally") or fixed 12 h / 12 h timers
+// ("dally-manual"), offers in increasing Nw_sens.
+func NewDally(auto bool) *FIFO {
+	n := NetOptions{AutoTune: auto, LossAccept: -1}.withDefaults()
+	name := "dally-manual"
+	if auto {
+		name = "dally"
+	}
+	return &FIFO{name: name, Net: &n, c: newCache()}
+}
+
+// reqLoss is the predicted loss of j's own plan at the rack and
+// cross-rack tiers, and its seconds per iteration packed.
+func (f *FIFO) reqLoss(j *Job, perServer, cpg int) (float64, float64, float64) {
+	g := j.ReqGPUs
+	if j.Model == nil || g <= 0 {
+		return 0, 0, 0
+	}
+	packed := perf.PackedPlacement(g, perServer)
+	best := f.c.predict(j.Model, j.ReqPlan, packed, false, cpg)
+	if best <= 0 {
+		return 0, 0, 0
+	}
+	spread := packed
+	if len(packed) == 1 && g > 1 {
+		spread = perf.Placement{g - g/2, g / 2}
+	}
+	loss := func(v float64) float64 { return max(0, 1-v/best) }
+	lr := loss(f.c.predict(j.Model, j.ReqPlan, spread, false, cpg))
+	if len(packed) > 1 {
+		lr = 0
+	}
+	return lr, loss(f.c.predict(j.Model, j.ReqPlan, spread, true, cpg)), float64(j.Model.Arch.GlobalBatch) / best
 }
 
 // NewStatic is the user's plan on exactly the requested GPUs, FIFO, gang,
@@ -65,10 +122,31 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 		}
 		waiting = append(waiting, i)
 	}
+	perServer := max(st.maxPer, 1)
+	var nr *netRound
+	if f.Net != nil || f.SkewLoss > 0 {
+		st.rackAware = true
+		o := NetOptions{LossAccept: -1}
+		if f.Net != nil {
+			o = *f.Net
+		}
+		nr = newNetRound(o, &s, func(i int) int { return max(s.Jobs[i].ReqGPUs, 1) }, func(i, g int) (float64, float64, float64) {
+			return f.reqLoss(&s.Jobs[i], perServer, st.jobs[i].cpg)
+		})
+	}
 	sort.SliceStable(waiting, func(a, b int) bool {
 		x, y := &s.Jobs[waiting[a]], &s.Jobs[waiting[b]]
 		if f.Tenancy && x.Class != y.Class {
 			return x.Class == Guaranteed
+		}
+		if f.LAS {
+			ax, ay := x.RunSeconds*float64(x.ReqGPUs), y.RunSeconds*float64(y.ReqGPUs)
+			if ax != ay {
+				return ax < ay
+			}
+		}
+		if f.Net != nil && nr.jobs[waiting[a]].nw != nr.jobs[waiting[b]].nw {
+			return nr.jobs[waiting[a]].nw < nr.jobs[waiting[b]].nw
 		}
 		return x.Submit < y.Submit
 	})
@@ -91,7 +169,7 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 			}
 		}
 		mark := len(st.journal)
-		ok, why := f.place(st, i)
+		ok, why := f.placeNet(st, nr, i)
 		if !ok && f.Tenancy && j.Class == Guaranteed {
 			// Preempt best-effort jobs until the request fits.
 			for _, v := range beRunning {
@@ -120,7 +198,10 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 			used[j.Tenant] += j.ReqGPUs
 		}
 	}
-	return emitState(st, func(i int) (perf.Plan, float64, perf.Memory, bool) {
+	if f.Migrate {
+		f.migrate(st)
+	}
+	d := emitState(st, func(i int) (perf.Plan, float64, perf.Memory, bool) {
 		js := &st.jobs[i]
 		j := js.job
 		pl, cr := st.placement(i), st.cross(i)
@@ -140,6 +221,100 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 		}
 		return plan, thr, perf.EstimateMemory(j.Model.Arch, plan, pl), true
 	})
+	if f.Net != nil {
+		nr.finish(&s, &d)
+	}
+	for k := range d.Actions {
+		d.Actions[k].Tier = tierOf(s.Servers, d.Actions[k].Alloc)
+	}
+	return d
+}
+
+// placeNet places job i at the widest tier it accepts: Dally's timers
+// (Net), Tiresias' consolidation of high-skew jobs (SkewLoss), else
+// place.
+func (f *FIFO) placeNet(st *state, nr *netRound, i int) (bool, string) {
+	if nr == nil {
+		return f.place(st, i)
+	}
+	js := &st.jobs[i]
+	need := js.job.ReqGPUs
+	limit := nr.jobs[i].accept
+	why := nr.jobs[i].why
+	if f.Net == nil { // Tiresias
+		nj := &nr.jobs[i]
+		switch {
+		case nj.lossX < f.SkewLoss:
+			return f.place(st, i)
+		case nj.fitsS:
+			limit, why = perf.TierServer, "high-skew model: waits for one server"
+		case nj.fitsR:
+			limit, why = perf.TierRack, "high-skew model: waits for one rack"
+		default:
+			limit = perf.TierCrossRack
+		}
+	}
+	mark := len(st.journal)
+	if need <= st.maxPer {
+		for k := need; k <= st.maxPer; k++ {
+			if sv, ok := st.idx.any(k); ok && st.freeCPU[sv] >= need*js.cpg {
+				st.move(i, sv, need)
+				sortAlloc(js.alloc)
+				return true, ""
+			}
+		}
+	}
+	if limit == perf.TierServer {
+		return false, "delay scheduling: refuses offers spanning servers (" + why + ")"
+	}
+	if st.takeRack(i, need) == need {
+		sortAlloc(js.alloc)
+		return true, ""
+	}
+	st.rollback(mark)
+	if limit == perf.TierRack {
+		return false, "delay scheduling: refuses offers spanning racks (" + why + ")"
+	}
+	if got := st.takeFree(i, need); got < need {
+		st.rollback(mark)
+		return false, fmt.Sprintf("needs %d GPUs; %d free", need, st.freeGPUs)
+	}
+	return true, ""
+}
+
+// migrate moves running jobs that span servers onto one server, or jobs
+// that span racks into one rack, when one has room (Gandiva).
+func (f *FIFO) migrate(st *state) {
+	for i := range st.jobs {
+		js := &st.jobs[i]
+		if js.orig == 0 || js.total != js.orig || js.touched || len(js.alloc) < 2 {
+			continue
+		}
+		was := tierOf(st.snap.Servers, js.alloc)
+		mark := len(st.journal)
+		old := append([]Alloc(nil), js.alloc...)
+		for _, a := range old {
+			st.move(i, a.Server, -a.GPUs)
+		}
+		ok := false
+		if js.orig <= st.maxPer {
+			for k := js.orig; k <= st.maxPer && !ok; k++ {
+				if sv, found := st.idx.any(k); found && st.freeCPU[sv] >= js.orig*js.cpg {
+					st.move(i, sv, js.orig)
+					ok = true
+				}
+			}
+		}
+		if !ok && was == perf.TierCrossRack && len(st.racks) > 1 {
+			ok = st.takeRack(i, js.orig) == js.orig
+		}
+		sortAlloc(js.alloc)
+		if !ok || tierOf(st.snap.Servers, js.alloc) >= was {
+			st.rollback(mark)
+			continue
+		}
+		js.touched = true
+	}
 }
 
 // place finds exactly the requested GPUs for job i: one server when the

@@ -97,6 +97,17 @@ type Morphling struct {
 	name string
 	opt  Options
 	c    *cache
+	net  *NetOptions // network-aware (replan): nil for plain Morphling
+}
+
+// NewReplan is replan's policy: Morphling's allocation and plans, Dally's
+// delay scheduling over placement tiers (auto-tuned timers, Nw_sens
+// priority, and the predicted-loss shortcut of n), and CASSINI
+// time-shifts for jobs sharing links.
+func NewReplan(o Options, n NetOptions) *Morphling {
+	o = o.withDefaults()
+	n = n.withDefaults()
+	return &Morphling{name: "replan", opt: o, c: newCache(), net: &n}
 }
 
 // NewMorphling returns the full Morphling policy.
@@ -267,6 +278,29 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			}
 		}
 	}
+	var nr *netRound
+	if p.net != nil {
+		st.rackAware = true
+		nr = newNetRound(*p.net, &s, func(i int) int {
+			js := &st.jobs[i]
+			if js.cv == nil {
+				return max(js.job.ReqGPUs, 1)
+			}
+			if js.orig > 0 {
+				return js.orig
+			}
+			if js.job.Class == Guaranteed {
+				return max(js.minG, 1)
+			}
+			if f, _ := js.next(len(js.cv.env) - 1); f > 0 {
+				return f
+			}
+			return max(js.job.ReqGPUs, 1)
+		}, func(i, g int) (float64, float64, float64) {
+			js := &st.jobs[i]
+			return tierLoss(p.c, js.job.Model, js.fam, g, perServer, js.cpg)
+		})
+	}
 	quota := map[string]int{}
 	for _, t := range s.Tenants {
 		quota[t.Name] = t.QuotaGPUs
@@ -299,7 +333,15 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			continue
 		}
 		mark := len(st.journal)
-		if ok := p.grow(st, i, js.minG, math.Inf(1), true, false); !ok || !p.finish(st, i) {
+		ok := p.grow(st, i, js.minG, math.Inf(1), true, false)
+		if ok && nr != nil {
+			if fine, _, why := nr.allows(s.Servers, i, js.alloc); !fine {
+				st.rollback(mark)
+				js.reason = why
+				continue
+			}
+		}
+		if !ok || !p.finish(st, i) {
 			st.rollback(mark)
 			if js.reason == "" {
 				js.reason = fmt.Sprintf("needs %d GPUs (minRes) and cannot get them: %d free, running jobs are at their own minRes", js.minG, st.freeGPUs)
@@ -332,6 +374,9 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		x, y := &st.jobs[a], &st.jobs[b]
 		if x.slope != y.slope {
 			return cmp.Compare(y.slope, x.slope)
+		}
+		if nr != nil && nr.jobs[a].nw != nr.jobs[b].nw {
+			return cmp.Compare(nr.jobs[a].nw, nr.jobs[b].nw) // Dally: lowest Nw_sens first
 		}
 		return cmp.Compare(x.job.Submit, y.job.Submit)
 	})
@@ -379,6 +424,17 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 				break
 			}
 			step := len(st.journal)
+			if nr != nil && js.orig == 0 && p.grow(st, i, f, sl, false, settling) {
+				if fine, _, why := nr.allows(s.Servers, i, js.alloc); !fine {
+					st.rollback(step)
+					if js.total == 0 {
+						js.reason = why
+					}
+					break
+				}
+				grew = true
+				continue
+			}
 			if !p.grow(st, i, f, sl, false, settling) {
 				st.rollback(step)
 				if !grew && st.freeGPUs == 0 {
@@ -436,6 +492,12 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		}
 	}
 	d := p.emit(st)
+	if nr != nil {
+		nr.finish(&s, &d)
+		if p.net.Shifts {
+			d.Links = shiftDecisions(&s, &d, p.opt.RestartCost)
+		}
+	}
 	for i := range st.jobs {
 		js := &st.jobs[i]
 		if js.orig > 0 && js.total > 0 && !js.touched && js.total == js.orig && st.snap.Now-js.job.LastChange < p.opt.MinDwell {

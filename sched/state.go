@@ -1,6 +1,8 @@
 package sched
 
 import (
+	"sort"
+
 	"github.com/replan/replan/perf"
 )
 
@@ -25,6 +27,11 @@ type state struct {
 	dirty   []int
 	isDirty []bool
 	vlist   []vcand
+	// rackAware makes takeFree spread a job inside one rack when a rack
+	// has room (network-aware policies); rackOf and racks index the racks.
+	rackAware bool
+	rackOf    []int
+	racks     [][]int
 }
 
 // op is one journal entry: job took (gpus > 0) or gave back GPUs and cores
@@ -72,6 +79,18 @@ func newState(s *Snapshot) *state {
 		st.freeGPUs += max(sv.FreeGPUs, 0)
 	}
 	st.idx.init(st.free, st.maxPer)
+	st.rackOf = make([]int, n)
+	rk := map[string]int{}
+	for i, sv := range s.Servers {
+		r, ok := rk[sv.Rack]
+		if !ok {
+			r = len(st.racks)
+			rk[sv.Rack] = r
+			st.racks = append(st.racks, nil)
+		}
+		st.rackOf[i] = r
+		st.racks[r] = append(st.racks[r], i)
+	}
 	st.jobs = make([]jstate, len(s.Jobs))
 	st.isDirty = make([]bool, len(s.Jobs))
 	for i := range s.Jobs {
@@ -242,6 +261,9 @@ func (st *state) takeFree(j, need int) int {
 			}
 		}
 	}
+	if got < need && st.rackAware && len(st.racks) > 1 {
+		got += st.takeRack(j, need-got)
+	}
 	for k := st.maxPer; k >= 1 && got < need; k-- {
 		for got < need {
 			s, ok := st.idx.any(k)
@@ -339,4 +361,50 @@ func (f *freeIndex) unskip() {
 		}
 	}
 	f.skipped = f.skipped[:0]
+}
+
+// takeRack gives job j need free GPUs inside one rack, when a rack has
+// them: the rack it already uses first, else the rack with the least room
+// that suffices; its servers with the most free GPUs first. It returns how
+// many it got (0 or need).
+func (st *state) takeRack(j, need int) int {
+	js := &st.jobs[j]
+	cpg := max(js.cpg, 1)
+	room := func(s int) int { return max(min(st.free[s], st.freeCPU[s]/cpg), 0) }
+	rackFree := func(r int) int {
+		n := 0
+		for _, s := range st.racks[r] {
+			n += room(s)
+		}
+		return n
+	}
+	best, bestFree := -1, 0
+	if len(js.alloc) > 0 {
+		if r := st.rackOf[js.alloc[0].Server]; rackFree(r) >= need {
+			best = r
+		}
+	}
+	if best < 0 {
+		for r := range st.racks {
+			if f := rackFree(r); f >= need && (best < 0 || f < bestFree) {
+				best, bestFree = r, f
+			}
+		}
+	}
+	if best < 0 {
+		return 0
+	}
+	servers := append([]int(nil), st.racks[best]...)
+	sort.SliceStable(servers, func(a, b int) bool { return room(servers[a]) > room(servers[b]) })
+	got := 0
+	for _, s := range servers {
+		if got == need {
+			break
+		}
+		if n := min(room(s), need-got); n > 0 {
+			st.move(j, s, n)
+			got += n
+		}
+	}
+	return got
 }

@@ -85,6 +85,16 @@ type Job struct {
 	// clock as Snapshot.Now); jobs changed within Options.MinDwell are
 	// left alone unless a guaranteed job below its minRes needs them.
 	LastChange float64
+	// LastRun is when the job last held resources (0: never; its
+	// starvation time then runs from Submit). Delay scheduling.
+	LastRun float64
+	// RunSeconds is the time the job has held resources so far (for
+	// Dally's Nw_sens; 0: unknown, Nw_sens 1).
+	RunSeconds float64
+	// Phase is, for a running job, a time (Snapshot.Now's clock) at which
+	// one of its iterations began: where its communication arcs sit for
+	// the time-shifts of jobs that start next to it (0: unknown).
+	Phase float64
 }
 
 // Running reports whether the job holds resources.
@@ -118,6 +128,14 @@ type Snapshot struct {
 	// than the performance model (observed runs, measured tables). The
 	// policies prefer them to predictions wherever they exist.
 	Known Known
+	// History is the delay-timer auto-tuner's memory (network-aware
+	// policies): the caller keeps it and adds each round's
+	// Decisions.Observed. The zero value is no history (default timers).
+	History TimerHistory
+	// SpineGBps is each rack's uplink into the spine in GB/s (the
+	// inventory's Rack.SpineGBps): the link cross-rack jobs share, on
+	// which time-shifts interleave them. 0: the A800 reference value.
+	SpineGBps float64
 }
 
 // Known reports measured throughputs. Implementations must be comparable
@@ -190,6 +208,13 @@ type Decision struct {
 	// Throughput is the predicted samples per second of Plan on Alloc.
 	Throughput float64
 	Why        string
+	// Shift, for a Start of a network-aware policy, is the delay in
+	// seconds to add to the job's start (after the checkpoint-restart the
+	// policy assumes) so its communication interleaves with the jobs that
+	// share its links (CASSINI); 0 otherwise.
+	Shift float64
+	// Tier is the widest network tier Alloc spans.
+	Tier perf.Tier
 }
 
 func (d Decision) String() string {
@@ -216,6 +241,14 @@ type Decisions struct {
 	// policy would decide differently even if nothing else happened (a
 	// job's MinDwell ends): the caller should run a round then.
 	WakeAt float64
+	// Timers is every waiting job's delay-timer state (network-aware
+	// policies only), for the queue view.
+	Timers []JobTimers
+	// Observed are the auto-tuner observations of this round's starts: the
+	// caller adds them to the TimerHistory of the next snapshot.
+	Observed []TimerObs
+	// Links reports the time-shift computation (network-aware policies).
+	Links LinkReport
 }
 
 // Policy is a scheduling policy. Schedule must not modify the snapshot.
@@ -255,7 +288,7 @@ func crossRack(servers []Server, allocs []Alloc) bool {
 
 // Names lists the policy names New accepts, in table order.
 func Names() []string {
-	return []string{"static", "plan-only", "resources-only", "synergy", "antman", "morphling"}
+	return []string{"static", "plan-only", "resources-only", "synergy", "antman", "morphling", "tiresias", "gandiva", "dally-manual", "dally", "replan"}
 }
 
 // New returns the policy called name with default options.
@@ -273,6 +306,16 @@ func New(name string) (Policy, error) {
 		return NewAntMan(), nil
 	case "morphling":
 		return NewMorphling(DefaultOptions()), nil
+	case "tiresias":
+		return NewTiresias(), nil
+	case "gandiva":
+		return NewGandiva(), nil
+	case "dally-manual":
+		return NewDally(false), nil
+	case "dally":
+		return NewDally(true), nil
+	case "replan":
+		return NewReplan(DefaultOptions(), DefaultNetOptions()), nil
 	}
 	return nil, fmt.Errorf("unknown policy %q (want %s)", name, strings.Join(Names(), ", "))
 }
@@ -293,6 +336,8 @@ func NewWithRestartCost(name string, restartCost float64) (Policy, error) {
 		return NewResourcesOnly(o), nil
 	case "morphling":
 		return NewMorphling(o), nil
+	case "replan":
+		return NewReplan(o, DefaultNetOptions()), nil
 	}
 	return New(name)
 }

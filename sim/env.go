@@ -3,10 +3,12 @@ package sim
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"sort"
 	"sync"
 
+	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/dataset"
 	"github.com/replan/replan/perf"
 )
@@ -19,6 +21,13 @@ type Models struct {
 	Fitted   map[string]*perf.Model // by canonical model type name
 	Measured *dataset.Measured
 	Fits     map[string]perf.FitStats
+	// SpineGBps is each rack's spine uplink (0: the A800 reference) and
+	// SpineAlone the cross-rack bandwidth share of a job alone on it: the
+	// simulator prices a cross-rack job at SpineAlone and slows it when
+	// jobs share the uplink; the policies see the models' SpineFactor
+	// (the oversubscription, SetSpine).
+	SpineGBps  float64
+	SpineAlone float64
 }
 
 // LoadModels fits every model type that apps name (trace spellings
@@ -123,7 +132,7 @@ func (r *rates) iter(model string, plan perf.Plan, pl perf.Placement, cross bool
 				v.iter = t * at.Iter / base.Iter
 			}
 		}
-	} else if b, err := fm.Predict(plan, perf.Resources{Placement: pl, CrossRack: cross, CPUsPerGPU: float64(cpg)}); err == nil && b.Iter > 0 {
+	} else if b, err := r.alone(fm, cross).Predict(plan, perf.Resources{Placement: pl, CrossRack: cross, CPUsPerGPU: float64(cpg)}); err == nil && b.Iter > 0 {
 		v = rateVal{b.Iter, false}
 	}
 	r.cache[k] = v
@@ -178,4 +187,63 @@ func (k *known) Plans(m *perf.Model, pl perf.Placement) []perf.Plan {
 	ps := k.r.m.Measured.Plans(name, m.Arch, pl)
 	k.plans[key] = ps
 	return ps
+}
+
+// network is the seconds per iteration a job of plan on pl uses
+// inter-server links (the ones that matter for sharing when it spans racks) (the model's InterServer, scaled to the iteration
+// time iter the simulator runs it at) and its exposed communication per
+// iteration: what the placement adds over the same plan on NVLink alone.
+func (r *rates) network(model string, plan perf.Plan, pl perf.Placement, cross bool, cpg int, iter float64) (float64, float64) {
+	if len(pl) < 2 {
+		return 0, 0
+	}
+	fm := r.alone(r.m.Fitted[model], cross)
+	b, err := fm.Predict(plan, perf.Resources{Placement: pl, CrossRack: cross, CPUsPerGPU: float64(cpg)})
+	if err != nil || b.Iter <= 0 {
+		return 0, 0
+	}
+	ideal, err := fm.Predict(plan, perf.Resources{Placement: perf.Placement{pl.GPUs()}, CPUsPerGPU: float64(cpg)})
+	exp := 0.0
+	if err == nil {
+		exp = math.Max(0, b.Iter-ideal.Iter) * iter / b.Iter
+	}
+	return b.InterServer * iter / b.Iter, exp
+}
+
+// SpineFactor is the cross-rack share of the in-rack bandwidth a job sees
+// when racks of serversPerRack servers (100 GB/s RDMA each) share a
+// spine uplink of spineGBps: 1/oversubscription, at most 1.
+func SpineFactor(spineGBps float64, serversPerRack int) float64 {
+	if spineGBps <= 0 || serversPerRack <= 0 {
+		return 1
+	}
+	return math.Min(1, spineGBps/(float64(serversPerRack)*cluster.A800RDMAGBps))
+}
+
+// SetSpine configures racks of serversPerRack servers with spine uplinks
+// of spineGBps (call before running): the models the policies see price a
+// cross-rack placement at the oversubscription share (SpineFactor), the
+// simulator prices it at what a job alone on the uplink gets and adds the
+// slowdown of link sharing.
+func (m *Models) SetSpine(spineGBps float64, serversPerRack int) {
+	f := SpineFactor(spineGBps, serversPerRack)
+	m.SpineGBps = spineGBps
+	m.SpineAlone = 1
+	if spineGBps > 0 {
+		m.SpineAlone = math.Min(1, spineGBps/cluster.A800RDMAGBps)
+	}
+	m.Env.SpineFactor = f
+	for _, fm := range m.Fitted {
+		fm.Env.SpineFactor = f
+	}
+}
+
+// alone is model with the spine priced as a job alone on it sees it.
+func (r *rates) alone(fm *perf.Model, cross bool) *perf.Model {
+	if !cross || r.m.SpineAlone <= 0 {
+		return fm
+	}
+	c := *fm
+	c.Env.SpineFactor = r.m.SpineAlone
+	return &c
 }

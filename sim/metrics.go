@@ -27,6 +27,16 @@ func (s *simulator) result() *Result {
 	if run > 0 {
 		r.MeasuredShare = meas / run
 	}
+	for _, j := range s.jobs {
+		r.CommExposed += j.commExp
+		if j.shareSec > 0 {
+			r.LinkSharing++
+			r.LinkInflation += j.inflSum / j.shareSec
+		}
+	}
+	if r.LinkSharing > 0 {
+		r.LinkInflation /= float64(r.LinkSharing)
+	}
 	if r.Makespan > 0 {
 		r.GPUUtil = r.GPUSeconds / (float64(s.cfg.Servers*s.cfg.GPUsPerServer) * r.Makespan)
 	}

@@ -35,6 +35,9 @@ type Config struct {
 	// HideMeasured keeps the measured tables from the policies: they then
 	// see only the fitted models (the simulator still replays the tables).
 	HideMeasured bool
+	// NoShifts ignores the policies' time-shifts (Decision.Shift): the
+	// same placements with every job starting as soon as it can.
+	NoShifts bool
 	// OnEvent, when set, sees every state change (tests use it to check
 	// conservation).
 	OnEvent func(Event)
@@ -113,6 +116,16 @@ type Result struct {
 	// MeasuredShare is the share of running job-seconds priced from a
 	// measured table rather than predicted.
 	MeasuredShare float64 `json:"measured_share"`
+	// CommExposed is the total exposed communication time of all jobs in
+	// seconds: per iteration, the time its placement adds over the same
+	// plan on NVLink alone plus what link sharing adds.
+	CommExposed float64 `json:"comm_exposed_s"`
+	// LinkInflation is the average iteration-time inflation of the jobs
+	// that shared an inter-server link with another job (0.10: 10 %
+	// slower than alone), time-weighted per job while sharing.
+	LinkInflation float64 `json:"link_inflation"`
+	// LinkSharing counts those jobs.
+	LinkSharing int `json:"link_sharing_jobs"`
 }
 
 type jstate int
@@ -154,6 +167,17 @@ type job struct {
 	gpus     int
 	changed  float64 // time of the last start or reconfiguration
 	why      string  // the policy's last reason for keeping it waiting
+	// network
+	lastRun  float64 // when it last held resources
+	phase    float64 // a time at which one of its iterations began
+	baseIter float64 // seconds per iteration alone on its links
+	comm     float64 // seconds per iteration on inter-server links
+	expIter  float64 // exposed communication per iteration without sharing
+	extra    float64 // seconds per iteration link sharing adds
+	sharing  bool    // shares a link with another job now
+	commExp  float64 // exposed communication seconds so far
+	shareSec float64 // progress seconds while sharing
+	inflSum  float64 // ∫ inflation dt while sharing
 }
 
 // Run simulates trace under policy p.
@@ -187,6 +211,8 @@ type simulator struct {
 	rounds  int
 	snap    sched.Snapshot
 	wake    float64 // the policy's wake-up time (+Inf: none)
+	hist    sched.TimerHistory
+	spread  map[*job]bool // running jobs on two servers or more
 }
 
 func (s *simulator) init(trace []dataset.WorkloadJob) error {
@@ -267,6 +293,11 @@ func (s *simulator) advance(j *job, t float64) {
 		d := t - start
 		j.done += d * j.rate
 		j.runSec += d
+		j.commExp += d * j.rate * (j.expIter + j.extra)
+		if j.sharing && j.baseIter > 0 {
+			j.shareSec += d
+			j.inflSum += d * j.extra / j.baseIter
+		}
 		if j.measured {
 			j.measSec += d
 		}
@@ -368,11 +399,15 @@ func (s *simulator) loop(ctx context.Context) error {
 				}
 			}
 		}
+		if changed {
+			s.relink()
+		}
 		if roundDue && nextRound <= s.now+1e-9 {
 			roundDue = false
 			if err := s.round(); err != nil {
 				return err
 			}
+			s.relink()
 			if s.cfg.RoundInterval > 0 {
 				nextRound = s.now + s.cfg.RoundInterval
 			}
@@ -396,6 +431,9 @@ func (s *simulator) release(j *job) {
 	}
 	j.alloc = nil
 	j.gpus = 0
+	j.lastRun = s.now
+	delete(s.spread, j)
+	j.sharing, j.extra = false, 0
 	j.version++
 }
 
@@ -427,11 +465,16 @@ func (s *simulator) round() error {
 			ReqGPUs: j.w.GPUs, ReqCPUs: j.cpg * j.w.GPUs, ReqPlan: j.reqPlan, Promise: j.promise * float64(j.m.Arch.GlobalBatch),
 			Alloc: j.alloc, Plan: j.plan, Submit: j.w.Submit,
 			ItersDone: j.done, ItersTotal: float64(j.w.Steps), Restarts: j.restarts, LastChange: j.changed,
+			LastRun: j.lastRun, RunSeconds: j.runSec, Phase: j.phase,
 		})
 	}
 	servers := append([]sched.Server(nil), s.servers...)
 	snap.Servers = servers
+	s.hist.Prune(s.now, 7*24*3600)
+	snap.History = s.hist
+	snap.SpineGBps = s.models.SpineGBps
 	d := s.p.Schedule(*snap)
+	s.hist.Add(d.Observed...)
 	for _, w := range d.Waiting {
 		if w.Index >= 0 && w.Index < len(s.active) {
 			s.active[w.Index].why = w.Reason
@@ -526,10 +569,24 @@ func (s *simulator) apply(d sched.Decisions) error {
 			return fmt.Errorf("policy %s: job %s: plan %s on %s cannot be priced", s.p.Name(), j.w.Name, j.plan, j.pl)
 		}
 		j.rate = 1 / it
+		j.baseIter = it
+		j.comm, j.expIter = s.r.network(j.model, j.plan, j.pl, cross, max(cpg, 1), it)
+		j.extra, j.sharing = 0, false
 		j.measured = meas
 		j.st = running
 		j.last = s.now
-		j.restart = s.now + s.cfg.RestartCost
+		shift := 0.0
+		if !s.cfg.NoShifts && a.Kind == sched.Start {
+			shift = math.Max(a.Shift, 0)
+		}
+		j.restart = s.now + s.cfg.RestartCost + shift
+		j.phase = j.restart
+		if cross && j.comm > 0 {
+			if s.spread == nil {
+				s.spread = map[*job]bool{}
+			}
+			s.spread[j] = true
+		}
 		j.changed = s.now
 		j.version++
 		heap.Push(&s.heap, ev{t: s.finishTime(j), j: j, v: j.version})
@@ -573,4 +630,73 @@ func (h *evHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// relink prices link sharing: jobs whose communication arcs overlap on a
+// rack's spine uplink beyond its capacity slow down in proportion (their
+// arcs placed by their phases, sched.LinkLoad); a job's iteration grows by
+// the most any of its links adds. Inside a rack nothing is shared: each
+// GPU pair has its own NIC and the top-of-rack switch is non-blocking.
+func (s *simulator) relink() {
+	type use struct {
+		j   *job
+		dem float64
+	}
+	links := map[string][]use{}
+	var spread []*job
+	for j := range s.spread {
+		spread = append(spread, j)
+	}
+	sort.Slice(spread, func(a, b int) bool { return spread[a].w.Name < spread[b].w.Name })
+	for _, j := range spread {
+		dem := sched.SpineDemand(s.models.Env, j.pl[0], s.models.SpineGBps)
+		seen := map[string]bool{}
+		for _, a := range j.alloc {
+			rk := s.servers[a.Server].Rack
+			if !seen[rk] {
+				seen[rk] = true
+				links[rk] = append(links[rk], use{j, dem})
+			}
+		}
+	}
+	extra := map[*job]float64{}
+	shared := map[*job]bool{}
+	racks := make([]string, 0, len(links))
+	for rk := range links {
+		racks = append(racks, rk)
+	}
+	sort.Strings(racks)
+	for _, rk := range racks {
+		us := links[rk]
+		if len(us) < 2 {
+			continue
+		}
+		cs := make([]sched.Circle, len(us))
+		offs := make([]float64, len(us))
+		for k, u := range us {
+			cs[k] = sched.CommCircle(u.j.baseIter, u.j.comm, u.dem)
+			offs[k] = math.Mod(u.j.phase, u.j.baseIter)
+			shared[u.j] = true
+		}
+		_, _, ex := sched.LinkLoad(cs, offs, 1)
+		for k, u := range us {
+			extra[u.j] = math.Max(extra[u.j], ex[k])
+		}
+	}
+	for _, j := range spread {
+		if e := extra[j]; math.Abs(e-j.extra) > 1e-12 || shared[j] != j.sharing {
+			s.setExtra(j, e, shared[j])
+		}
+	}
+}
+
+// setExtra changes a running job's link-sharing slowdown from now on.
+func (s *simulator) setExtra(j *job, extra float64, sharing bool) {
+	s.advance(j, s.now)
+	j.extra, j.sharing = extra, sharing
+	if j.baseIter > 0 {
+		j.rate = 1 / (j.baseIter + extra)
+	}
+	j.version++
+	heap.Push(&s.heap, ev{t: s.finishTime(j), j: j, v: j.version})
 }

@@ -1,0 +1,343 @@
+package sched
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/replan/replan/perf"
+)
+
+// NetOptions turn a policy network-aware: Dally's delay scheduling over
+// placement tiers (a server timer and a rack timer per waiting job, tuned
+// from history), Dally's Nw_sens priority, replan's predicted-loss
+// shortcut, and CASSINI's time-shifts for jobs that share links. The zero
+// value of a field means its default (DefaultNetOptions).
+type NetOptions struct {
+	// ServerTimer and RackTimer are the delay timers in seconds: fixed
+	// (Dally-manual) or used until the auto-tuner has history (default
+	// 12 h each, Dally's values).
+	ServerTimer float64
+	RackTimer   float64
+	// AutoTune derives each timer from TimerHistory: mean + 2 sample
+	// standard deviations of the waits of jobs with the same GPU demand
+	// that accepted an offer at that tier within Window.
+	AutoTune bool
+	// Window is the auto-tuner's history window in seconds (0: sized to
+	// the cluster, HistoryWindow).
+	Window float64
+	// LossAccept is replan's own step: a job whose predicted throughput
+	// loss at a wider tier is below this fraction accepts that tier at
+	// once (default 0.05; negative: never, pure Dally).
+	LossAccept float64
+	// Shifts computes CASSINI time-shifts for jobs sharing inter-server
+	// links (Decision.Shift).
+	Shifts bool
+}
+
+// DefaultNetOptions returns Dally's manual timers (12 h / 12 h), the
+// auto-tuner on, a 5 % loss threshold and time-shifts on.
+func DefaultNetOptions() NetOptions {
+	return NetOptions{ServerTimer: 12 * 3600, RackTimer: 12 * 3600, AutoTune: true, LossAccept: 0.05, Shifts: true}
+}
+
+func (o NetOptions) withDefaults() NetOptions {
+	if o.ServerTimer <= 0 {
+		o.ServerTimer = 12 * 3600
+	}
+	if o.RackTimer <= 0 {
+		o.RackTimer = 12 * 3600
+	}
+	if o.LossAccept == 0 {
+		o.LossAccept = 0.05
+	}
+	return o
+}
+
+// HistoryWindow is the default auto-tuner window for a cluster of gpus
+// GPUs: 24 h on 64 GPUs, shorter on larger clusters (more jobs are placed
+// per hour, Dally §4.3.3), between 1 h and 7 days.
+func HistoryWindow(gpus int) float64 {
+	w := 24 * 3600 * 64 / float64(max(gpus, 1))
+	return math.Min(math.Max(w, 3600), 7*24*3600)
+}
+
+// TimerObs is one observation of the auto-tuner: a job demanding GPUs
+// accepted an offer at Tier at time At after starving Wait seconds.
+type TimerObs struct {
+	Tier perf.Tier `json:"tier"`
+	GPUs int       `json:"gpus"`
+	At   float64   `json:"at"`
+	Wait float64   `json:"wait_s"`
+}
+
+// TimerHistory is the auto-tuner's memory. It lives outside the pure
+// scheduler: the caller passes it in Snapshot.History and appends each
+// round's Decisions.Observed (Add), pruning with Prune.
+type TimerHistory struct {
+	Obs []TimerObs `json:"obs"`
+}
+
+// Add appends observations.
+func (h *TimerHistory) Add(obs ...TimerObs) { h.Obs = append(h.Obs, obs...) }
+
+// Prune drops observations older than now-window.
+func (h *TimerHistory) Prune(now, window float64) {
+	k := 0
+	for _, o := range h.Obs {
+		if o.At >= now-window {
+			h.Obs[k] = o
+			k++
+		}
+	}
+	h.Obs = h.Obs[:k]
+}
+
+// Timer is Dally's Algorithm 2 for one tier and GPU demand: mean + 2
+// sample standard deviations of the waits observed within [now-window,
+// now]; def when there are none.
+func (h TimerHistory) Timer(tier perf.Tier, gpus int, now, window, def float64) float64 {
+	n, sum, sq := 0.0, 0.0, 0.0
+	for _, o := range h.Obs {
+		if o.Tier != tier || o.GPUs != gpus || o.At < now-window || o.At > now {
+			continue
+		}
+		n++
+		sum += o.Wait
+		sq += o.Wait * o.Wait
+	}
+	if n == 0 {
+		return def
+	}
+	mean := sum / n
+	sd := 0.0
+	if n > 1 {
+		sd = math.Sqrt(math.Max(sq-n*mean*mean, 0) / (n - 1))
+	}
+	return mean + 2*sd
+}
+
+// JobTimers is a waiting job's delay-timer state, for the queue view: the
+// timers, how long it has starved, the widest tier it accepts now and why,
+// and its network sensitivity.
+type JobTimers struct {
+	Job   string `json:"job"`
+	Index int    `json:"index"`
+	// GPUs is the demand the timers are kept for.
+	GPUs        int     `json:"gpus"`
+	ServerTimer float64 `json:"server_timer_s"`
+	RackTimer   float64 `json:"rack_timer_s"`
+	// Starved is the seconds since the job last held resources (since
+	// submission if it never did).
+	Starved    float64   `json:"starved_s"`
+	AcceptTier perf.Tier `json:"accept_tier"`
+	Why        string    `json:"why"`
+	// NwSens is Dally's (iterations done / iterations expected) / (time
+	// running / ideal running time): 1 for a job that never lost anything
+	// to the network (or never ran); offers go to the lowest first.
+	NwSens float64 `json:"nw_sens"`
+	// Loss is the predicted throughput lost at the rack and cross-rack
+	// tiers against the best tier (fractions).
+	LossRack  float64 `json:"loss_rack"`
+	LossCross float64 `json:"loss_cross"`
+}
+
+// Starved is the seconds job j has gone without resources at now.
+func (j *Job) Starved(now float64) float64 {
+	since := math.Max(j.Submit, j.LastRun)
+	return math.Max(now-since, 0)
+}
+
+// NwSens is Dally's network sensitivity of j: the share of the ideal
+// speed it achieved while running, (ItersDone/ItersTotal)/(RunSeconds/
+// ideal run time), with idealIter the seconds per iteration at the best
+// tier. 1 when unknown (never ran).
+func (j *Job) NwSens(idealIter float64) float64 {
+	if j.RunSeconds <= 0 || j.ItersDone <= 0 || idealIter <= 0 {
+		return 1
+	}
+	return j.ItersDone * idealIter / j.RunSeconds
+}
+
+// tierOf is the widest tier an allocation spans.
+func tierOf(servers []Server, a []Alloc) perf.Tier {
+	n := 0
+	for _, x := range a {
+		if x.GPUs > 0 {
+			n++
+		}
+	}
+	switch {
+	case n <= 1:
+		return perf.TierServer
+	case crossRack(servers, a):
+		return perf.TierCrossRack
+	}
+	return perf.TierRack
+}
+
+// netJob is what a round knows of one waiting job's network preferences.
+type netJob struct {
+	gpus          int
+	server, rack  float64 // timers
+	starved       float64
+	accept        perf.Tier
+	why           string
+	nw            float64
+	lossR, lossX  float64
+	idealIter     float64
+	expires       float64 // when accept widens next (0: never)
+	fitsS, fitsR  bool
+	timersApplied bool
+}
+
+// netRound evaluates every waiting job's timers.
+type netRound struct {
+	o      NetOptions
+	window float64
+	jobs   []netJob
+	rackGP int // GPUs of the largest rack
+}
+
+// newNetRound computes timers, starvation, loss and accept tier of the
+// waiting jobs of s. demand gives each job's GPU demand (the count the
+// policy would start it with); loss its predicted losses at the rack and
+// cross-rack tiers; ideal its seconds per iteration at the best tier.
+func newNetRound(o NetOptions, s *Snapshot, demand func(i int) int, loss func(i, g int) (float64, float64, float64)) *netRound {
+	nr := &netRound{o: o, jobs: make([]netJob, len(s.Jobs))}
+	perRack := map[string]int{}
+	maxPer, total := 0, 0
+	for _, sv := range s.Servers {
+		perRack[sv.Rack] += sv.GPUs
+		maxPer = max(maxPer, sv.GPUs)
+		total += sv.GPUs
+	}
+	for _, g := range perRack {
+		nr.rackGP = max(nr.rackGP, g)
+	}
+	nr.window = o.Window
+	if nr.window <= 0 {
+		nr.window = HistoryWindow(total)
+	}
+	for i := range s.Jobs {
+		j := &s.Jobs[i]
+		nj := &nr.jobs[i]
+		g := demand(i)
+		nj.gpus = g
+		nj.lossR, nj.lossX, nj.idealIter = loss(i, g)
+		nj.nw = j.NwSens(nj.idealIter)
+		if j.Running() {
+			continue
+		}
+		nj.starved = j.Starved(s.Now)
+		nj.fitsS, nj.fitsR = g <= maxPer, g <= nr.rackGP
+		nj.server, nj.rack = o.ServerTimer, o.RackTimer
+		if o.AutoTune {
+			nj.server = s.History.Timer(perf.TierServer, g, s.Now, nr.window, o.ServerTimer)
+			nj.rack = s.History.Timer(perf.TierRack, g, s.Now, nr.window, o.RackTimer)
+		}
+		if !nj.fitsS {
+			nj.server = 0
+		}
+		if !nj.fitsR {
+			nj.server, nj.rack = 0, 0
+		}
+		nj.accept, nj.why, nj.expires = nr.decide(nj, s.Now)
+	}
+	return nr
+}
+
+// decide is Dally's Algorithm 1 as a tier limit, with replan's loss step.
+func (nr *netRound) decide(nj *netJob, now float64) (perf.Tier, string, float64) {
+	h := func(s float64) string { return fmt.Sprintf("%.1f h", s/3600) }
+	lim := nr.o.LossAccept
+	switch {
+	case !nj.fitsR:
+		return perf.TierCrossRack, fmt.Sprintf("needs %d GPUs, more than a rack: any offer", nj.gpus), 0
+	case nj.starved >= nj.rack && (nj.starved >= nj.server || !nj.fitsS):
+		return perf.TierCrossRack, fmt.Sprintf("starved %s: timers expired, any offer", h(nj.starved)), 0
+	case lim > 0 && nj.lossX < lim:
+		return perf.TierCrossRack, fmt.Sprintf("predicted loss across racks %.1f%% < %.0f%%: any offer", 100*nj.lossX, 100*lim), 0
+	}
+	if nj.starved >= nj.server || !nj.fitsS || lim > 0 && nj.lossR < lim {
+		if nj.starved >= nj.rack {
+			return perf.TierCrossRack, fmt.Sprintf("starved %s: rack timer expired, any offer", h(nj.starved)), 0
+		}
+		why := fmt.Sprintf("server timer expired (%s of %s); waits for one rack until %s", h(nj.starved), h(nj.server), h(nj.rack))
+		if !nj.fitsS {
+			why = fmt.Sprintf("needs %d GPUs, more than a server; waits for one rack until %s", nj.gpus, h(nj.rack))
+		} else if nj.starved < nj.server {
+			why = fmt.Sprintf("predicted loss in one rack %.1f%% < %.0f%%; waits for one rack until %s", 100*nj.lossR, 100*lim, h(nj.rack))
+		}
+		return perf.TierRack, why, now + nj.rack - nj.starved
+	}
+	return perf.TierServer, fmt.Sprintf("waits for one server until %s (starved %s)", h(nj.server), h(nj.starved)), now + nj.server - nj.starved
+}
+
+// allows reports whether waiting job i accepts allocation a; when not, the
+// reason in words.
+func (nr *netRound) allows(servers []Server, i int, a []Alloc) (bool, perf.Tier, string) {
+	t := tierOf(servers, a)
+	nj := &nr.jobs[i]
+	if t <= nj.accept {
+		return true, t, ""
+	}
+	return false, t, fmt.Sprintf("delay scheduling: refuses a %s offer (%s)", t, nj.why)
+}
+
+// finish fills Decisions.Timers, Observed and WakeAt for the jobs that
+// waited at the start of the round.
+func (nr *netRound) finish(s *Snapshot, d *Decisions) {
+	started := map[int][]Alloc{}
+	for _, a := range d.Actions {
+		if a.Kind == Start {
+			started[a.Index] = a.Alloc
+		}
+	}
+	for i := range s.Jobs {
+		j := &s.Jobs[i]
+		if j.Running() {
+			continue
+		}
+		nj := &nr.jobs[i]
+		if a, ok := started[i]; ok {
+			d.Observed = append(d.Observed, TimerObs{Tier: tierOf(s.Servers, a), GPUs: nj.gpus, At: s.Now, Wait: nj.starved})
+			continue
+		}
+		d.Timers = append(d.Timers, JobTimers{Job: j.ID, Index: i, GPUs: nj.gpus, ServerTimer: nj.server, RackTimer: nj.rack,
+			Starved: nj.starved, AcceptTier: nj.accept, Why: nj.why, NwSens: nj.nw, LossRack: nj.lossR, LossCross: nj.lossX})
+		if nj.expires > s.Now && (d.WakeAt == 0 || nj.expires < d.WakeAt) {
+			d.WakeAt = nj.expires
+		}
+	}
+}
+
+// tierLoss prices a job of model m at g GPUs on the three tiers with the
+// best plan of the cache: the losses at the rack and cross-rack tiers
+// against the best tier, and the best seconds per iteration.
+func tierLoss(c *cache, m *perf.Model, fam family, g, perServer, cpg int) (float64, float64, float64) {
+	if m == nil || g <= 0 {
+		return 0, 0, 0
+	}
+	packed := perf.PackedPlacement(g, perServer)
+	best := c.best(m, fam, packed, false, cpg)
+	if !best.ok || best.thr <= 0 {
+		return 0, 0, 0
+	}
+	spread := packed
+	if len(packed) == 1 && g > 1 {
+		spread = perf.Placement{g - g/2, g / 2}
+	}
+	r := c.best(m, fam, spread, false, cpg)
+	x := c.best(m, fam, spread, true, cpg)
+	loss := func(v planVal) float64 {
+		if !v.ok {
+			return 1
+		}
+		return math.Max(0, 1-v.thr/best.thr)
+	}
+	lr := loss(r)
+	if len(packed) > 1 {
+		lr = 0
+	}
+	return lr, loss(x), float64(m.Arch.GlobalBatch) / best.thr
+}

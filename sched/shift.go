@@ -1,0 +1,483 @@
+package sched
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/replan/replan/cluster"
+	"github.com/replan/replan/perf"
+)
+
+// Arc is a stretch of a job's iteration during which it uses a link:
+// from Start to Start+Len seconds after the iteration begins, at Demand
+// (a share of the link's capacity).
+type Arc struct {
+	Start, Len, Demand float64
+}
+
+// Circle is one job's iteration on one link (CASSINI's geometric
+// abstraction): its perimeter is the iteration time.
+type Circle struct {
+	Period float64
+	Arcs   []Arc
+}
+
+// CommCircle is the circle of a job whose iteration takes iter seconds
+// and uses inter-server links for comm seconds of it (the performance
+// model's Breakdown.InterServer, scaled to iter): the gradient
+// synchronisation closes the iteration, so the arc ends it.
+func CommCircle(iter, comm, demand float64) Circle {
+	comm = math.Min(comm, iter)
+	if iter <= 0 || comm <= 0 || demand <= 0 {
+		return Circle{Period: math.Max(iter, 0)}
+	}
+	return Circle{Period: iter, Arcs: []Arc{{Start: iter - comm, Len: comm, Demand: demand}}}
+}
+
+// LinkDemand is the share of a server's inter-server bandwidth a job with
+// g GPUs on that server uses: the NICs its GPUs sit behind over all NICs.
+func LinkDemand(e perf.Env, g int) float64 {
+	nics := max(e.NICs, 1)
+	per := max(e.GPUsPerServer/nics, 1)
+	return float64(min((g+per-1)/per, nics)) / float64(nics)
+}
+
+// SpineDemand is the share of a rack's spine uplink of spineGBps a job
+// with g GPUs on its busiest server uses while it communicates across
+// racks: its NICs' RDMA bandwidth (100 GB/s for a whole A800 server).
+func SpineDemand(e perf.Env, g int, spineGBps float64) float64 {
+	if spineGBps <= 0 {
+		spineGBps = cluster.A800SpineGBps
+	}
+	return LinkDemand(e, g) * cluster.A800RDMAGBps / spineGBps
+}
+
+// Grid bounds of the unified perimeter: the longest period gets
+// gridSlots slots, the unified circle at most maxUnified.
+const (
+	gridSlots  = 32
+	maxUnified = 512
+)
+
+// ring is a set of circles on one unified, discretised perimeter.
+type ring struct {
+	q    float64     // seconds per slot
+	n    int         // slots of the unified perimeter
+	per  []int       // each circle's period in slots
+	prof [][]float64 // each circle's demand per slot of its own period
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// newRing unifies the perimeters: periods are rounded to a grid of
+// gridSlots slots for the longest one, and the unified perimeter is the
+// LCM of the rounded periods, bounded by maxUnified slots (beyond the bound
+// the shorter circles are repeated over the bound: an approximation).
+func newRing(cs []Circle) *ring {
+	longest := 0.0
+	for _, c := range cs {
+		longest = math.Max(longest, c.Period)
+	}
+	r := &ring{q: 1, n: 1}
+	if longest <= 0 {
+		return r
+	}
+	r.q = longest / gridSlots
+	r.per = make([]int, len(cs))
+	r.prof = make([][]float64, len(cs))
+	l := 1
+	for i, c := range cs {
+		p := max(1, int(math.Round(c.Period/r.q)))
+		r.per[i] = p
+		if l > 0 {
+			l = l / gcd(l, p) * p
+			if l > maxUnified {
+				l = 0
+			}
+		}
+		prof := make([]float64, p)
+		for _, a := range c.Arcs {
+			for k := range p {
+				lo, hi := float64(k)*r.q, float64(k+1)*r.q
+				ov := math.Min(hi, a.Start+a.Len) - math.Max(lo, a.Start)
+				if ov > 0 {
+					prof[k] += a.Demand * ov / r.q
+				}
+			}
+		}
+		r.prof[i] = prof
+	}
+	if l == 0 {
+		l = maxUnified
+	}
+	r.n = l
+	return r
+}
+
+// slot converts an offset in seconds to slots of circle i.
+func (r *ring) slot(i int, off float64) int {
+	p := r.per[i]
+	k := int(math.Round(off/r.q)) % p
+	if k < 0 {
+		k += p
+	}
+	return k
+}
+
+// load adds circle i at offset o (slots) to d.
+func (r *ring) load(d []float64, i, o int, sign float64) {
+	p, prof := r.per[i], r.prof[i]
+	for t := range d {
+		if v := prof[((t-o)%p+p)%p]; v != 0 {
+			d[t] += sign * v
+		}
+	}
+}
+
+func excessOf(d []float64, capacity float64) (ex, tot float64) {
+	for _, v := range d {
+		tot += v
+		if v > capacity {
+			ex += v - capacity
+		}
+	}
+	return ex, tot
+}
+
+// LinkLoad is the demand above capacity and the total demand (both in
+// capacity-seconds over the unified perimeter) of circles at offsets
+// (seconds), and each circle's extra communication seconds per iteration:
+// its arcs slowed in proportion to the link's overload.
+func LinkLoad(cs []Circle, offsets []float64, capacity float64) (excess, total float64, extra []float64) {
+	r := newRing(cs)
+	extra = make([]float64, len(cs))
+	if r.per == nil {
+		return 0, 0, extra
+	}
+	d := make([]float64, r.n)
+	os := make([]int, len(cs))
+	for i := range cs {
+		os[i] = r.slot(i, offsets[i])
+		r.load(d, i, os[i], 1)
+	}
+	ex, tot := excessOf(d, capacity)
+	for i := range cs {
+		p, prof := r.per[i], r.prof[i]
+		dem := 0.0
+		for _, a := range cs[i].Arcs {
+			dem = math.Max(dem, a.Demand)
+		}
+		if dem <= 0 {
+			continue
+		}
+		e := 0.0
+		for t := range d {
+			if v := prof[((t-os[i])%p+p)%p]; v != 0 && d[t] > capacity {
+				e += v / dem * r.q * (d[t]/capacity - 1)
+			}
+		}
+		extra[i] = e / (float64(r.n) / float64(p))
+	}
+	return ex * r.q, tot * r.q, extra
+}
+
+// Compatibility is CASSINI's score of circles at offsets on a link: 1 −
+// excess/total demand (1 when nothing is demanded).
+func Compatibility(cs []Circle, offsets []float64, capacity float64) float64 {
+	ex, tot, _ := LinkLoad(cs, offsets, capacity)
+	if tot <= 0 {
+		return 1
+	}
+	return 1 - ex/tot
+}
+
+// Rotate searches the offsets (seconds) of the circles that are not fixed
+// so the demand above capacity on the link is least; fixed circles keep
+// offsets[i]. The circles are added largest demand first, each at the
+// rotation that adds the least excess (ties: the smallest rotation), then
+// every free circle is revisited once with all others present. It returns
+// the offsets and the compatibility score.
+func Rotate(cs []Circle, fixed []bool, offsets []float64, capacity float64) ([]float64, float64) {
+	out := append([]float64(nil), offsets...)
+	r := newRing(cs)
+	if r.per == nil {
+		return out, 1
+	}
+	d := make([]float64, r.n)
+	os := make([]int, len(cs))
+	var free []int
+	for i := range cs {
+		if fixed != nil && fixed[i] {
+			os[i] = r.slot(i, offsets[i])
+			r.load(d, i, os[i], 1)
+		} else {
+			free = append(free, i)
+		}
+	}
+	weight := func(i int) float64 {
+		w := 0.0
+		for _, v := range r.prof[i] {
+			w += v
+		}
+		return w
+	}
+	slices.SortStableFunc(free, func(a, b int) int { return cmp.Compare(weight(b), weight(a)) })
+	place := func(i int) {
+		p, prof := r.per[i], r.prof[i]
+		var arc []int // slots of the unified circle where i demands at rotation 0
+		for t := range r.n {
+			if prof[t%p] != 0 {
+				arc = append(arc, t)
+			}
+		}
+		bestO, best := 0, math.Inf(1)
+		for o := range p {
+			add := 0.0
+			for _, t := range arc {
+				u := (t + o) % r.n
+				v := prof[t%p]
+				before := math.Max(d[u]-capacity, 0)
+				add += math.Max(d[u]+v-capacity, 0) - before
+			}
+			if add < best-1e-12 {
+				bestO, best = o, add
+			}
+		}
+		os[i] = bestO
+		r.load(d, i, bestO, 1)
+	}
+	for _, i := range free {
+		place(i)
+	}
+	for _, i := range free {
+		r.load(d, i, os[i], -1)
+		place(i)
+	}
+	for _, i := range free {
+		out[i] = float64(os[i]) * r.q
+	}
+	ex, tot := excessOf(d, capacity)
+	if tot <= 0 {
+		return out, 1
+	}
+	return out, 1 - ex/tot
+}
+
+// LinkJob is one job's use of one link, for Shifts.
+type LinkJob struct {
+	Job    int // caller's job index
+	Circle Circle
+}
+
+// Link is one shared link (a server's uplink, say) and the jobs using it.
+type Link struct {
+	Name     string
+	Capacity float64
+	Jobs     []LinkJob
+}
+
+// LinkReport summarises a time-shift computation.
+type LinkReport struct {
+	// Shared counts links used by two jobs or more.
+	Shared int `json:"shared"`
+	// Score is the demand-weighted mean compatibility of the shared links.
+	Score float64 `json:"score"`
+	// Dropped names the links whose constraint was not optimised because
+	// every job on them already had its shift through other links (a cycle
+	// of the affinity graph).
+	Dropped []string `json:"dropped,omitempty"`
+}
+
+// Shifts gives every job one offset (seconds, mod its period) consistent
+// on all its links: CASSINI's affinity graph of jobs and links, traversed
+// breadth-first from the link with the most demand in each connected
+// component. A link is solved with Rotate, its jobs that already have an
+// offset (fixed ones: running jobs, given in fixed; or jobs reached through
+// an earlier link) held still. A link all of whose jobs were already
+// reached closes a cycle: its constraint is dropped and reported. offsets
+// gives the fixed jobs' offsets and receives the others'.
+func Shifts(links []Link, fixed map[int]bool, offsets map[int]float64) LinkReport {
+	var rep LinkReport
+	byJob := map[int][]int{}
+	var shared []int
+	for li, l := range links {
+		if len(l.Jobs) < 2 {
+			continue
+		}
+		shared = append(shared, li)
+		for _, lj := range l.Jobs {
+			byJob[lj.Job] = append(byJob[lj.Job], li)
+		}
+	}
+	rep.Shared = len(shared)
+	demand := func(li int) float64 {
+		s := 0.0
+		for _, lj := range links[li].Jobs {
+			for _, a := range lj.Circle.Arcs {
+				s += a.Len * a.Demand / math.Max(lj.Circle.Period, 1e-9)
+			}
+		}
+		return s
+	}
+	slices.SortStableFunc(shared, func(a, b int) int { return cmp.Compare(demand(b), demand(a)) })
+	assigned := map[int]bool{}
+	for j, f := range fixed {
+		if f {
+			assigned[j] = true
+		}
+	}
+	done := make([]bool, len(links))
+	var wsum, ssum float64
+	for _, seed := range shared {
+		if done[seed] {
+			continue
+		}
+		queue := []int{seed}
+		done[seed] = true
+		for len(queue) > 0 {
+			li := queue[0]
+			queue = queue[1:]
+			l := links[li]
+			cs := make([]Circle, len(l.Jobs))
+			fx := make([]bool, len(l.Jobs))
+			off := make([]float64, len(l.Jobs))
+			nfree, reached := 0, false
+			for k, lj := range l.Jobs {
+				cs[k] = lj.Circle
+				if assigned[lj.Job] {
+					fx[k], off[k] = true, offsets[lj.Job]
+					if !fixed[lj.Job] {
+						reached = true
+					}
+				} else {
+					nfree++
+				}
+			}
+			if nfree == 0 && reached {
+				rep.Dropped = append(rep.Dropped, l.Name)
+			}
+			res, score := Rotate(cs, fx, off, l.Capacity)
+			w := demand(li)
+			wsum += w
+			ssum += w * score
+			for k, lj := range l.Jobs {
+				if fx[k] {
+					continue
+				}
+				offsets[lj.Job] = res[k]
+				assigned[lj.Job] = true
+				for _, lk := range byJob[lj.Job] {
+					if !done[lk] {
+						done[lk] = true
+						queue = append(queue, lk)
+					}
+				}
+			}
+		}
+	}
+	rep.Score = 1
+	if wsum > 0 {
+		rep.Score = ssum / wsum
+	}
+	return rep
+}
+
+// shiftDecisions computes CASSINI time-shifts for the jobs that will run
+// after d is applied. The shared links are the racks' spine uplinks (a
+// server's NICs serve only its own GPUs and the top-of-rack switch is
+// non-blocking, so jobs inside a rack do not contend). Unchanged running
+// jobs keep their phase (Job.Phase); every started or reconfigured job
+// that spans racks gets the Shift that interleaves its communication with
+// the others on its racks' uplinks, assuming it starts restart seconds
+// after Now. It also fills Decision.Tier.
+func shiftDecisions(s *Snapshot, d *Decisions, restart float64) LinkReport {
+	type run struct {
+		alloc []Alloc
+		plan  perf.Plan
+		act   int // index into d.Actions, -1 for unchanged
+	}
+	runs := map[int]run{}
+	for i := range s.Jobs {
+		if j := &s.Jobs[i]; j.Running() {
+			runs[i] = run{alloc: j.Alloc, plan: j.Plan, act: -1}
+		}
+	}
+	for k := range d.Actions {
+		a := &d.Actions[k]
+		switch a.Kind {
+		case Preempt:
+			delete(runs, a.Index)
+		default:
+			a.Tier = tierOf(s.Servers, a.Alloc)
+			runs[a.Index] = run{alloc: a.Alloc, plan: a.Plan, act: k}
+		}
+	}
+	byRack := map[string]*Link{}
+	period := map[int]float64{}
+	fixed := map[int]bool{}
+	offsets := map[int]float64{}
+	idx := make([]int, 0, len(runs))
+	for i := range runs {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	for _, i := range idx {
+		r := runs[i]
+		j := &s.Jobs[i]
+		if len(r.alloc) < 2 || j.Model == nil || !crossRack(s.Servers, r.alloc) {
+			continue
+		}
+		pl := placementOf(r.alloc)
+		b, err := j.Model.Predict(r.plan, perf.Resources{Placement: pl, CrossRack: true, CPUsPerGPU: float64(cpgOf(r.alloc))})
+		if err != nil || b.Iter <= 0 || b.InterServer <= 0 {
+			continue
+		}
+		period[i] = b.Iter
+		if r.act < 0 {
+			fixed[i] = true
+			offsets[i] = math.Mod(j.Phase, b.Iter)
+		}
+		c := CommCircle(b.Iter, b.InterServer, SpineDemand(j.Model.Env, pl[0], s.SpineGBps))
+		seen := map[string]bool{}
+		for _, a := range r.alloc {
+			rk := s.Servers[a.Server].Rack
+			if seen[rk] {
+				continue
+			}
+			seen[rk] = true
+			l := byRack[rk]
+			if l == nil {
+				l = &Link{Name: "spine:" + rk, Capacity: 1}
+				byRack[rk] = l
+			}
+			l.Jobs = append(l.Jobs, LinkJob{Job: i, Circle: c})
+		}
+	}
+	racks := make([]string, 0, len(byRack))
+	for rk := range byRack {
+		racks = append(racks, rk)
+	}
+	slices.Sort(racks)
+	links := make([]Link, 0, len(racks))
+	for _, rk := range racks {
+		links = append(links, *byRack[rk])
+	}
+	rep := Shifts(links, fixed, offsets)
+	for _, i := range idx {
+		r := runs[i]
+		if r.act < 0 || period[i] <= 0 {
+			continue
+		}
+		if off, ok := offsets[i]; ok {
+			t := period[i]
+			d.Actions[r.act].Shift = math.Mod(math.Mod(off-(s.Now+restart), t)+t, t)
+		}
+	}
+	return rep
+}
