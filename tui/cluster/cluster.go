@@ -255,22 +255,44 @@ func (m *Model) server(n data.Node, selected bool) string {
 	b.WriteString(mark)
 	b.WriteString(name)
 	b.WriteByte(' ')
+	// cells in runs of the same look, one Render per run
+	var run strings.Builder
+	runStyle := -2 // -1 dim, -3 bad, ≥0 job slot
+	flush := func() {
+		if run.Len() == 0 {
+			return
+		}
+		switch {
+		case runStyle == -3:
+			b.WriteString(m.st.Bad.Render(run.String()))
+		case runStyle == -1:
+			b.WriteString(m.st.Dim.Render(run.String()))
+		default:
+			b.WriteString(m.st.Job(runStyle).Render(run.String()))
+		}
+		run.Reset()
+	}
 	for i := range max(n.GPUs, len(n.Owners)) {
 		o := ""
 		if i < len(n.Owners) {
 			o = n.Owners[i]
 		}
+		style, glyph := -1, "·"
 		switch {
 		case !n.Reachable:
-			b.WriteString(m.st.Bad.Render("x"))
+			style, glyph = -3, "x"
 		case o != "":
-			b.WriteString(m.st.Job(m.pal.Slot(o)).Render(m.pal.Letter(o)))
+			style, glyph = m.pal.Slot(o), m.pal.Letter(o)
 		case n.Drained:
-			b.WriteString(m.st.Dim.Render("-"))
-		default:
-			b.WriteString(m.st.Dim.Render("·"))
+			glyph = "-"
 		}
+		if style != runStyle {
+			flush()
+			runStyle = style
+		}
+		run.WriteString(glyph)
 	}
+	flush()
 	b.WriteString(strings.Repeat(" ", m.gpuW-max(n.GPUs, len(n.Owners))))
 	fmt.Fprintf(&b, " %s ", common.PadLeft(fmt.Sprintf("%d/%d", n.FreeGPUs, n.GPUs), 5))
 	switch {
