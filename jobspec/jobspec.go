@@ -104,8 +104,8 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 	s := &Spec{Class: BestEffort}
 	var (
 		modelNode, planNode, gpusNode *yaml.Node
-		archBlock                                *perf.Arch
-		planSpec                                 string
+		archBlock                     *perf.Arch
+		planSpec                      string
 	)
 	seen := w.Mapping(root, "", map[string]func(string, *yaml.Node){
 		"version": func(f string, v *yaml.Node) {
