@@ -18,6 +18,14 @@ import (
 // TestMain lets the test binary run as `replan daemon` for the end-to-end
 // test, so it can be killed with SIGKILL like the real thing.
 func TestMain(m *testing.M) {
+	if f := os.Getenv("REPLAN_TEST_ARGS_FILE"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		os.Setenv("REPLAN_TEST_RUN", strings.Join(strings.Split(strings.TrimSpace(string(b)), "\n"), "\x1f"))
+	}
 	if args := os.Getenv("REPLAN_TEST_RUN"); args != "" {
 		ctx, stop := context.WithCancel(context.Background())
 		defer stop()

@@ -4,11 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/replan/replan/control"
 	"github.com/replan/replan/demo"
+	"github.com/replan/replan/tui"
+	"github.com/replan/replan/tui/controlbackend"
 )
 
 func newDemoCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -37,7 +42,9 @@ seconds per real second. --headless runs without the TUI and prints a summary wh
 			}
 			defer d.Stop()
 			if !headless {
-				fmt.Fprintln(stderr, "replan demo: the TUI is not built yet; running headless (use --headless to silence this)")
+				b := demoBackend{Backend: controlbackend.New(control.NewUnixClient(d.Socket)), clock: d.Clock}
+				title := fmt.Sprintf("replan demo · 64 A800 GPUs · %s", filepath.Base(d.Source))
+				return tui.Run(ctx, b, tui.Options{Title: title, Input: os.Stdin, Output: stdout})
 			}
 			fmt.Fprintf(stderr, "replan demo: %d jobs from %s at %gx; API on %s\n", len(d.Trace), d.Source, d.Clock.Speed(), d.Socket)
 			wctx := ctx
@@ -71,6 +78,37 @@ seconds per real second. --headless runs without the TUI and prints a summary wh
 	f.DurationVar(&timeout, "timeout", 0, "stop after this much real time (0: when the trace ends)")
 	f.StringVar(&o.Dir, "dir", "", "keep the store and socket in this directory (default: a temporary one, removed at the end)")
 	f.BoolVar(&asJSON, "json", false, "print the summary as JSON")
+	return cmd
+}
+
+// demoBackend is the TUI's view of the demo: the control API, plus the
+// demo clock's speed on "+" and "-".
+type demoBackend struct {
+	tui.Backend
+	clock *demo.Clock
+}
+
+// SetSpeed implements tui.Speeder.
+func (b demoBackend) SetSpeed(ctx context.Context, factor float64) (float64, error) {
+	b.clock.SetSpeed(b.clock.Speed() * factor)
+	return b.clock.Speed(), nil
+}
+
+func newTUICmd(stdout, stderr io.Writer) *cobra.Command {
+	o := &clientOptions{}
+	cmd := &cobra.Command{
+		Use:   "tui",
+		Short: "The live terminal UI of a running daemon (cluster, queue, jobs, events)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			return tui.Run(cmd.Context(), controlbackend.New(c), tui.Options{Input: os.Stdin, Output: stdout})
+		},
+	}
+	o.add(cmd)
 	return cmd
 }
 

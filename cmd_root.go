@@ -26,6 +26,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newPerfCmd,
 		newLaunchCmd,
 		newDemoCmd,
+		newTUICmd,
 		newDaemonCmd,
 		newSubmitCmd,
 		newQueueCmd,

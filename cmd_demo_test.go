@@ -1,0 +1,79 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDemoInTmux runs `replan demo` the way a person does, inside tmux:
+// the cluster grid appears, the jobs screen shows a plan, the queue and
+// events screens answer their keys, and q exits cleanly.
+func TestDemoInTmux(t *testing.T) {
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("skipped: tmux is not installed (.ci/run installs it)")
+	}
+	dir := t.TempDir()
+	args := filepath.Join(dir, "args")
+	os.WriteFile(args, []byte("demo\n--speed\n300\n--jobs\n40\n"), 0o644)
+	script := filepath.Join(dir, "run.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\ncd "+mustWd(t)+"\nREPLAN_TEST_ARGS_FILE="+args+" exec "+os.Args[0]+" -test.run '^$'\n"), 0o755)
+	sess := "replan-demo-test-" + filepath.Base(dir)
+	tmux := func(a ...string) string {
+		out, _ := exec.Command("tmux", a...).CombinedOutput()
+		return string(out)
+	}
+	if out, err := exec.Command("tmux", "new-session", "-d", "-s", sess, "-x", "100", "-y", "30", script).CombinedOutput(); err != nil {
+		t.Fatalf("tmux: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { tmux("kill-session", "-t", sess) })
+	screen := func() string { return tmux("capture-pane", "-p", "-t", sess) }
+	waitFor := func(what string, ok func(string) bool) string {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			s := screen()
+			if ok(s) {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s on screen:\n%s", what, s)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	s := waitFor("cluster grid with a running job", func(s string) bool {
+		return strings.Contains(s, "rack-a") && strings.Contains(s, "a800-08") && strings.Contains(s, "j-0000")
+	})
+	t.Logf("cluster screen:\n%s", s)
+	tmux("send-keys", "-t", sess, "3")
+	waitFor("a job plan", func(s string) bool { return strings.Contains(s, "DP") && strings.Contains(s, "·TP") && strings.Contains(s, "ZeRO-") })
+	tmux("send-keys", "-t", sess, "2")
+	waitFor("the queue", func(s string) bool { return strings.Contains(s, "REASON") })
+	tmux("send-keys", "-t", sess, "5")
+	waitFor("events", func(s string) bool { return strings.Contains(s, "submit") && strings.Contains(s, "start") })
+	tmux("send-keys", "-t", sess, "q")
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if out, err := exec.Command("tmux", "has-session", "-t", sess).CombinedOutput(); err != nil {
+			_ = out
+			break // the program exited and took the session with it
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("q did not exit:\n%s", screen())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func mustWd(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wd
+}
