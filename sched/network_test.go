@@ -18,8 +18,8 @@ func TestTimerHistoryMeanPlusTwoStd(t *testing.T) {
 		sched.TimerObs{Tier: perf.TierServer, GPUs: 8, At: 900, Wait: 100},
 		sched.TimerObs{Tier: perf.TierServer, GPUs: 8, At: 950, Wait: 200},
 		sched.TimerObs{Tier: perf.TierServer, GPUs: 8, At: 990, Wait: 300},
-		sched.TimerObs{Tier: perf.TierServer, GPUs: 4, At: 990, Wait: 9999}, // other demand
-		sched.TimerObs{Tier: perf.TierRack, GPUs: 8, At: 990, Wait: 7777},   // other tier
+		sched.TimerObs{Tier: perf.TierServer, GPUs: 4, At: 990, Wait: 9999},  // other demand
+		sched.TimerObs{Tier: perf.TierRack, GPUs: 8, At: 990, Wait: 7777},    // other tier
 		sched.TimerObs{Tier: perf.TierServer, GPUs: 8, At: -5000, Wait: 1e6}, // outside the window
 	)
 	// mean 200, sample std 100
