@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,30 +38,6 @@ type daemonOptions struct {
 	inventory, db, socket, policy, executor, data, listen, tokenFile string
 	remoteDir                                                        string // agent directory on every server (ssh executor)
 	tick, restartCost                                                time.Duration
-}
-
-// modelsFromData fits a model type from a data directory once, or falls back
-// to the unfitted defaults.
-func modelsFromData(ctx context.Context, dir string) func(perf.Arch) perf.Model {
-	var mu sync.Mutex
-	cache := map[string]perf.Model{}
-	return func(a perf.Arch) perf.Model {
-		mu.Lock()
-		defer mu.Unlock()
-		key := fmt.Sprintf("%s/%d", a.Name, a.GlobalBatch)
-		if m, ok := cache[key]; ok {
-			return m
-		}
-		m := perf.DefaultModel(a, perf.A800)
-		if dir != "" {
-			if fm, _, err := dataset.FitModel(ctx, dir, a.Name, perf.A800, true); err == nil {
-				fm.Arch = a
-				m = fm
-			}
-		}
-		cache[key] = m
-		return m
-	}
 }
 
 func serversFromInventory(inv *cluster.Inventory) ([]control.ServerInfo, []control.TenantInfo) {
@@ -135,7 +110,7 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	}
 	defer st.Close()
 	servers, tenants := serversFromInventory(inv)
-	models := modelsFromData(ctx, o.data)
+	models := dataset.ModelSource(ctx, o.data, perf.A800)
 	var exec control.Executor
 	switch o.executor {
 	case "sim":

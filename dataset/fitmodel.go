@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/replan/replan/perf"
 )
@@ -45,19 +46,8 @@ func FitModel(ctx context.Context, dir, name string, env perf.Env, withPlacement
 			if err != nil {
 				return perf.Model{}, perf.FitStats{}, err
 			}
-			for _, r := range rows {
-				if r.IterS <= 0 {
-					continue
-				}
-				p, err := PlanFromCode(r.ExecPlan, arch, r.Placement.GPUs())
-				if err != nil {
-					continue
-				}
-				cpus := float64(DefaultCPUThreads)
-				if r.CPUThreads > 0 {
-					cpus = float64(r.CPUThreads)
-				}
-				samples = append(samples, perf.Sample{Plan: p, Resources: perf.Resources{Placement: r.Placement, CPUsPerGPU: cpus}, IterS: r.IterS})
+			for _, h := range heldRows(rows, arch) {
+				samples = append(samples, h.sample)
 			}
 		}
 	}
@@ -71,4 +61,30 @@ func FitModel(ctx context.Context, dir, name string, env perf.Env, withPlacement
 	}
 	m.Params = params
 	return m, st, nil
+}
+
+// ModelSource returns a function giving each model type's performance
+// model: fitted once from dir (profile and every measured row) and cached,
+// or the unfitted defaults when dir is empty or has nothing for the type.
+// Safe for concurrent use.
+func ModelSource(ctx context.Context, dir string, env perf.Env) func(perf.Arch) perf.Model {
+	var mu sync.Mutex
+	cache := map[string]perf.Model{}
+	return func(a perf.Arch) perf.Model {
+		mu.Lock()
+		defer mu.Unlock()
+		key := fmt.Sprintf("%s/%d", a.Name, a.GlobalBatch)
+		if m, ok := cache[key]; ok {
+			return m
+		}
+		m := perf.DefaultModel(a, env)
+		if dir != "" {
+			if fm, _, err := FitModel(ctx, dir, a.Name, env, true); err == nil {
+				fm.Arch = a
+				m = fm
+			}
+		}
+		cache[key] = m
+		return m
+	}
 }

@@ -161,7 +161,7 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 	if err != nil {
 		return nil, err
 	}
-	models := modelSource(ctx, o.DataDir)
+	models := dataset.ModelSource(ctx, o.DataDir, perf.A800)
 	// Fit every model type of the trace before the clock starts: at high
 	// speed a second of fitting would be hours of simulated time.
 	for _, w := range trace {
@@ -234,30 +234,6 @@ func loadTrace(ctx context.Context, o Options) ([]dataset.WorkloadJob, string, e
 	}
 	t, err := sim.Generate(sim.GenConfig{Jobs: n, Servers: 8, GPUsPerServer: 8, Seed: 1, Load: 0.9, SLAShare: 0.3})
 	return t, "generated Philly-like trace (../shared/data/morphling not found)", err
-}
-
-// modelSource fits each model type from the data once (or uses the
-// unfitted defaults).
-func modelSource(ctx context.Context, dir string) func(perf.Arch) perf.Model {
-	var mu sync.Mutex
-	cache := map[string]perf.Model{}
-	return func(a perf.Arch) perf.Model {
-		mu.Lock()
-		defer mu.Unlock()
-		key := fmt.Sprintf("%s/%d", a.Name, a.GlobalBatch)
-		if m, ok := cache[key]; ok {
-			return m
-		}
-		m := perf.DefaultModel(a, perf.A800)
-		if dir != "" {
-			if fm, _, err := dataset.FitModel(ctx, dir, a.Name, perf.A800, true); err == nil {
-				fm.Arch = a
-				m = fm
-			}
-		}
-		cache[key] = m
-		return m
-	}
 }
 
 // Spec turns a trace row into the job spec a user would have submitted:
