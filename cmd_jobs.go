@@ -144,6 +144,9 @@ func newJobCmd(stdout, stderr io.Writer) *cobra.Command {
 				if j.Reason != "" {
 					fmt.Fprintf(w, "reason: %s\n", j.Reason)
 				}
+				if tp := d.Throughput; tp.PredictedSPS > 0 {
+					fmt.Fprintf(w, "throughput: predicted %.2f samples/s, measured %s\n", tp.PredictedSPS, measured(tp))
+				}
 				fmt.Fprintln(w, "\nhistory:")
 				for _, h := range d.History {
 					fmt.Fprintf(w, "  %s  %s -> %s  %s\n", h.At.Format(time.DateTime), h.From, h.To, h.Reason)
@@ -265,4 +268,11 @@ func newLogsCmd(stdout, stderr io.Writer) *cobra.Command {
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the log")
 	cmd.Flags().IntVar(&tail, "tail", 100, "lines from the end to start with")
 	return cmd
+}
+
+func measured(tp control.Throughput) string {
+	if tp.MeasuredSPS <= 0 {
+		return "none yet"
+	}
+	return fmt.Sprintf("%.2f samples/s (%+.0f%%)", tp.MeasuredSPS, 100*(tp.MeasuredSPS-tp.PredictedSPS)/tp.PredictedSPS)
 }

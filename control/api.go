@@ -48,9 +48,10 @@ type ProblemJSON struct {
 
 // JobDetail is GET /v1/jobs/{id}.
 type JobDetail struct {
-	Job       JobRecord        `json:"job"`
-	History   []Transition     `json:"history"`
-	Decisions []DecisionRecord `json:"decisions"`
+	Job        JobRecord        `json:"job"`
+	Throughput Throughput       `json:"throughput"`
+	History    []Transition     `json:"history"`
+	Decisions  []DecisionRecord `json:"decisions"`
 }
 
 // HistoryEntry is a finished job, like sacct's line.
@@ -214,7 +215,7 @@ func (a *API) job(w http.ResponseWriter, r *http.Request) {
 	}
 	h, _ := a.D.cfg.Store.History(r.Context(), id)
 	ds, _ := a.D.cfg.Store.Decisions(r.Context(), id, 100)
-	writeJSON(w, http.StatusOK, JobDetail{Job: j, History: h, Decisions: ds})
+	writeJSON(w, http.StatusOK, JobDetail{Job: j, Throughput: a.D.JobThroughput(id), History: h, Decisions: ds})
 }
 
 func (a *API) jobOp(w http.ResponseWriter, r *http.Request) {

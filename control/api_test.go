@@ -84,7 +84,7 @@ func TestAPISubmitQueueEventsCancel(t *testing.T) {
 		t.Fatalf("events %+v", seen)
 	}
 	det, err := cl.Job(ctx, rec.ID)
-	if err != nil || det.Job.State != StateRunning || len(det.History) < 2 || len(det.Decisions) == 0 {
+	if err != nil || det.Job.State != StateRunning || len(det.History) < 2 || len(det.Decisions) == 0 || det.Throughput.PredictedSPS <= 0 {
 		t.Fatalf("job detail %+v %v", det, err)
 	}
 	// A bad spec is refused with file, line and field, and nothing is stored.

@@ -76,6 +76,8 @@ type Daemon struct {
 type jobState struct {
 	saved   time.Time // last progress write
 	changed time.Time // last start or reconfiguration (the policy's dwell)
+	predSPS float64   // throughput the policy predicted for the current plan
+	measSPS float64   // latest measured throughput
 	rec     JobRecord
 	spec    *jobspec.Spec
 	plan    perf.Plan
@@ -482,6 +484,7 @@ func (d *Daemon) apply(ctx context.Context, a sched.Decision) error {
 			return err
 		}
 		js.plan, js.servers, js.changed = a.Plan, servers, d.now()
+		js.predSPS, js.measSPS = a.Throughput, 0
 		d.take(a.Job, servers)
 		delete(d.waits, a.Job)
 		d.cfg.Store.AddDecision(ctx, DecisionRecord{JobID: a.Job, Kind: a.Kind.String(), Detail: detail, Reason: a.Why, At: d.now()})
@@ -565,6 +568,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		js.rec.Iterations = max(js.rec.Iterations, o.Iterations)
 		js.rec.Checkpoint = max(js.rec.Checkpoint, o.Checkpoint)
 		if o.SamplesPerSec > 0 {
+			js.measSPS = o.SamplesPerSec
 			d.refit(ctx, js, o.SamplesPerSec)
 		}
 		switch {
@@ -648,4 +652,22 @@ func (d *Daemon) jobsSnapshot() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Throughput is a running job's predicted and measured samples per second
+// (0 when not running or not measured yet).
+type Throughput struct {
+	PredictedSPS float64 `json:"predicted_samples_per_s"`
+	MeasuredSPS  float64 `json:"measured_samples_per_s"`
+}
+
+// JobThroughput reports a job's predicted and measured throughput.
+func (d *Daemon) JobThroughput(id string) Throughput {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	js := d.jobs[id]
+	if js == nil || js.rec.State != StateRunning {
+		return Throughput{}
+	}
+	return Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
 }
