@@ -699,6 +699,10 @@ func (e *SSHExecutor) checkpointStop(ctx context.Context, j *sshJob, want int) (
 	if serr != nil {
 		return ckpt, fmt.Errorf("confirm exit: %w", serr)
 	}
+	// Every rank has exited: the marker now holds what they saved.
+	if n, _, err := e.readMarker(ctx, j.l); err == nil && n > ckpt {
+		ckpt = n
+	}
 	return ckpt, werr
 }
 

@@ -220,19 +220,41 @@ func TestSSHExecutorEndToEnd(t *testing.T) {
 			}
 		}
 	})
+	// The first three jobs are in the store before the daemon starts, so
+	// its first round places all of them (submitted one by one, a quick
+	// first round could grow the first job into GPUs that are idle then).
+	const total = 400
+	var ids []string
+	st, err := control.OpenSQLite(ctx, cfg.DB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"one", "two", "three"} {
+		spec, err := jobspec.Parse(n+".yaml", jobSpec(n, "best-effort", 8, total), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(spec)
+		id, err := st.NextJobID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := control.JobRecord{ID: id, Name: spec.Name, Tenant: spec.Tenant, Class: string(spec.Class), Spec: raw, State: control.StateQueued, SubmittedAt: time.Now().UTC(), Version: 1}
+		if err := st.CreateJob(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
 	d := startDaemon()
-
 	submit := func(name, class string, gpus, iterations int) string {
 		r, err := client.Submit(ctx, name+".yaml", jobSpec(name, class, gpus, iterations))
 		if err != nil {
 			t.Fatalf("submit %s: %v", name, err)
 		}
 		return r.ID
-	}
-	const total = 400
-	var ids []string
-	for _, n := range []string{"one", "two", "three"} {
-		ids = append(ids, submit(n, "best-effort", 8, total))
 	}
 	names := map[string]string{ids[0]: "one", ids[1]: "two", ids[2]: "three"}
 	job := func(id string) control.JobRecord {
