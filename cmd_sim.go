@@ -164,6 +164,7 @@ func newSimGenCmd(stdout io.Writer) *cobra.Command {
 	f.Float64Var(&g.Load, "load", 0.9, "offered load (requested GPU-seconds per second / cluster GPUs)")
 	f.Float64Var(&g.MedianMinutes, "median-minutes", 30, "median job duration at its request, minutes")
 	f.Float64Var(&g.SLAShare, "sla-share", 0, "share of guaranteed jobs")
+	f.BoolVar(&g.Batch, "batch", false, "submit every job at time 0 (batch arrivals) instead of Poisson arrivals")
 	return cmd
 }
 
@@ -186,5 +187,7 @@ func newSimBenchCmd(stdout io.Writer) *cobra.Command {
 	f.IntVar(&b.ScaleServers, "scale-servers", 1024, "servers of the scale trace and the one-round benchmark")
 	f.Float64Var(&b.ScaleRoundInterval, "scale-round-interval", 60, "round interval of the scale run in seconds (0: a round on every event)")
 	f.BoolVar(&b.SkipScale, "skip-scale", false, "skip the 50,000-job run")
+	f.BoolVar(&b.SkipNetwork, "skip-network", false, "skip the multi-rack experiments")
+	f.IntVar(&b.NetworkJobs, "network-jobs", 400, "jobs of each generated multi-rack trace")
 	return cmd
 }

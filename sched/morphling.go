@@ -424,7 +424,10 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 				break
 			}
 			step := len(st.journal)
-			if nr != nil && js.orig == 0 && p.grow(st, i, f, sl, false, settling) {
+			ok := p.grow(st, i, f, sl, false, settling)
+			if ok && nr != nil && js.orig == 0 {
+				// Dally: a waiting job refuses an offer wider than its
+				// timers allow; it keeps the last step it accepted.
 				if fine, _, why := nr.allows(s.Servers, i, js.alloc); !fine {
 					st.rollback(step)
 					if js.total == 0 {
@@ -432,10 +435,8 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 					}
 					break
 				}
-				grew = true
-				continue
 			}
-			if !p.grow(st, i, f, sl, false, settling) {
+			if !ok {
 				st.rollback(step)
 				if !grew && st.freeGPUs == 0 {
 					cutoff = sl

@@ -22,6 +22,8 @@ type BenchConfig struct {
 	ScaleServers       int     // default 1,024
 	ScaleRoundInterval float64 // seconds; 0: a round on every event
 	SkipScale          bool
+	SkipNetwork        bool
+	NetworkJobs        int // jobs per generated multi-rack trace (default 400)
 }
 
 // Targets of the scheduling issue.
@@ -50,6 +52,11 @@ func Bench(ctx context.Context, w io.Writer, cfg BenchConfig) error {
 		fmt.Fprintln(w, "sim bench: skipped the Morphling traces: no data directory (../shared/data/morphling is absent; pass --data)")
 	} else if err := benchTraces(ctx, w, cfg.DataDir); err != nil {
 		return err
+	}
+	if !cfg.SkipNetwork {
+		if err := BenchNetwork(ctx, w, cfg); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(w, "\nspeed")
 	d, cold, err := benchRound(cfg.ScaleServers)
@@ -80,6 +87,9 @@ func Bench(ctx context.Context, w io.Writer, cfg BenchConfig) error {
 	return nil
 }
 
+// morphlingPolicies are the six policies of the Morphling comparison.
+var morphlingPolicies = []string{"static", "plan-only", "resources-only", "synergy", "antman", "morphling"}
+
 func met(ok bool) string {
 	if ok {
 		return "MET"
@@ -106,7 +116,7 @@ func benchTraces(ctx context.Context, w io.Writer, dir string) error {
 			}
 			fit := time.Since(t0)
 			var ps []sched.Policy
-			for _, n := range sched.Names() {
+			for _, n := range morphlingPolicies {
 				p, err := sched.NewWithRestartCost(n, cost)
 				if err != nil {
 					return err

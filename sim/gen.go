@@ -23,6 +23,8 @@ type GenConfig struct {
 	MedianMinutes float64
 	// SLAShare is the share of guaranteed jobs (default 0).
 	SLAShare float64
+	// Batch submits every job at time 0 instead of Poisson arrivals.
+	Batch bool
 }
 
 // GPU demand mix in the manner of Microsoft's Philly trace: mostly
@@ -147,7 +149,7 @@ func Generate(cfg GenConfig) ([]dataset.WorkloadJob, error) {
 	rate := cfg.Load * float64(total) / (work / float64(len(jobs)))
 	t := 0.0
 	for i := range jobs {
-		if i > 0 {
+		if i > 0 && !cfg.Batch {
 			t += rng.ExpFloat64() / rate
 		}
 		jobs[i].Submit = math.Round(t)

@@ -1,0 +1,173 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/replan/replan/dataset"
+	"github.com/replan/replan/perf"
+	"github.com/replan/replan/sched"
+)
+
+// Targets of the network-aware placement issue.
+const (
+	TargetMakespanVsTiresias = 0.30 // makespan at least 30 % lower
+	TargetJCTVsTiresias      = 0.20 // average JCT at least 20 % lower
+	TargetCommVsTiresias     = 0.50 // exposed communication at least 50 % lower
+	TargetShiftGain          = 1.3  // link-sharing jobs' iteration time, without shifts / with
+	TargetShiftTime          = 50 * time.Millisecond
+)
+
+// networkPolicies are compared on the multi-rack experiments.
+var networkPolicies = []string{"tiresias", "gandiva", "dally-manual", "dally", "morphling", "replan"}
+
+// NetRow is one multi-rack experiment's outcome.
+type NetRow struct {
+	Racks    int
+	Arrivals string
+	Results  map[string]*Result
+	NoShift  *Result // replan's placements with the shifts ignored
+}
+
+// RunNetwork runs the network policies (and replan without its shifts)
+// on a generated Philly-like trace on racks of 8 servers × 8 GPUs with
+// spine uplinks of spineGBps.
+func RunNetwork(ctx context.Context, racks, jobs int, batch bool, spineGBps float64, seed uint64) (NetRow, error) {
+	row := NetRow{Racks: racks, Arrivals: "poisson", Results: map[string]*Result{}}
+	if batch {
+		row.Arrivals = "batch"
+	}
+	trace, err := Generate(GenConfig{Jobs: jobs, Servers: racks * 8, Seed: seed, Batch: batch})
+	if err != nil {
+		return row, err
+	}
+	models := DefaultModels(perf.A800)
+	models.SetSpine(spineGBps, 8)
+	cfg := Config{Servers: racks * 8, ServersPerRack: 8}
+	var ps []sched.Policy
+	for _, n := range networkPolicies {
+		p, err := sched.New(n)
+		if err != nil {
+			return row, err
+		}
+		ps = append(ps, p)
+	}
+	rs, err := RunAll(ctx, trace, models, ps, cfg)
+	if err != nil {
+		return row, err
+	}
+	for _, r := range rs {
+		row.Results[r.Policy] = r
+	}
+	p, _ := sched.New("replan")
+	cfg.NoShifts = true
+	row.NoShift, err = Run(ctx, trace, models, p, cfg)
+	return row, err
+}
+
+// BenchNetwork prints the multi-rack experiments (2, 4, 8, 16 racks of 8
+// servers × 8 GPUs, batch and Poisson arrivals) against the issue's
+// targets, the 64-GPU Morphling traces on 2 racks, and the time of the
+// shift computation.
+func BenchNetwork(ctx context.Context, w io.Writer, cfg BenchConfig) error {
+	jobs := cfg.NetworkJobs
+	if jobs <= 0 {
+		jobs = 400
+	}
+	fmt.Fprintf(w, "\nmulti-rack experiments: racks of 8 servers × 8 A800, spine 200 GB/s per rack (4:1), %d generated Philly-like jobs, restart cost 260 s\n", jobs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "racks\tarrivals\tpolicy\tavg JCT (h)\tmakespan (h)\texposed comm (h)\tlink inflation\tsharing jobs\t\n")
+	var rows []NetRow
+	for _, racks := range []int{2, 4, 8, 16} {
+		for _, batch := range []bool{true, false} {
+			row, err := RunNetwork(ctx, racks, jobs, batch, 200, 1)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, row)
+			for _, n := range append(networkPolicies, "replan no-shift") {
+				r := row.Results[n]
+				if n == "replan no-shift" {
+					r = row.NoShift
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.3f\t%d\t\n", racks, row.Arrivals, n, r.AvgJCT/3600, r.Makespan/3600, r.CommExposed/3600, r.LinkInflation, r.LinkSharing)
+			}
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nreplan against tiresias (reduction; targets: makespan >= 30 %, avg JCT >= 20 %, exposed comm >= 50 %), against morphling, and shifts (link-sharing jobs' iteration inflation without / with shifts, as 1+inflation; target >= 1.3×)")
+	for _, row := range rows {
+		r, t, m := row.Results["replan"], row.Results["tiresias"], row.Results["morphling"]
+		red := func(a, b float64) float64 {
+			if b <= 0 {
+				return 0
+			}
+			return 1 - a/b
+		}
+		mk, jct, comm := red(r.Makespan, t.Makespan), red(r.AvgJCT, t.AvgJCT), red(r.CommExposed, t.CommExposed)
+		gain := (1 + row.NoShift.LinkInflation) / (1 + r.LinkInflation)
+		fmt.Fprintf(w, "  %2d racks %-7s makespan -%.0f%% %s, avg JCT -%.0f%% %s, exposed comm -%.0f%% %s; vs morphling avg JCT %.3f×, makespan %.3f×; shifts %.3f× %s\n",
+			row.Racks, row.Arrivals, 100*mk, met(mk >= TargetMakespanVsTiresias), 100*jct, met(jct >= TargetJCTVsTiresias), 100*comm, met(comm >= TargetCommVsTiresias),
+			m.AvgJCT/r.AvgJCT, m.Makespan/r.Makespan, gain, met(gain >= TargetShiftGain))
+	}
+	if cfg.DataDir != "" {
+		if err := benchMorphlingTwoRacks(ctx, w, cfg.DataDir); err != nil {
+			return err
+		}
+	}
+	links := sched.ShiftBenchLinks(1000, 128)
+	t0 := time.Now()
+	n := 0
+	for time.Since(t0) < 300*time.Millisecond || n < 3 {
+		sched.Shifts(links, nil, map[int]float64{})
+		n++
+	}
+	d := time.Since(t0) / time.Duration(n)
+	fmt.Fprintf(w, "  shift computation, 1,000 cross-rack jobs on 1,024 servers (128 racks): %s (target <= %s) %s\n", d.Round(time.Microsecond), TargetShiftTime, met(d <= TargetShiftTime))
+	return nil
+}
+
+// benchMorphlingTwoRacks runs morphling and replan on the 64-GPU Morphling
+// traces split over 2 racks of 4 servers.
+func benchMorphlingTwoRacks(ctx context.Context, w io.Writer, dir string) error {
+	fmt.Fprintln(w, "\nMorphling traces (8 × 8 A800) on 2 racks of 4 servers, spine 200 GB/s per rack (2:1), restart cost 260 s: replan must be at least as good as morphling")
+	for _, name := range []string{"base", "mt"} {
+		path := filepath.Join(dir, "workloads", "workload-"+name+".csv")
+		jobs, err := dataset.LoadWorkload(ctx, path)
+		if err != nil {
+			return err
+		}
+		apps := make([]string, 0, len(jobs))
+		for _, j := range jobs {
+			apps = append(apps, j.Application)
+		}
+		models, err := LoadModels(ctx, dir, perf.A800, apps)
+		if err != nil {
+			return err
+		}
+		models.SetSpine(200, 4)
+		var ps []sched.Policy
+		for _, n := range []string{"morphling", "replan"} {
+			p, _ := sched.New(n)
+			ps = append(ps, p)
+		}
+		rs, err := RunAll(ctx, jobs, models, ps, Config{ServersPerRack: 4})
+		if err != nil {
+			return err
+		}
+		m, r := rs[0], rs[1]
+		var b strings.Builder
+		fmt.Fprintf(&b, "  %-4s morphling avg JCT %.3f h, makespan %.2f h, exposed comm %.2f h; replan %.3f h, %.2f h, %.2f h: avg JCT %.3f×, makespan %.3f× %s",
+			name, m.AvgJCT/3600, m.Makespan/3600, m.CommExposed/3600, r.AvgJCT/3600, r.Makespan/3600, r.CommExposed/3600, m.AvgJCT/r.AvgJCT, m.Makespan/r.Makespan,
+			met(r.AvgJCT <= m.AvgJCT*(1+1e-9) && r.Makespan <= m.Makespan*(1+1e-9)))
+		fmt.Fprintln(w, b.String())
+	}
+	return nil
+}
