@@ -73,7 +73,7 @@ See docs/control.md.`,
 	f.StringVar(&o.inventory, "inventory", "inventory.yaml", "inventory file (servers, racks, tenants)")
 	f.StringVar(&o.db, "db", "", "SQLite database (default ~/.replan/replan.db)")
 	f.StringVar(&o.socket, "socket", defaultSocket(), "API unix socket")
-	f.StringVar(&o.policy, "policy", "morphling", "scheduling policy: "+strings.Join(sched.Names(), ", "))
+	f.StringVar(&o.policy, "policy", "replan", "scheduling policy: "+strings.Join(sched.Names(), ", "))
 	f.StringVar(&o.executor, "executor", "sim", "sim (simulated cluster) or ssh (the agents on the inventory's servers)")
 	f.StringVar(&o.remoteDir, "remote-dir", fleet.DefaultRemoteDir, "agent directory on every server, as given to replan deploy; {server} is replaced by the server's name (ssh executor)")
 	f.StringVar(&o.data, "data", "", "Morphling data directory for fitted models and measured iteration times (default $REPLAN_DATA or ../shared/data/morphling when present)")
@@ -136,7 +136,13 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("daemon: --executor %q: want sim or ssh", o.executor)
 	}
-	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log})
+	spine := 0.0
+	for _, r := range inv.Racks {
+		if spine == 0 || (r.SpineGBps > 0 && r.SpineGBps < spine) {
+			spine = r.SpineGBps
+		}
+	}
+	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine})
 	if err != nil {
 		return err
 	}

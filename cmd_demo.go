@@ -73,7 +73,7 @@ seconds per real second. --headless runs without the TUI and prints a summary wh
 	f.StringVar(&o.DataDir, "data", "", "Morphling data directory (default $REPLAN_DATA or ../shared/data/morphling when present)")
 	f.StringVar(&o.Trace, "trace", "", "workload CSV to replay (default the data's workload-base.csv)")
 	f.IntVar(&o.Jobs, "jobs", 0, "replay only the first N jobs")
-	f.StringVar(&o.Policy, "policy", "morphling", "scheduling policy")
+	f.StringVar(&o.Policy, "policy", "replan", "scheduling policy (replan = morphling allocation + Dally placement + CASSINI shifts)")
 	f.DurationVar(&o.RestartCost, "restart-cost", 260*time.Second, "checkpoint-restart cost of the simulated cluster")
 	f.DurationVar(&timeout, "timeout", 0, "stop after this much real time (0: when the trace ends)")
 	f.StringVar(&o.Dir, "dir", "", "keep the store and socket in this directory (default: a temporary one, removed at the end)")

@@ -52,6 +52,12 @@ type Config struct {
 	// HeartbeatMisses is how many Observe rounds a server may miss before
 	// its jobs return to the queue from their last checkpoint (default 2).
 	HeartbeatMisses int
+	// SpineGBps is each rack's uplink to the spine (the inventory's
+	// smallest rack spine_gbps); 0: the A800 reference.
+	SpineGBps float64
+	// TimerWindow is how far back the delay-timer auto-tuner remembers
+	// waits (default 7 days).
+	TimerWindow time.Duration
 	// ProgressEvery bounds how often a running job's progress is written
 	// (checkpoints at most this often, plain progress at most four times
 	// less often; default 10 s of the daemon's clock).
@@ -71,13 +77,19 @@ type Daemon struct {
 	waits     map[string]string // job → why it waits (last round)
 	lastRound RoundStats
 	notify    notifier
+	history   sched.TimerHistory         // the delay-timer auto-tuner's memory
+	timers    map[string]sched.JobTimers // last round's timers per waiting job
 }
 
 type jobState struct {
-	saved   time.Time // last progress write
-	changed time.Time // last start or reconfiguration (the policy's dwell)
-	predSPS float64   // throughput the policy predicted for the current plan
-	measSPS float64   // latest measured throughput
+	saved   time.Time     // last progress write
+	changed time.Time     // last start or reconfiguration (the policy's dwell)
+	runFrom time.Time     // when it started holding resources (zero while waiting)
+	ranFor  time.Duration // time it held resources before runFrom
+	lastRun time.Time     // when it last stopped holding resources
+	phase   time.Time     // a time an iteration began (start + shift)
+	predSPS float64       // throughput the policy predicted for the current plan
+	measSPS float64       // latest measured throughput
 	rec     JobRecord
 	spec    *jobspec.Spec
 	plan    perf.Plan
@@ -126,7 +138,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.ProgressEvery <= 0 {
 		cfg.ProgressEvery = 10 * time.Second
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[string]*perf.Online{}, waits: map[string]string{}}
+	if cfg.TimerWindow <= 0 {
+		cfg.TimerWindow = 7 * 24 * time.Hour
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[string]*perf.Online{}, waits: map[string]string{}, timers: map[string]sched.JobTimers{}}
 	for i, s := range cfg.Servers {
 		if _, dup := d.srvIdx[s.Name]; dup {
 			return nil, fmt.Errorf("control: server %s twice", s.Name)
@@ -179,6 +194,13 @@ func (d *Daemon) recover(ctx context.Context) error {
 		if err := json.Unmarshal(raw, &o); err == nil {
 			d.models[typ] = &o
 		}
+	}
+	waits, err := d.cfg.Store.TimerWaits(ctx, d.now().Add(-d.cfg.TimerWindow))
+	if err != nil {
+		return fmt.Errorf("recover timer history: %w", err)
+	}
+	for _, w := range waits {
+		d.history.Add(sched.TimerObs{Tier: tierOf(w.Tier), GPUs: w.GPUs, At: float64(w.At.UnixNano()) / 1e9, Wait: w.Wait.Seconds()})
 	}
 	nodes, err := d.cfg.Store.Nodes(ctx)
 	if err != nil {
@@ -339,7 +361,7 @@ func (d *Daemon) Submit(ctx context.Context, spec *jobspec.Spec) (JobRecord, err
 // snapshot builds the scheduler's view: usable servers, tenants, and every
 // queued, preempted or running job.
 func (d *Daemon) snapshot() sched.Snapshot {
-	s := sched.Snapshot{Now: float64(d.now().UnixNano()) / 1e9}
+	s := sched.Snapshot{Now: float64(d.now().UnixNano()) / 1e9, History: d.history, SpineGBps: d.cfg.SpineGBps}
 	for i, info := range d.cfg.Servers {
 		sv := sched.Server{ID: info.Name, Rack: info.Rack, GPUs: info.GPUs, CPUs: info.CPUs, MemGB: info.MemGB}
 		if n := d.nodes[i]; n.drained || n.missed >= d.cfg.HeartbeatMisses {
@@ -375,6 +397,12 @@ func (d *Daemon) snapshot() sched.Snapshot {
 		if !js.spec.Request.HasPlan {
 			sj.ReqPlan = defaultPlan(js.spec)
 		}
+		if js.rec.State != StateRunning {
+			sj.RunSeconds = js.ranFor.Seconds()
+			if !js.lastRun.IsZero() {
+				sj.LastRun = float64(js.lastRun.UnixNano()) / 1e9
+			}
+		}
 		if js.rec.State == StateRunning {
 			sj.Plan = js.plan
 			changed := js.changed
@@ -382,6 +410,14 @@ func (d *Daemon) snapshot() sched.Snapshot {
 				changed = js.rec.StartedAt
 			}
 			sj.LastChange = float64(changed.UnixNano()) / 1e9
+			sj.LastRun = sj.Submit
+			if !js.runFrom.IsZero() {
+				sj.RunSeconds = (js.ranFor + d.now().Sub(js.runFrom)).Seconds()
+				sj.LastRun = float64(d.now().UnixNano()) / 1e9
+			}
+			if !js.phase.IsZero() {
+				sj.Phase = float64(js.phase.UnixNano()) / 1e9
+			}
 			for _, srv := range js.servers {
 				i := d.srvIdx[srv.Name]
 				sj.Alloc = append(sj.Alloc, sched.Alloc{Server: i, GPUs: len(srv.GPUs), CPUs: len(srv.CPUs)})
@@ -430,6 +466,18 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 		d.cfg.Store.AddDecision(ctx, DecisionRecord{JobID: w.Job, Kind: "wait", Reason: w.Reason, At: d.now()})
 	}
 	d.waits = waiting
+	d.timers = map[string]sched.JobTimers{}
+	for _, t := range dec.Timers {
+		d.timers[t.Job] = t
+	}
+	for _, o := range dec.Observed {
+		d.history.Add(o)
+		at := time.Unix(0, int64(o.At*1e9)).UTC()
+		if err := d.cfg.Store.AddTimerWait(ctx, TimerWait{Tier: o.Tier.String(), GPUs: o.GPUs, Wait: time.Duration(o.Wait * float64(time.Second)), At: at}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.history.Prune(snap.Now, d.cfg.TimerWindow.Seconds())
 	d.lastRound = RoundStats{At: d.now(), Duration: elapsed, Actions: len(dec.Actions), Waiting: len(dec.Waiting)}
 	return d.lastRound, errors.Join(errs...)
 }
@@ -442,6 +490,7 @@ func (d *Daemon) apply(ctx context.Context, a sched.Decision) error {
 	detail, _ := json.Marshal(map[string]any{"plan": a.Plan, "placement": a.Placement, "throughput": a.Throughput})
 	switch a.Kind {
 	case sched.Preempt:
+		d.stopRun(js)
 		js.rec.State, js.rec.Reason = StatePreempted, a.Why
 		js.rec.Placement = nil
 		if err := d.save(ctx, js, "preempt: "+a.Why); err != nil {
@@ -484,12 +533,16 @@ func (d *Daemon) apply(ctx context.Context, a sched.Decision) error {
 			return err
 		}
 		js.plan, js.servers, js.changed = a.Plan, servers, d.now()
+		if js.runFrom.IsZero() {
+			js.runFrom = d.now()
+		}
+		js.phase = d.now().Add(time.Duration(a.Shift * float64(time.Second)))
 		js.predSPS, js.measSPS = a.Throughput, 0
 		d.take(a.Job, servers)
 		delete(d.waits, a.Job)
 		d.cfg.Store.AddDecision(ctx, DecisionRecord{JobID: a.Job, Kind: a.Kind.String(), Detail: detail, Reason: a.Why, At: d.now()})
 		d.event(ctx, a.Kind.String(), a.Job, "", fmt.Sprintf("%s on %s with %s (%.2f samples/s predicted)", js.spec.Name, a.Placement, a.Plan, a.Throughput), map[string]any{"plan": a.Plan.String(), "placement": a.Placement.String()})
-		next := Launch{JobID: a.Job, Spec: js.spec, Plan: a.Plan, Servers: servers, Attempt: js.rec.Attempt - 1, Resume: resume, From: js.rec.Checkpoint}
+		next := Launch{JobID: a.Job, Spec: js.spec, Plan: a.Plan, Servers: servers, Attempt: js.rec.Attempt - 1, Resume: resume, From: js.rec.Checkpoint, Shift: a.Shift}
 		if a.Kind == sched.Reconfigure && wasRunning {
 			err = d.cfg.Exec.Reconfigure(ctx, old, next, js.rec.Iterations)
 		} else {
@@ -508,6 +561,7 @@ func (d *Daemon) apply(ctx context.Context, a sched.Decision) error {
 // requeue returns a job to the queue (from its last checkpoint), or fails
 // it when it has failed more than MaxRestarts times.
 func (d *Daemon) requeue(ctx context.Context, js *jobState, why string) {
+	d.stopRun(js)
 	d.release(js.rec.ID)
 	js.servers = nil
 	js.rec.Placement = nil
@@ -670,4 +724,25 @@ func (d *Daemon) JobThroughput(id string) Throughput {
 		return Throughput{}
 	}
 	return Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
+}
+
+// tierOf parses perf.Tier's String form.
+func tierOf(s string) perf.Tier {
+	switch s {
+	case "rack":
+		return perf.TierRack
+	case "cross-rack":
+		return perf.TierCrossRack
+	}
+	return perf.TierServer
+}
+
+// stopRun records that a job stopped holding resources now.
+func (d *Daemon) stopRun(js *jobState) {
+	if !js.runFrom.IsZero() {
+		js.ranFor += d.now().Sub(js.runFrom)
+		js.runFrom = time.Time{}
+	}
+	js.lastRun = d.now()
+	js.phase = time.Time{}
 }

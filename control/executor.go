@@ -17,6 +17,9 @@ type Launch struct {
 	Attempt int             `json:"attempt"`
 	Resume  bool            `json:"resume"`         // start from the last checkpoint
 	From    int             `json:"from_iteration"` // the checkpoint's iteration when resuming
+	// Shift delays the job's first iteration by this many seconds (CASSINI:
+	// its communication then interleaves with the jobs sharing its links).
+	Shift float64 `json:"shift_s,omitempty"`
 }
 
 // JobObservation is what an executor saw of a job since the last Observe.

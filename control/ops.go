@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+
+	"github.com/replan/replan/sched"
 )
 
 // ErrBadState is returned when an operation does not apply to a job's
@@ -93,6 +95,7 @@ func (d *Daemon) Drain(ctx context.Context, server string) ([]string, error) {
 	var moved []string
 	var errs []error
 	for _, js := range d.jobsOn(server) {
+		d.stopRun(js)
 		js.rec.State, js.rec.Reason, js.rec.Placement = StatePreempted, "moved off drained server "+server, nil
 		if err := d.save(ctx, js, "drain "+server); err != nil {
 			errs = append(errs, err)
@@ -131,6 +134,10 @@ type QueueEntry struct {
 	GPUs     int       `json:"gpus"`
 	Reason   string    `json:"reason"`
 	WaitingS float64   `json:"waiting_s"`
+	// Timers are the job's delay timers (network-aware policies): the
+	// server and rack timers, how long it has starved, the widest tier it
+	// accepts now and why, its Nw_sens.
+	Timers *sched.JobTimers `json:"timers,omitempty"`
 }
 
 // Queue lists the jobs that wait (queued, preempted, held), oldest first.
@@ -152,7 +159,11 @@ func (d *Daemon) Queue() []QueueEntry {
 		if reason == "" {
 			reason = "not scheduled yet"
 		}
-		out = append(out, QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: reason, WaitingS: now.Sub(js.rec.SubmittedAt).Seconds()})
+		e := QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: reason, WaitingS: now.Sub(js.rec.SubmittedAt).Seconds()}
+		if t, ok := d.timers[id]; ok && js.rec.State != StateHeld {
+			e.Timers = &t
+		}
+		out = append(out, e)
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Job.ID < out[b].Job.ID })
 	return out

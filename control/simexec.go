@@ -87,7 +87,8 @@ func (e *SimExecutor) start(l Launch, base float64) error {
 		}
 	}
 	now := e.Clock()
-	e.running[l.JobID] = &simJob{l: l, base: base, ready: now.Add(e.RestartCost), iterTime: it}
+	ready := now.Add(e.RestartCost + time.Duration(l.Shift*float64(time.Second)))
+	e.running[l.JobID] = &simJob{l: l, base: base, ready: ready, iterTime: it}
 	return nil
 }
 

@@ -85,7 +85,7 @@ type Options struct {
 	Trace       string        // workload CSV; default DataDir/workloads/workload-base.csv
 	Jobs        int           // replay only the first N jobs (0: all)
 	Speed       float64       // virtual seconds per real second (default 60)
-	Policy      string        // default morphling
+	Policy      string        // default replan
 	RestartCost time.Duration // default 260 s
 	Tick        time.Duration // real time between rounds (default ≈30 virtual seconds, 5-200 ms)
 	Dir         string        // where the store and socket live (default a temp dir)
@@ -128,7 +128,7 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 		o.Speed = 60
 	}
 	if o.Policy == "" {
-		o.Policy = "morphling"
+		o.Policy = "replan"
 	}
 	if o.RestartCost <= 0 {
 		o.RestartCost = 260 * time.Second

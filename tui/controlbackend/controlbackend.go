@@ -53,8 +53,9 @@ func (b *Backend) Nodes(ctx context.Context) ([]data.Node, error) {
 	return out, nil
 }
 
-// Queue implements tui.Backend. The API does not report delay timers yet,
-// so Timers stays nil.
+// Queue implements tui.Backend. Delay timers come from network-aware
+// policies: the server and rack timers are sent whole with the starvation
+// time, and shown as what is left of them.
 func (b *Backend) Queue(ctx context.Context) ([]data.QueueRow, error) {
 	q, err := b.c.Queue(ctx)
 	if err != nil {
@@ -64,6 +65,11 @@ func (b *Backend) Queue(ctx context.Context) ([]data.QueueRow, error) {
 	for i, e := range q {
 		out[i] = data.QueueRow{ID: e.Job.ID, Name: e.Job.Name, Class: e.Job.Class, Tenant: e.Job.Tenant, State: string(e.Job.State),
 			GPUs: e.GPUs, Waited: time.Duration(e.WaitingS * float64(time.Second)), Reason: e.Reason}
+		if t := e.Timers; t != nil {
+			sec := func(s float64) time.Duration { return time.Duration(max(s, 0) * float64(time.Second)) }
+			out[i].Timers = &data.DelayTimers{ServerTimer: sec(t.ServerTimer - t.Starved), RackTimer: sec(t.RackTimer - t.Starved),
+				Starved: sec(t.Starved), AcceptTier: t.AcceptTier.String(), NwSens: t.NwSens, HasNwSens: true}
+		}
 	}
 	return out, nil
 }
