@@ -98,14 +98,19 @@ func newSubmitCmd(stdout, stderr io.Writer) *cobra.Command {
 }
 
 func newQueueCmd(stdout, stderr io.Writer) *cobra.Command {
-	return clientCmd("queue", "Waiting jobs, the reason each waits, and how long it has waited", cobra.NoArgs, stdout,
+	return clientCmd("queue", "Waiting jobs: why each waits, how long, and its delay timers counting down", cobra.NoArgs, stdout,
 		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
 			q, err := c.Queue(ctx)
 			return q, func(w io.Writer) error {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCLASS\tGPUS\tSTATE\tWAITING\tREASON")
+				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCLASS\tGPUS\tSTATE\tWAITING\tSERVER TIMER\tRACK TIMER\tACCEPTS\tNW_SENS\tREASON")
 				for _, e := range q {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Job.ID, e.Job.Name, e.Job.Tenant, e.Job.Class, e.GPUs, e.Job.State, age(e.WaitingS), e.Reason)
+					st, rt, acc, nw := "-", "-", "-", "-"
+					if t := e.Timers; t != nil {
+						st, rt = age(max(t.ServerTimer-t.Starved, 0)), age(max(t.RackTimer-t.Starved, 0))
+						acc, nw = t.AcceptTier.String(), fmt.Sprintf("%.2f", t.NwSens)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Job.ID, e.Job.Name, e.Job.Tenant, e.Job.Class, e.GPUs, e.Job.State, age(e.WaitingS), st, rt, acc, nw, e.Reason)
 				}
 				return tw.Flush()
 			}, err
