@@ -300,6 +300,16 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			js := &st.jobs[i]
 			return tierLoss(p.c, js.job.Model, js.fam, g, perServer, js.cpg)
 		})
+		nr.lossOf = func(i int, a []Alloc) float64 {
+			js := &st.jobs[i]
+			g := js.total
+			best := p.c.best(js.job.Model, js.fam, perf.PackedPlacement(g, perServer), false, js.cpg)
+			v := p.c.best(js.job.Model, js.fam, placementOf(a), crossRack(s.Servers, a), js.cpg)
+			if !best.ok || best.thr <= 0 || !v.ok {
+				return 1
+			}
+			return math.Max(0, 1-v.thr/best.thr)
+		}
 	}
 	quota := map[string]int{}
 	for _, t := range s.Tenants {

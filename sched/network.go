@@ -196,6 +196,9 @@ type netRound struct {
 	window float64
 	jobs   []netJob
 	rackGP int // GPUs of the largest rack
+	// lossOf, when set, is the predicted throughput loss of job i on an
+	// offer against its best tier (replan's LossAccept step).
+	lossOf func(i int, a []Alloc) float64
 }
 
 // newNetRound computes timers, starvation, loss and accept tier of the
@@ -255,31 +258,41 @@ func (nr *netRound) decide(nj *netJob, now float64) (perf.Tier, string, float64)
 		return perf.TierCrossRack, fmt.Sprintf("needs %d GPUs, more than a rack: any offer", nj.gpus), 0
 	case nj.starved >= nj.rack && (nj.starved >= nj.server || !nj.fitsS):
 		return perf.TierCrossRack, fmt.Sprintf("starved %s: timers expired, any offer", h(nj.starved)), 0
-	case lim > 0 && nj.lossX < lim:
-		return perf.TierCrossRack, fmt.Sprintf("predicted loss across racks %.1f%% < %.0f%%: any offer", 100*nj.lossX, 100*lim), 0
 	}
-	if nj.starved >= nj.server || !nj.fitsS || lim > 0 && nj.lossR < lim {
+	if nj.starved >= nj.server || !nj.fitsS {
 		if nj.starved >= nj.rack {
 			return perf.TierCrossRack, fmt.Sprintf("starved %s: rack timer expired, any offer", h(nj.starved)), 0
 		}
 		why := fmt.Sprintf("server timer expired (%s of %s); waits for one rack until %s", h(nj.starved), h(nj.server), h(nj.rack))
 		if !nj.fitsS {
 			why = fmt.Sprintf("needs %d GPUs, more than a server; waits for one rack until %s", nj.gpus, h(nj.rack))
-		} else if nj.starved < nj.server {
-			why = fmt.Sprintf("predicted loss in one rack %.1f%% < %.0f%%; waits for one rack until %s", 100*nj.lossR, 100*lim, h(nj.rack))
+		}
+		if lim > 0 {
+			why += fmt.Sprintf(", or any offer losing < %.0f%% (across racks: %.0f%%)", 100*lim, 100*nj.lossX)
 		}
 		return perf.TierRack, why, now + nj.rack - nj.starved
 	}
-	return perf.TierServer, fmt.Sprintf("waits for one server until %s (starved %s)", h(nj.server), h(nj.starved)), now + nj.server - nj.starved
+	why := fmt.Sprintf("waits for one server until %s (starved %s)", h(nj.server), h(nj.starved))
+	if lim > 0 {
+		why += fmt.Sprintf(", or any offer losing < %.0f%% (in one rack: %.0f%%, across racks: %.0f%%)", 100*lim, 100*nj.lossR, 100*nj.lossX)
+	}
+	return perf.TierServer, why, now + nj.server - nj.starved
 }
 
 // allows reports whether waiting job i accepts allocation a; when not, the
-// reason in words.
+// reason in words. Within its timers' tier it accepts; beyond, replan's
+// step accepts an offer whose predicted throughput (lossOf) is within
+// LossAccept of the job's best tier.
 func (nr *netRound) allows(servers []Server, i int, a []Alloc) (bool, perf.Tier, string) {
 	t := tierOf(servers, a)
 	nj := &nr.jobs[i]
 	if t <= nj.accept {
 		return true, t, ""
+	}
+	if lim := nr.o.LossAccept; lim > 0 && nr.lossOf != nil {
+		if l := nr.lossOf(i, a); l < lim {
+			return true, t, ""
+		}
 	}
 	return false, t, fmt.Sprintf("delay scheduling: refuses a %s offer (%s)", t, nj.why)
 }

@@ -46,12 +46,14 @@ func LinkDemand(e perf.Env, g int) float64 {
 
 // SpineDemand is the share of a rack's spine uplink of spineGBps a job
 // with g GPUs on its busiest server uses while it communicates across
-// racks: its NICs' RDMA bandwidth (100 GB/s for a whole A800 server).
+// racks: its NICs' RDMA bandwidth (100 GB/s for a whole A800 server), at
+// most the whole uplink.
 func SpineDemand(e perf.Env, g int, spineGBps float64) float64 {
 	if spineGBps <= 0 {
 		spineGBps = cluster.A800SpineGBps
 	}
-	return LinkDemand(e, g) * cluster.A800RDMAGBps / spineGBps
+	// alone on the uplink a job gets at most the uplink
+	return math.Min(1, LinkDemand(e, g)*cluster.A800RDMAGBps/spineGBps)
 }
 
 // Grid bounds of the unified perimeter: the longest period gets
@@ -447,6 +449,11 @@ func shiftDecisions(s *Snapshot, d *Decisions, restart float64) LinkReport {
 		}
 	}
 	byRack := map[string]*Link{}
+	spine := s.SpineGBps
+	if spine <= 0 {
+		spine = cluster.A800SpineGBps
+	}
+	alone := math.Min(1, spine/cluster.A800RDMAGBps)
 	period := map[int]float64{}
 	fixed := map[int]bool{}
 	offsets := map[int]float64{}
@@ -462,7 +469,11 @@ func shiftDecisions(s *Snapshot, d *Decisions, restart float64) LinkReport {
 			continue
 		}
 		pl := placementOf(r.alloc)
-		b, err := j.Model.Predict(r.plan, perf.Resources{Placement: pl, CrossRack: true, CPUsPerGPU: float64(cpgOf(r.alloc))})
+		// The circle is the job's iteration as it runs when it has the
+		// uplink to itself: contention is what the shifts avoid.
+		m := *j.Model
+		m.Env.SpineFactor = alone
+		b, err := m.Predict(r.plan, perf.Resources{Placement: pl, CrossRack: true, CPUsPerGPU: float64(cpgOf(r.alloc))})
 		if err != nil || b.Iter <= 0 || b.InterServer <= 0 {
 			continue
 		}
@@ -536,4 +547,27 @@ func ShiftBenchLinks(jobs, racks int) []Link {
 		}
 	}
 	return links
+}
+
+// shifted adds CASSINI time-shifts to another policy's decisions.
+type shifted struct {
+	p       Policy
+	restart float64
+}
+
+// WithShifts returns p with CASSINI time-shifts added to its starts and
+// reconfigurations (Decision.Shift, Decisions.Links), its placements
+// unchanged: how much interleaving alone buys on a policy's placements.
+// restart is the checkpoint-restart time the caller charges before a job
+// runs. Its name is p's with "+shifts".
+func WithShifts(p Policy, restart float64) Policy { return &shifted{p: p, restart: restart} }
+
+// Name implements Policy.
+func (s *shifted) Name() string { return s.p.Name() + "+shifts" }
+
+// Schedule implements Policy.
+func (s *shifted) Schedule(snap Snapshot) Decisions {
+	d := s.p.Schedule(snap)
+	d.Links = shiftDecisions(&snap, &d, s.restart)
+	return d
 }

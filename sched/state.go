@@ -364,38 +364,46 @@ func (f *freeIndex) unskip() {
 }
 
 // takeRack gives job j need free GPUs inside one rack, when a rack has
-// them: the rack it already uses first, else the rack with the least room
-// that suffices; its servers with the most free GPUs first. It returns how
-// many it got (0 or need).
+// them: the rack it already uses first, else the rack where it needs the
+// fewest servers (then the one with the least room); its servers with the
+// most free GPUs first. It returns how many it got (0 or need).
 func (st *state) takeRack(j, need int) int {
 	js := &st.jobs[j]
 	cpg := max(js.cpg, 1)
 	room := func(s int) int { return max(min(st.free[s], st.freeCPU[s]/cpg), 0) }
-	rackFree := func(r int) int {
-		n := 0
-		for _, s := range st.racks[r] {
-			n += room(s)
+	// The rack needing the fewest servers (its fullest-free servers
+	// first), then the least room: the job spreads as little as it can.
+	best, bestN, bestFree := -1, 0, 0
+	var servers []int
+	consider := func(r int) {
+		l := append([]int(nil), st.racks[r]...)
+		sort.SliceStable(l, func(a, b int) bool { return room(l[a]) > room(l[b]) })
+		n, got, free := 0, 0, 0
+		for _, s := range l {
+			free += room(s)
+			if got < need && room(s) > 0 {
+				got += min(room(s), need-got)
+				n++
+			}
 		}
-		return n
+		if got < need {
+			return
+		}
+		if best < 0 || n < bestN || n == bestN && free < bestFree {
+			best, bestN, bestFree, servers = r, n, free, l
+		}
 	}
-	best, bestFree := -1, 0
 	if len(js.alloc) > 0 {
-		if r := st.rackOf[js.alloc[0].Server]; rackFree(r) >= need {
-			best = r
-		}
+		consider(st.rackOf[js.alloc[0].Server])
 	}
 	if best < 0 {
 		for r := range st.racks {
-			if f := rackFree(r); f >= need && (best < 0 || f < bestFree) {
-				best, bestFree = r, f
-			}
+			consider(r)
 		}
 	}
 	if best < 0 {
 		return 0
 	}
-	servers := append([]int(nil), st.racks[best]...)
-	sort.SliceStable(servers, func(a, b int) bool { return room(servers[a]) > room(servers[b]) })
 	got := 0
 	for _, s := range servers {
 		if got == need {

@@ -208,10 +208,11 @@ type Decision struct {
 	// Throughput is the predicted samples per second of Plan on Alloc.
 	Throughput float64
 	Why        string
-	// Shift, for a Start of a network-aware policy, is the delay in
-	// seconds to add to the job's start (after the checkpoint-restart the
-	// policy assumes) so its communication interleaves with the jobs that
-	// share its links (CASSINI); 0 otherwise.
+	// Shift, for a Start or Reconfigure of a policy with time-shifts
+	// (replan, WithShifts), is the delay in seconds to add to the job's
+	// start (after the checkpoint-restart the policy assumes) so its
+	// communication interleaves with the jobs that share its links
+	// (CASSINI); 0 otherwise.
 	Shift float64
 	// Tier is the widest network tier Alloc spans.
 	Tier perf.Tier

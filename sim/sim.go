@@ -576,7 +576,7 @@ func (s *simulator) apply(d sched.Decisions) error {
 		j.st = running
 		j.last = s.now
 		shift := 0.0
-		if !s.cfg.NoShifts && a.Kind == sched.Start {
+		if !s.cfg.NoShifts && a.Kind != sched.Preempt {
 			shift = math.Max(a.Shift, 0)
 		}
 		j.restart = s.now + s.cfg.RestartCost + shift
