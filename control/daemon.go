@@ -508,7 +508,7 @@ func (d *Daemon) apply(ctx context.Context, a sched.Decision) error {
 		}
 		return err
 	case sched.Start, sched.Reconfigure:
-		old := Launch{JobID: a.Job, Spec: js.spec, Plan: js.plan, Servers: js.servers, Attempt: js.rec.Attempt}
+		old := Launch{JobID: a.Job, Spec: js.spec, Plan: js.plan, Servers: js.servers, Attempt: max(js.rec.Attempt-1, 0)}
 		wasRunning := js.rec.State == StateRunning
 		d.release(a.Job)
 		servers, err := d.devicesFor(a.Alloc)
