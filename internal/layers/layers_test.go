@@ -24,7 +24,13 @@ var forbidden = map[string][]string{
 	"sim":     {"charm.land/", "modernc.org/sqlite", module + "/ssh", module + "/agent", module + "/tui"},
 	"ssh":     {"charm.land/", "gonum.org/", "modernc.org/sqlite", module + "/sched", module + "/perf", module + "/control", module + "/tui"},
 	// The TUI reads the control API; it never talks to servers or the store.
-	"tui": {module + "/ssh", "modernc.org/sqlite"},
+	"tui": {module + "/ssh", "modernc.org/sqlite", module + "/control", module + "/sched"},
+	// Job specs are plain data.
+	"jobspec": {"charm.land/", "modernc.org/sqlite", module + "/ssh", module + "/agent", module + "/control", module + "/tui", module + "/sched", "net/http"},
+	// The control plane owns policy calls, not policy code paths into the UI.
+	"control": {"charm.land/", module + "/tui", module + "/demo"},
+	// Fleet operations know servers and agents, not schedules or the UI.
+	"fleet": {"charm.land/", "gonum.org/", "modernc.org/sqlite", module + "/sched", module + "/perf", module + "/control", module + "/tui"},
 }
 
 func TestLayers(t *testing.T) {
