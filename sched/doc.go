@@ -13,6 +13,14 @@
 // compares them on the very same code: Static, PlanOnly (Morphling-E),
 // ResourcesOnly (Morphling-R, Sia-like DP scaling), Synergy and AntMan.
 //
+// Network-aware placement (NewReplan, the "replan" policy) adds Dally's
+// delay scheduling over placement tiers (server < rack < cross-rack) with
+// timers auto-tuned from a TimerHistory the caller keeps, Dally's Nw_sens
+// priority, and CASSINI time-shifts for jobs sharing a rack's spine uplink
+// (Decision.Shift). Decisions.Timers exposes every waiting job's timers.
+// The network baselines Tiresias, Gandiva and Dally (NewDally) run on exact
+// requests; WithShifts adds time-shifts to any policy.
+//
 // See README.md in this directory for the pipeline and a glossary, and
 // docs/scheduling.md for how to read the simulator's table.
 package sched

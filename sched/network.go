@@ -177,17 +177,16 @@ func tierOf(servers []Server, a []Alloc) perf.Tier {
 
 // netJob is what a round knows of one waiting job's network preferences.
 type netJob struct {
-	gpus          int
-	server, rack  float64 // timers
-	starved       float64
-	accept        perf.Tier
-	why           string
-	nw            float64
-	lossR, lossX  float64
-	idealIter     float64
-	expires       float64 // when accept widens next (0: never)
-	fitsS, fitsR  bool
-	timersApplied bool
+	gpus         int
+	server, rack float64 // timers
+	starved      float64
+	accept       perf.Tier
+	why          string
+	nw           float64
+	lossR, lossX float64
+	idealIter    float64
+	expires      float64 // when accept widens next (0: never)
+	fitsS, fitsR bool
 }
 
 // netRound evaluates every waiting job's timers.
