@@ -88,6 +88,7 @@ type jobState struct {
 	ranFor  time.Duration // time it held resources before runFrom
 	lastRun time.Time     // when it last stopped holding resources
 	phase   time.Time     // a time an iteration began (start + shift)
+	ckPlan  perf.Plan     // the plan its last checkpoint was written with
 	predSPS float64       // throughput the policy predicted for the current plan
 	measSPS float64       // latest measured throughput
 	rec     JobRecord
@@ -223,6 +224,9 @@ func (d *Daemon) recover(ctx context.Context) error {
 		js := &jobState{rec: r, spec: &spec}
 		if len(r.Plan) > 0 {
 			json.Unmarshal(r.Plan, &js.plan)
+			if r.State != StateRunning {
+				js.ckPlan = js.plan // it last ran, and checkpointed, with this plan
+			}
 		}
 		if r.State == StateRunning && len(r.Placement) > 0 {
 			if err := json.Unmarshal(r.Placement, &js.servers); err != nil {
@@ -543,6 +547,9 @@ func (d *Daemon) apply(ctx context.Context, a sched.Decision) error {
 		d.cfg.Store.AddDecision(ctx, DecisionRecord{JobID: a.Job, Kind: a.Kind.String(), Detail: detail, Reason: a.Why, At: d.now()})
 		d.event(ctx, a.Kind.String(), a.Job, "", fmt.Sprintf("%s on %s with %s (%.2f samples/s predicted)", js.spec.Name, a.Placement, a.Plan, a.Throughput), map[string]any{"plan": a.Plan.String(), "placement": a.Placement.String()})
 		next := Launch{JobID: a.Job, Spec: js.spec, Plan: a.Plan, Servers: servers, Attempt: js.rec.Attempt - 1, Resume: resume, From: js.rec.Checkpoint, Shift: a.Shift}
+		if resume && js.ckPlan != a.Plan {
+			next.CheckpointPlan = js.ckPlan
+		}
 		if a.Kind == sched.Reconfigure && wasRunning {
 			err = d.cfg.Exec.Reconfigure(ctx, old, next, js.rec.Iterations)
 		} else {
@@ -739,6 +746,9 @@ func tierOf(s string) perf.Tier {
 
 // stopRun records that a job stopped holding resources now.
 func (d *Daemon) stopRun(js *jobState) {
+	if js.plan.DP > 0 {
+		js.ckPlan = js.plan
+	}
 	if !js.runFrom.IsZero() {
 		js.ranFor += d.now().Sub(js.runFrom)
 		js.runFrom = time.Time{}

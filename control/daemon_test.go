@@ -340,3 +340,39 @@ func TestDaemonCancelHoldReleaseDrain(t *testing.T) {
 	}
 	_ = perf.A800
 }
+
+// A job moved off a drained server restarts with another plan: the launch
+// names the plan its checkpoint was written with, so the executor can
+// convert it.
+func TestDaemonRestartWithAnotherPlanNamesTheCheckpointPlan(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	ex := &recorder{}
+	d, _ := newDaemon(t, st, ex, "morphling")
+	j, _ := d.Submit(ctx, spec(t, "wide", 8, jobspec.BestEffort))
+	d.Round(ctx)
+	if len(ex.starts) != 1 {
+		t.Fatalf("starts %d", len(ex.starts))
+	}
+	first := ex.starts[0]
+	ex.next = Observation{Jobs: []JobObservation{{JobID: j.ID, Iterations: 30, Checkpoint: 30}}}
+	d.Observe(ctx)
+	if _, err := d.Drain(ctx, first.Servers[0].Name); err != nil {
+		t.Fatal(err)
+	}
+	d.Round(ctx)
+	if len(ex.starts) != 2 {
+		t.Fatalf("not restarted: %d starts", len(ex.starts))
+	}
+	again := ex.starts[1]
+	t.Logf("first %s on %d servers, again %s (checkpoint plan %s)", first.Plan, len(first.Servers), again.Plan, again.CheckpointPlan)
+	if !again.Resume {
+		t.Fatal("restart does not resume")
+	}
+	if again.Plan == first.Plan {
+		t.Fatalf("test setup: the job kept its plan %s (it should shrink from 16 GPUs to the 8 left)", first.Plan)
+	}
+	if again.CheckpointPlan != first.Plan {
+		t.Errorf("restarted with %s from a checkpoint of %s, but CheckpointPlan is %s", again.Plan, first.Plan, again.CheckpointPlan)
+	}
+}

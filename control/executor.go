@@ -20,6 +20,10 @@ type Launch struct {
 	// Shift delays the job's first iteration by this many seconds (CASSINI:
 	// its communication then interleaves with the jobs sharing its links).
 	Shift float64 `json:"shift_s,omitempty"`
+	// CheckpointPlan is the plan the checkpoint was written with when it
+	// differs from Plan (a job requeued and started with another plan):
+	// DeepSpeed checkpoints are converted to the universal format first.
+	CheckpointPlan perf.Plan `json:"checkpoint_plan,omitzero"`
 }
 
 // JobObservation is what an executor saw of a job since the last Observe.

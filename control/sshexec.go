@@ -243,7 +243,20 @@ func (e *SSHExecutor) Start(ctx context.Context, l Launch) error {
 		e.stopAll(ctx, old, e.opt.KillGrace)
 		e.forget(l.JobID, old)
 	}
-	r, err := launch.Render(launch.Input{Job: l.Spec, Plan: l.Plan, Servers: l.Servers, UsedPorts: e.usedPorts(l.JobID), Attempt: l.Attempt, Resume: l.Resume})
+	in := launch.Input{Job: l.Spec, Plan: l.Plan, Servers: l.Servers, UsedPorts: e.usedPorts(l.JobID), Attempt: l.Attempt, Resume: l.Resume}
+	if l.Resume && l.CheckpointPlan.DP > 0 && launch.NeedsUniversal(launch.Input{Job: l.Spec, Plan: l.CheckpointPlan}, in) {
+		// Requeued and started with another plan: convert the checkpoint
+		// as a reconfiguration would.
+		_, tag, err := e.readMarker(ctx, l)
+		if err != nil {
+			return fmt.Errorf("start %s: convert: %w", l.JobID, err)
+		}
+		if err := e.convert(ctx, l, launch.ConvertStep(l.Spec, l.CheckpointPlan, l.Plan, nil), tag); err != nil {
+			return fmt.Errorf("start %s: %w", l.JobID, err)
+		}
+		in.Universal = true
+	}
+	r, err := launch.Render(in)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", l.JobID, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"path"
 
 	"github.com/replan/replan/jobspec"
+	"github.com/replan/replan/perf"
 )
 
 // StepKind names one step of a reconfiguration.
@@ -104,14 +105,21 @@ func Reconfigure(old, next Input, lastIteration int) ([]Step, error) {
 		{Kind: StepStop, Servers: names(old), Detail: "stop what is left and confirm every process exited"},
 	}
 	if next.Universal {
-		in := path.Join(j.CheckpointDir, "${TAG}")
-		steps = append(steps, Step{Kind: StepConvert, Servers: names(old)[:1],
-			Argv:   []string{"python", "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", in, "--output_folder", in + "_universal"},
-			Detail: fmt.Sprintf("DP %d→%d, ZeRO %d→%d, TP %d→%d, PP %d→%d: convert to a universal checkpoint (${TAG} is the content of %s)", old.Plan.DP, next.Plan.DP, old.Plan.ZeRO, next.Plan.ZeRO, old.Plan.TP, next.Plan.TP, old.Plan.PP, next.Plan.PP, marker)})
+		steps = append(steps, ConvertStep(j, old.Plan, next.Plan, names(old)[:1]))
 	}
 	steps = append(steps,
 		Step{Kind: StepLaunch, Servers: names(next), Launch: &r, Detail: fmt.Sprintf("relaunch as %s from the checkpoint", next.Plan)},
 		Step{Kind: StepVerify, Servers: names(next)[:1], Iteration: lastIteration, Detail: fmt.Sprintf("the logs must report an iteration beyond %d", lastIteration)},
 	)
 	return steps, nil
+}
+
+// ConvertStep is the checkpoint conversion a DeepSpeed job needs before it
+// resumes with plan to from a checkpoint written with plan from (see
+// NeedsUniversal), to run on servers[0].
+func ConvertStep(j *jobspec.Spec, from, to perf.Plan, servers []string) Step {
+	in := path.Join(j.CheckpointDir, "${TAG}")
+	return Step{Kind: StepConvert, Servers: servers,
+		Argv:   []string{"python", "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", in, "--output_folder", in + "_universal"},
+		Detail: fmt.Sprintf("DP %d→%d, ZeRO %d→%d, TP %d→%d, PP %d→%d: convert to a universal checkpoint (${TAG} is the content of %s)", from.DP, to.DP, from.ZeRO, to.ZeRO, from.TP, to.TP, from.PP, to.PP, CheckpointMarker(j))}
 }
