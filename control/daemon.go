@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/replan/replan/jobspec"
@@ -77,6 +78,7 @@ type Daemon struct {
 	waits     map[string]string // job → why it waits (last round)
 	lastRound RoundStats
 	notify    notifier
+	published atomic.Pointer[readView]
 	history   sched.TimerHistory         // the delay-timer auto-tuner's memory
 	timers    map[string]sched.JobTimers // last round's timers per waiting job
 }
@@ -357,6 +359,7 @@ func (d *Daemon) Submit(ctx context.Context, spec *jobspec.Spec) (JobRecord, err
 	}
 	d.mu.Lock()
 	d.jobs[id] = &jobState{rec: rec, spec: spec}
+	d.publish()
 	d.mu.Unlock()
 	d.event(ctx, "submit", id, "", fmt.Sprintf("%s submitted by tenant %s (%s, %d GPUs)", spec.Name, spec.Tenant, spec.Class, spec.Request.GPUs), nil)
 	return rec, nil
@@ -446,6 +449,7 @@ func defaultPlan(spec *jobspec.Spec) perf.Plan {
 func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.publish()
 	start := time.Now()
 	snap := d.snapshot()
 	dec := d.cfg.Policy.Schedule(snap)
@@ -504,6 +508,7 @@ func (d *Daemon) apply(ctx context.Context, a sched.Decision) error {
 		js.servers = nil
 		d.cfg.Store.AddDecision(ctx, DecisionRecord{JobID: a.Job, Kind: "preempt", Reason: a.Why, At: d.now()})
 		d.event(ctx, "preempt", a.Job, "", a.Why, nil)
+		d.publish()
 		ckpt, err := d.cfg.Exec.Stop(ctx, a.Job, true)
 		if err == nil && ckpt > js.rec.Checkpoint {
 			js.rec.Checkpoint = ckpt
@@ -550,6 +555,7 @@ func (d *Daemon) apply(ctx context.Context, a sched.Decision) error {
 		if resume && js.ckPlan != a.Plan {
 			next.CheckpointPlan = js.ckPlan
 		}
+		d.publish()
 		if a.Kind == sched.Reconfigure && wasRunning {
 			err = d.cfg.Exec.Reconfigure(ctx, old, next, js.rec.Iterations)
 		} else {
@@ -595,6 +601,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.publish()
 	for _, n := range obs.Nodes {
 		i, ok := d.srvIdx[n.Name]
 		if !ok {
@@ -703,16 +710,43 @@ func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) {
 	}
 }
 
-// jobsSnapshot lists the ids of every job not in a final state.
-func (d *Daemon) jobsSnapshot() []string {
+// jobsSnapshot lists the ids of every job not in a final state, as of the
+// last published view.
+func (d *Daemon) jobsSnapshot() []string { return d.view().jobs }
+
+// readView is what readers (the API, metrics) see without taking the
+// daemon's lock: it is rebuilt after every change and before every slow
+// executor call, so a reconfiguration that takes minutes on real servers
+// never stalls `replan queue`.
+type readView struct {
+	queue      []QueueEntry
+	nodes      []NodeView
+	jobs       []string
+	round      RoundStats
+	throughput map[string]Throughput
+}
+
+func (d *Daemon) view() *readView {
+	if v := d.published.Load(); v != nil {
+		return v
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]string, 0, len(d.jobs))
-	for id := range d.jobs {
-		out = append(out, id)
+	d.publish()
+	return d.published.Load()
+}
+
+// publish rebuilds the read view; the caller holds d.mu.
+func (d *Daemon) publish() {
+	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}}
+	for id, js := range d.jobs {
+		v.jobs = append(v.jobs, id)
+		if js.rec.State == StateRunning {
+			v.throughput[id] = Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
+		}
 	}
-	sort.Strings(out)
-	return out
+	sort.Strings(v.jobs)
+	d.published.Store(v)
 }
 
 // Throughput is a running job's predicted and measured samples per second
@@ -723,15 +757,7 @@ type Throughput struct {
 }
 
 // JobThroughput reports a job's predicted and measured throughput.
-func (d *Daemon) JobThroughput(id string) Throughput {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	js := d.jobs[id]
-	if js == nil || js.rec.State != StateRunning {
-		return Throughput{}
-	}
-	return Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
-}
+func (d *Daemon) JobThroughput(id string) Throughput { return d.view().throughput[id] }
 
 // tierOf parses perf.Tier's String form.
 func tierOf(s string) perf.Tier {

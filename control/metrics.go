@@ -25,13 +25,12 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	d := c.d
-	d.mu.Lock()
-	states := map[JobState]int{StateQueued: 0, StateHeld: 0, StateRunning: 0, StatePreempted: 0}
-	for _, js := range d.jobs {
-		states[js.rec.State]++
+	v := d.view()
+	states := map[JobState]int{StateQueued: 0, StateHeld: 0, StateRunning: len(v.throughput), StatePreempted: 0}
+	for _, q := range v.queue {
+		states[q.Job.State]++
 	}
-	round := d.lastRound
-	d.mu.Unlock()
+	round := v.round
 	for s, n := range states {
 		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(n), string(s))
 	}
@@ -63,7 +62,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(up), "up")
 	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(down), "unreachable")
 	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(drained), "drained")
-	d.mu.Lock()
+	if !d.mu.TryLock() {
+		return // a round or an executor call holds the models; skip this scrape's model gauges
+	}
 	for key, o := range d.models {
 		if n := len(o.Samples); n > 0 {
 			s := o.Samples[n-1]

@@ -17,6 +17,7 @@ var ErrBadState = errors.New("not possible in the job's state")
 func (d *Daemon) Cancel(ctx context.Context, id string) (JobRecord, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.publish()
 	js := d.jobs[id]
 	if js == nil {
 		r, err := d.cfg.Store.GetJob(ctx, id)
@@ -54,6 +55,7 @@ func (d *Daemon) Release(ctx context.Context, id string) (JobRecord, error) {
 func (d *Daemon) transition(ctx context.Context, id string, from []JobState, to JobState, reason string) (JobRecord, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.publish()
 	js := d.jobs[id]
 	if js == nil {
 		r, err := d.cfg.Store.GetJob(ctx, id)
@@ -83,6 +85,7 @@ func (d *Daemon) transition(ctx context.Context, id string, from []JobState, to 
 func (d *Daemon) Drain(ctx context.Context, server string) ([]string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.publish()
 	i, ok := d.srvIdx[server]
 	if !ok {
 		return nil, fmt.Errorf("drain: unknown server %q", server)
@@ -119,6 +122,7 @@ func (d *Daemon) Drain(ctx context.Context, server string) ([]string, error) {
 func (d *Daemon) Undrain(ctx context.Context, server string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.publish()
 	i, ok := d.srvIdx[server]
 	if !ok {
 		return fmt.Errorf("undrain: unknown server %q", server)
@@ -140,10 +144,12 @@ type QueueEntry struct {
 	Timers *sched.JobTimers `json:"timers,omitempty"`
 }
 
-// Queue lists the jobs that wait (queued, preempted, held), oldest first.
-func (d *Daemon) Queue() []QueueEntry {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// Queue lists the jobs that wait (queued, preempted, held), oldest first,
+// as of the last published view (it never waits for a round or an
+// executor call in progress).
+func (d *Daemon) Queue() []QueueEntry { return d.view().queue }
+
+func (d *Daemon) queueLocked() []QueueEntry {
 	var out []QueueEntry
 	now := d.now()
 	for id, js := range d.jobs {
@@ -181,10 +187,10 @@ type NodeView struct {
 	GPUOwners []string `json:"gpu_owners"`
 }
 
-// Nodes lists every server.
-func (d *Daemon) Nodes() []NodeView {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// Nodes lists every server, as of the last published view.
+func (d *Daemon) Nodes() []NodeView { return d.view().nodes }
+
+func (d *Daemon) nodesLocked() []NodeView {
 	var out []NodeView
 	for i, info := range d.cfg.Servers {
 		v := NodeView{ServerInfo: info, Reachable: d.nodes[i].missed < d.cfg.HeartbeatMisses, Drained: d.nodes[i].drained, Missed: d.nodes[i].missed, Jobs: []string{},
@@ -205,8 +211,4 @@ func (d *Daemon) Nodes() []NodeView {
 }
 
 // LastRound reports the last scheduling round.
-func (d *Daemon) LastRound() RoundStats {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.lastRound
-}
+func (d *Daemon) LastRound() RoundStats { return d.view().round }
