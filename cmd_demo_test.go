@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,76 @@ func TestDemoInTmux(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestDemoQueueCountsDownInTmux replays a trace that fills the cluster with
+// guaranteed jobs and then submits two more: they wait with their delay
+// timers, and the queue screen counts them down.
+func TestDemoQueueCountsDownInTmux(t *testing.T) {
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("skipped: tmux is not installed (.ci/run installs it)")
+	}
+	dir := t.TempDir()
+	trace := "name,submission_time,duration,application,num_gpus,num_cpus,bandwidth,exec_plan,steps,is_sla\n"
+	for i := 1; i <= 8; i++ {
+		trace += "t5-" + string(rune('0'+i)) + ",0,3600,t5,8,64,0,ga,200000,1\n"
+	}
+	trace += "bert-9,60,3600,bert,4,32,0,ga,100000,0\n"
+	os.WriteFile(filepath.Join(dir, "trace.csv"), []byte(trace), 0o644)
+	args := filepath.Join(dir, "args")
+	os.WriteFile(args, []byte("demo\n--speed\n60\n--trace\n"+filepath.Join(dir, "trace.csv")+"\n"), 0o644)
+	script := filepath.Join(dir, "run.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\ncd "+mustWd(t)+"\nREPLAN_TEST_ARGS_FILE="+args+" exec "+os.Args[0]+" -test.run '^$'\n"), 0o755)
+	sess := "replan-queue-test-" + filepath.Base(dir)
+	tmux := func(a ...string) string {
+		out, _ := exec.Command("tmux", a...).CombinedOutput()
+		return string(out)
+	}
+	if out, err := exec.Command("tmux", "new-session", "-d", "-s", sess, "-x", "120", "-y", "20", script).CombinedOutput(); err != nil {
+		t.Fatalf("tmux: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { tmux("kill-session", "-t", sess) })
+	rack := func() (string, string) {
+		for _, line := range strings.Split(tmux("capture-pane", "-p", "-t", sess), "\n") {
+			if strings.Contains(line, "bert-9") {
+				// the rack timer is the first whole "NNhNNm" duration
+				for _, w := range strings.Fields(line) {
+					if timerRE.MatchString(w) {
+						return w, line
+					}
+				}
+			}
+		}
+		return "", ""
+	}
+	tmux("send-keys", "-t", sess, "2")
+	deadline := time.Now().Add(30 * time.Second)
+	var first string
+	for first == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no waiting job with timers:\n%s", tmux("capture-pane", "-p", "-t", sess))
+		}
+		time.Sleep(300 * time.Millisecond)
+		tmux("send-keys", "-t", sess, "2")
+		first, _ = rack()
+	}
+	if !strings.Contains(tmux("capture-pane", "-p", "-t", sess), "RACK-T") {
+		t.Fatal("no timer columns")
+	}
+	for {
+		time.Sleep(300 * time.Millisecond)
+		now, line := rack()
+		if now != "" && now != first {
+			t.Logf("rack timer %s -> %s: %s", first, now, line)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rack timer did not count down from %s", first)
+		}
+	}
+	tmux("send-keys", "-t", sess, "q")
+}
+
+var timerRE = regexp.MustCompile(`^\d+h\d+m$`)
 
 func mustWd(t *testing.T) string {
 	t.Helper()

@@ -151,6 +151,11 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 	}
 	d.Trace, d.Source = trace, src
 	d.dir = o.Dir
+	if d.dir != "" {
+		if err := os.MkdirAll(d.dir, 0o700); err != nil {
+			return nil, err
+		}
+	}
 	if d.dir == "" {
 		if d.dir, err = os.MkdirTemp("", "replan-demo-"); err != nil {
 			return nil, err
@@ -323,24 +328,31 @@ func (d *Demo) Wait(ctx context.Context) (Summary, error) {
 	start := time.Now()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	for {
-		done, err := d.Store.ListJobs(ctx, control.JobFilter{States: []control.JobState{control.StateFinished, control.StateFailed, control.StateCancelled}})
+	final := func() (Summary, error) {
+		done, err := d.Store.ListJobs(context.WithoutCancel(ctx), control.JobFilter{States: []control.JobState{control.StateFinished, control.StateFailed, control.StateCancelled}})
 		if err != nil {
 			return Summary{}, err
 		}
-		if len(done) >= len(d.Trace) {
-			s := summarise(done, d.Source)
-			s.Jobs = len(d.Trace)
-			s.RealElapsed = time.Since(start)
-			s.VirtualH = d.Clock.Now().Sub(Epoch).Hours()
-			return s, nil
+		s := summarise(done, d.Source)
+		s.Jobs = len(d.Trace)
+		s.RealElapsed = time.Since(start)
+		s.VirtualH = d.Clock.Now().Sub(Epoch).Hours()
+		return s, nil
+	}
+	for {
+		if ctx.Err() != nil {
+			s, err := final()
+			if err != nil {
+				return s, err
+			}
+			return s, ctx.Err()
+		}
+		done, err := d.Store.ListJobs(ctx, control.JobFilter{States: []control.JobState{control.StateFinished, control.StateFailed, control.StateCancelled}})
+		if err == nil && len(done) >= len(d.Trace) {
+			return final()
 		}
 		select {
 		case <-ctx.Done():
-			s := summarise(done, d.Source)
-			s.Jobs = len(d.Trace)
-			s.RealElapsed = time.Since(start)
-			return s, ctx.Err()
 		case err := <-d.errc:
 			if err != nil {
 				return Summary{}, err
