@@ -51,7 +51,9 @@ func TestDemoInTmux(t *testing.T) {
 	})
 	t.Logf("cluster screen:\n%s", s)
 	tmux("send-keys", "-t", sess, "3")
-	waitFor("a job plan", func(s string) bool { return strings.Contains(s, "DP") && strings.Contains(s, "·TP") && strings.Contains(s, "ZeRO-") })
+	waitFor("a job plan", func(s string) bool {
+		return strings.Contains(s, "DP") && strings.Contains(s, "·TP") && strings.Contains(s, "ZeRO-")
+	})
 	tmux("send-keys", "-t", sess, "2")
 	waitFor("the queue", func(s string) bool { return strings.Contains(s, "REASON") })
 	tmux("send-keys", "-t", sess, "5")
