@@ -219,6 +219,20 @@ func TestShiftsBFSConsistentOnTree(t *testing.T) {
 			t.Fatalf("link %s: compatibility %v with the one shift per job %v", l.Name, got, off)
 		}
 	}
+	// The report details every shared link with its jobs and their shifts.
+	if len(rep.Links) != 3 {
+		t.Fatalf("details of %d links, want 3", len(rep.Links))
+	}
+	for _, d := range rep.Links {
+		if d.Score != 1 || len(d.Index) != 2 || len(d.Offsets) != 2 {
+			t.Fatalf("link detail %+v", d)
+		}
+		for k, j := range d.Index {
+			if math.Abs(d.Offsets[k]-off[j]) > 1e-9 {
+				t.Errorf("link %s: job %d offset %v, the job's shift is %v", d.Name, j, d.Offsets[k], off[j])
+			}
+		}
+	}
 	// A running job keeps its phase.
 	off = map[int]float64{1: 2}
 	sched.Shifts(links, map[int]bool{1: true}, off)

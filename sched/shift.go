@@ -322,6 +322,21 @@ type LinkReport struct {
 	// every job on them already had its shift through other links (a cycle
 	// of the affinity graph).
 	Dropped []string `json:"dropped,omitempty"`
+	// Links details every shared link: the jobs on it, where each one's
+	// communication starts in its iteration, and the link's compatibility.
+	Links []LinkDetail `json:"links,omitempty"`
+}
+
+// LinkDetail is one shared link of a LinkReport.
+type LinkDetail struct {
+	Name  string  `json:"name"`
+	Score float64 `json:"score"` // 1 − excess/total demand with the shifts applied
+	// Jobs are the jobs on the link (IDs from a scheduling round; Shifts
+	// itself leaves them empty and fills Index).
+	Jobs []string `json:"jobs"`
+	// Offsets are each job's time-shift in seconds, modulo its iteration.
+	Offsets []float64 `json:"offsets_s"`
+	Index   []int     `json:"-"`
 }
 
 // Shifts gives every job one offset (seconds, mod its period) consistent
@@ -396,6 +411,12 @@ func Shifts(links []Link, fixed map[int]bool, offsets map[int]float64) LinkRepor
 			w := demand(li)
 			wsum += w
 			ssum += w * score
+			det := LinkDetail{Name: l.Name, Score: score}
+			for k, lj := range l.Jobs {
+				det.Index = append(det.Index, lj.Job)
+				det.Offsets = append(det.Offsets, res[k])
+			}
+			rep.Links = append(rep.Links, det)
 			for k, lj := range l.Jobs {
 				if fx[k] {
 					continue
@@ -508,6 +529,11 @@ func shiftDecisions(s *Snapshot, d *Decisions, restart float64) LinkReport {
 		links = append(links, *byRack[rk])
 	}
 	rep := Shifts(links, fixed, offsets)
+	for k := range rep.Links {
+		for _, i := range rep.Links[k].Index {
+			rep.Links[k].Jobs = append(rep.Links[k].Jobs, s.Jobs[i].ID)
+		}
+	}
 	for _, i := range idx {
 		r := runs[i]
 		if r.act < 0 || period[i] <= 0 {
