@@ -281,3 +281,26 @@ func measured(tp control.Throughput) string {
 	}
 	return fmt.Sprintf("%.2f samples/s (%+.0f%%)", tp.MeasuredSPS, 100*(tp.MeasuredSPS-tp.PredictedSPS)/tp.PredictedSPS)
 }
+
+func newLinksCmd(stdout, stderr io.Writer) *cobra.Command {
+	return clientCmd("links", "Links that jobs share (rack uplinks), their compatibility and each job's time-shift", cobra.NoArgs, stdout,
+		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
+			lr, err := c.Links(ctx)
+			return lr, func(w io.Writer) error {
+				fmt.Fprintf(w, "%d shared links, demand-weighted compatibility %.2f\n", lr.Shared, lr.Score)
+				for _, d := range lr.Dropped {
+					fmt.Fprintf(w, "dropped (a cycle of the affinity graph): %s\n", d)
+				}
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "LINK\tSCORE\tJOBS (SHIFT)")
+				for _, l := range lr.Links {
+					parts := make([]string, len(l.Jobs))
+					for i, j := range l.Jobs {
+						parts[i] = fmt.Sprintf("%s (%.2fs)", j, l.Offsets[i])
+					}
+					fmt.Fprintf(tw, "%s\t%.2f\t%s\n", l.Name, l.Score, strings.Join(parts, ", "))
+				}
+				return tw.Flush()
+			}, err
+		})
+}

@@ -40,6 +40,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newHistoryCmd,
 		newEventsCmd,
 		newLogsCmd,
+		newLinksCmd,
 		newInventoryCmd,
 		newTrustCmd,
 		newAgentCmd,

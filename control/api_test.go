@@ -110,6 +110,9 @@ func TestAPISubmitQueueEventsCancel(t *testing.T) {
 	if len(h) != 1 || h[0].Job.State != StateCancelled {
 		t.Errorf("history %+v", h)
 	}
+	if lr, err := cl.Links(ctx); err != nil || lr.Shared != 0 {
+		t.Errorf("links on a one-job cluster: %+v %v", lr, err)
+	}
 	_ = c
 }
 

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/replan/replan/sched"
 )
 
 // Client talks to a daemon's API.
@@ -161,6 +163,12 @@ func (c *Client) History(ctx context.Context) ([]HistoryEntry, error) {
 func (c *Client) Events(ctx context.Context, after int64, wait time.Duration) ([]Event, error) {
 	var r []Event
 	return r, c.do(ctx, "GET", "/v1/events?after="+strconv.FormatInt(after, 10)+"&wait="+wait.String(), nil, &r)
+}
+
+// Links reports the links jobs share and their time-shifts.
+func (c *Client) Links(ctx context.Context) (sched.LinkReport, error) {
+	var r sched.LinkReport
+	return r, c.do(ctx, "GET", "/v1/links", nil, &r)
 }
 
 // IsNotFound reports whether err is the daemon's 404.

@@ -79,6 +79,7 @@ type Daemon struct {
 	lastRound RoundStats
 	notify    notifier
 	published atomic.Pointer[readView]
+	links     sched.LinkReport           // the last round's time-shift report
 	history   sched.TimerHistory         // the delay-timer auto-tuner's memory
 	timers    map[string]sched.JobTimers // last round's timers per waiting job
 }
@@ -474,6 +475,7 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 		d.cfg.Store.AddDecision(ctx, DecisionRecord{JobID: w.Job, Kind: "wait", Reason: w.Reason, At: d.now()})
 	}
 	d.waits = waiting
+	d.links = dec.Links
 	d.timers = map[string]sched.JobTimers{}
 	for _, t := range dec.Timers {
 		d.timers[t.Job] = t
@@ -724,6 +726,7 @@ type readView struct {
 	jobs       []string
 	round      RoundStats
 	throughput map[string]Throughput
+	links      sched.LinkReport
 }
 
 func (d *Daemon) view() *readView {
@@ -738,7 +741,7 @@ func (d *Daemon) view() *readView {
 
 // publish rebuilds the read view; the caller holds d.mu.
 func (d *Daemon) publish() {
-	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}}
+	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links}
 	for id, js := range d.jobs {
 		v.jobs = append(v.jobs, id)
 		if js.rec.State == StateRunning {
@@ -782,3 +785,7 @@ func (d *Daemon) stopRun(js *jobState) {
 	js.lastRun = d.now()
 	js.phase = time.Time{}
 }
+
+// Links reports the links jobs share, their compatibility and the jobs'
+// time-shifts, as of the last round (network-aware policies).
+func (d *Daemon) Links() sched.LinkReport { return d.view().links }
