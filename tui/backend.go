@@ -37,3 +37,10 @@ type Backend interface {
 type Speeder interface {
 	SetSpeed(ctx context.Context, factor float64) (float64, error)
 }
+
+// LinksBackend is the optional capability of a backend that reports the
+// links jobs share and their time-shifts (network-aware policies); the
+// links screen polls it with the other data.
+type LinksBackend interface {
+	Links(ctx context.Context) (data.Links, error)
+}

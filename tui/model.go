@@ -16,10 +16,11 @@ import (
 	"github.com/replan/replan/tui/events"
 	"github.com/replan/replan/tui/jobdetail"
 	"github.com/replan/replan/tui/jobs"
+	"github.com/replan/replan/tui/links"
 	"github.com/replan/replan/tui/queue"
 )
 
-// screen numbers the tabs, in the order of the 1-5 keys.
+// screen numbers the tabs, in the order of the 1-6 keys.
 type screen int
 
 const (
@@ -28,10 +29,11 @@ const (
 	scJobs
 	scDetail
 	scEvents
+	scLinks
 	numScreens
 )
 
-var screenNames = [numScreens]string{"cluster", "queue", "jobs", "detail", "events"}
+var screenNames = [numScreens]string{"cluster", "queue", "jobs", "detail", "events", "links"}
 
 // prompt is what the footer is asking for, if anything.
 type prompt int
@@ -58,6 +60,7 @@ type model struct {
 	jobs    *jobs.Model
 	detail  *jobdetail.Model
 	events  *events.Model
+	links   *links.Model
 
 	active, prev  screen
 	width, height int
@@ -99,7 +102,8 @@ func newModel(ctx context.Context, b Backend, opts Options) *model {
 	m.jobs = jobs.New(st, keys, pal)
 	m.detail = jobdetail.New(st, keys)
 	m.events = events.New(st, keys)
-	m.screens = [numScreens]common.Screen{m.cluster, m.queue, m.jobs, m.detail, m.events}
+	m.links = links.New(st, keys)
+	m.screens = [numScreens]common.Screen{m.cluster, m.queue, m.jobs, m.detail, m.events, m.links}
 	m.input.Prompt = "spec file: "
 	m.now = m.clock()
 	m.resize()
@@ -109,7 +113,7 @@ func newModel(ctx context.Context, b Backend, opts Options) *model {
 // Init starts the clock, the first poll and the event stream, and asks a
 // Speeder for its speed (a factor of 1 changes nothing).
 func (m *model) Init() tea.Cmd {
-	return tea.Batch(m.tick(), m.pollRound(), m.pollEvents(), m.setSpeed(1))
+	return tea.Batch(m.tick(), m.pollRound(), m.pollLinks(), m.pollEvents(), m.setSpeed(1))
 }
 
 func (m *model) contentHeight() int {
@@ -239,7 +243,7 @@ func (m *model) onTick(t data.TickMsg) tea.Cmd {
 		m.flash = ""
 	}
 	if m.pending == 0 && !m.now.Before(m.nextPoll) {
-		cmds = append(cmds, m.pollRound())
+		cmds = append(cmds, m.pollRound(), m.pollLinks())
 		m.nextPoll = m.now.Add(m.opts.PollEvery)
 		if id := m.detail.JobID(); id != "" && m.active == scDetail {
 			cmds = append(cmds, m.fetchJob(id))
@@ -348,6 +352,8 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 		return m.openDetail()
 	case key.Matches(k, m.keys.Tab5):
 		m.switchTo(scEvents)
+	case key.Matches(k, m.keys.Tab6):
+		m.switchTo(scLinks)
 	case key.Matches(k, m.keys.Submit):
 		m.prompt = promptSubmit
 		m.input.SetValue("")
@@ -474,7 +480,7 @@ func (m *model) footer() string {
 	for _, b := range m.ownKeys(m.screens[m.active]) {
 		parts = append(parts, m.st.Key.Render(b.Help().Key)+" "+b.Help().Desc)
 	}
-	parts = append(parts, m.st.Key.Render("tab/1-5")+" screens", m.st.Key.Render("?")+" help", m.st.Key.Render("q")+" quit")
+	parts = append(parts, m.st.Key.Render("tab/1-6")+" screens", m.st.Key.Render("?")+" help", m.st.Key.Render("q")+" quit")
 	return m.st.Footer.Render(common.Truncate(strings.Join(parts, "  "), m.width))
 }
 
@@ -500,7 +506,7 @@ func (m *model) helpPage() string {
 		return m.st.Key.Render(common.Pad(b.Help().Key, 10)) + " " + b.Help().Desc
 	}
 	lines := []string{m.st.Header.Render("Keys everywhere")}
-	global := append([]key.Binding{k.NextTab, k.PrevTab, k.Tab1, k.Tab2, k.Tab3, k.Tab4, k.Tab5, k.Submit, k.Faster, k.Slower, k.Help, k.Quit}, k.Moves()...)
+	global := append([]key.Binding{k.NextTab, k.PrevTab, k.Tab1, k.Tab2, k.Tab3, k.Tab4, k.Tab5, k.Tab6, k.Submit, k.Faster, k.Slower, k.Help, k.Quit}, k.Moves()...)
 	for i := 0; i < len(global); i += 2 {
 		l := "  " + common.Pad(cell(global[i]), half-2)
 		if i+1 < len(global) {

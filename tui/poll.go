@@ -67,6 +67,20 @@ func (m *model) pollRound() tea.Cmd {
 	)
 }
 
+// pollLinks fetches the link report when the backend has one (it does not
+// count in the poll round: a backend without it is no less connected).
+func (m *model) pollLinks() tea.Cmd {
+	lb, ok := m.b.(LinksBackend)
+	if !ok {
+		return nil
+	}
+	now := m.clock
+	return m.call(m.opts.CallTimeout, func(ctx context.Context) tea.Msg {
+		l, err := lb.Links(ctx)
+		return data.LinksMsg{Links: l, At: now(), Err: err}
+	})
+}
+
 func (m *model) pollEvents() tea.Cmd {
 	b, after, wait, now := m.b, m.eventsAfter, m.opts.EventWait, m.clock
 	m.eventsInFlight = true

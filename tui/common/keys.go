@@ -9,7 +9,7 @@ type Keys struct {
 	Cancel, Drain, Submit                   key.Binding
 	Faster, Slower                          key.Binding
 	NextTab, PrevTab                        key.Binding
-	Tab1, Tab2, Tab3, Tab4, Tab5            key.Binding
+	Tab1, Tab2, Tab3, Tab4, Tab5, Tab6      key.Binding
 	Help, Quit                              key.Binding
 }
 
@@ -40,6 +40,7 @@ func DefaultKeys() Keys {
 		Tab3:     b("3", "jobs", "3"),
 		Tab4:     b("4", "job detail", "4"),
 		Tab5:     b("5", "events", "5"),
+		Tab6:     b("6", "links", "6"),
 		Help:     b("?", "help", "?"),
 		Quit:     b("q", "quit", "q", "ctrl+c"),
 	}

@@ -185,3 +185,20 @@ func (b *Backend) Submit(ctx context.Context, file string, spec []byte) (string,
 	r, err := b.c.Submit(ctx, file, spec)
 	return r.ID, err
 }
+
+// Links implements tui.LinksBackend.
+func (b *Backend) Links(ctx context.Context) (data.Links, error) {
+	lr, err := b.c.Links(ctx)
+	if err != nil {
+		return data.Links{}, err
+	}
+	out := data.Links{Shared: lr.Shared, Score: lr.Score, Dropped: lr.Dropped}
+	for _, l := range lr.Links {
+		row := data.LinkRow{Name: l.Name, Score: l.Score, Jobs: l.Jobs}
+		for _, o := range l.Offsets {
+			row.Shifts = append(row.Shifts, time.Duration(o*float64(time.Second)))
+		}
+		out.Links = append(out.Links, row)
+	}
+	return out, nil
+}
