@@ -279,6 +279,14 @@ func (f *FIFO) placeNet(st *state, nr *netRound, i int) (bool, string) {
 		st.rollback(mark)
 		return false, fmt.Sprintf("needs %d GPUs; %d free", need, st.freeGPUs)
 	}
+	if f.Net != nil && js.job.Model != nil {
+		// Dally: among equally good cross-rack offers, the one whose
+		// uplinks its communication interleaves with best.
+		j := js.job
+		preferCompatible(st, i, j.ReqPlan, func(a []Alloc) float64 {
+			return f.c.predict(j.Model, j.ReqPlan, placementOf(a), crossRack(st.snap.Servers, a), js.cpg)
+		})
+	}
 	return true, ""
 }
 

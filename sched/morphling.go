@@ -459,6 +459,9 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			}
 			grew = true
 		}
+		if nr != nil && js.orig == 0 && js.total > 0 {
+			p.preferCompatible(st, i, mark)
+		}
 		if js.total != js.orig && !p.finish(st, i) {
 			st.rollback(mark)
 		}
@@ -518,6 +521,33 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		}
 	}
 	return d
+}
+
+// preferCompatible is the compatibility tie-break for a waiting job i
+// that this round placed across racks with free GPUs only (no job shrunk
+// since mark): among equally good placements (the same GPUs per server,
+// so the same best plan and predicted throughput) the one whose rack
+// uplinks its communication interleaves with best.
+func (p *Morphling) preferCompatible(st *state, i, mark int) {
+	js := &st.jobs[i]
+	if js.job.Model == nil || len(js.alloc) < 2 || !st.cross(i) {
+		return
+	}
+	for _, o := range st.journal[mark:] {
+		if o.job != i {
+			return // it took GPUs from others: not a free choice
+		}
+	}
+	v := p.c.best(js.job.Model, js.fam, st.placement(i), true, js.cpg)
+	if !v.ok {
+		return
+	}
+	preferCompatible(st, i, v.plan, func(a []Alloc) float64 {
+		if w := p.c.best(js.job.Model, js.fam, placementOf(a), crossRack(st.snap.Servers, a), js.cpg); w.ok {
+			return w.thr
+		}
+		return 0
+	})
 }
 
 // planFor is the plan job i runs on its tentative allocation: the best

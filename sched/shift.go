@@ -470,11 +470,6 @@ func shiftDecisions(s *Snapshot, d *Decisions, restart float64) LinkReport {
 		}
 	}
 	byRack := map[string]*Link{}
-	spine := s.SpineGBps
-	if spine <= 0 {
-		spine = cluster.A800SpineGBps
-	}
-	alone := math.Min(1, spine/cluster.A800RDMAGBps)
 	period := map[int]float64{}
 	fixed := map[int]bool{}
 	offsets := map[int]float64{}
@@ -486,24 +481,15 @@ func shiftDecisions(s *Snapshot, d *Decisions, restart float64) LinkReport {
 	for _, i := range idx {
 		r := runs[i]
 		j := &s.Jobs[i]
-		if len(r.alloc) < 2 || j.Model == nil || !crossRack(s.Servers, r.alloc) {
+		c, ok := spineCircle(s, j, r.plan, r.alloc)
+		if !ok {
 			continue
 		}
-		pl := placementOf(r.alloc)
-		// The circle is the job's iteration as it runs when it has the
-		// uplink to itself: contention is what the shifts avoid.
-		m := *j.Model
-		m.Env.SpineFactor = alone
-		b, err := m.Predict(r.plan, perf.Resources{Placement: pl, CrossRack: true, CPUsPerGPU: float64(cpgOf(r.alloc))})
-		if err != nil || b.Iter <= 0 || b.InterServer <= 0 {
-			continue
-		}
-		period[i] = b.Iter
+		period[i] = c.Period
 		if r.act < 0 {
 			fixed[i] = true
-			offsets[i] = math.Mod(j.Phase, b.Iter)
+			offsets[i] = math.Mod(j.Phase, c.Period)
 		}
-		c := CommCircle(b.Iter, b.InterServer, SpineDemand(j.Model.Env, pl[0], s.SpineGBps))
 		seen := map[string]bool{}
 		for _, a := range r.alloc {
 			rk := s.Servers[a.Server].Rack
@@ -545,6 +531,29 @@ func shiftDecisions(s *Snapshot, d *Decisions, restart float64) LinkReport {
 		}
 	}
 	return rep
+}
+
+// spineCircle is job j's circle on its racks' spine uplinks when it runs
+// plan on alloc: its iteration as it runs when it has the uplink to itself
+// (contention is what shifts and the compatibility tie-break avoid), its
+// cross-rack communication closing it. ok is false when alloc does not
+// span racks or the job does not communicate across servers.
+func spineCircle(s *Snapshot, j *Job, plan perf.Plan, alloc []Alloc) (Circle, bool) {
+	if len(alloc) < 2 || j.Model == nil || !crossRack(s.Servers, alloc) {
+		return Circle{}, false
+	}
+	spine := s.SpineGBps
+	if spine <= 0 {
+		spine = cluster.A800SpineGBps
+	}
+	pl := placementOf(alloc)
+	m := *j.Model
+	m.Env.SpineFactor = math.Min(1, spine/cluster.A800RDMAGBps)
+	b, err := m.Predict(plan, perf.Resources{Placement: pl, CrossRack: true, CPUsPerGPU: float64(cpgOf(alloc))})
+	if err != nil || b.Iter <= 0 || b.InterServer <= 0 {
+		return Circle{}, false
+	}
+	return CommCircle(b.Iter, b.InterServer, SpineDemand(j.Model.Env, pl[0], s.SpineGBps)), true
 }
 
 // ShiftBenchLinks builds a synthetic affinity graph for benchmarks: jobs

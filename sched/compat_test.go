@@ -1,0 +1,98 @@
+package sched_test
+
+import (
+	"testing"
+
+	"github.com/replan/replan/perf"
+	"github.com/replan/replan/sched"
+)
+
+// tieCluster is four racks of one 8-GPU server each. Racks B and C have 4
+// free GPUs each; on the other 4 of rack C runs job x, which spans racks C
+// and D (so it uses C's spine uplink) when crossX, else sits on rack C
+// alone. Rack B's other 4 GPUs run y (one server, no uplink), rack D is
+// full, rack A is free. A waiting 12-GPU job z whose timers expired can
+// only start across racks: 8 on A and 4 on B or on C, equally good for it.
+// Both x and z are data-parallel: over a 50 GB/s spine each communicates
+// for more than half its iteration, so they cannot share C's uplink
+// without colliding. Without the tie-break the policy picks C.
+func tieCluster(t *testing.T, crossX bool) sched.Snapshot {
+	m := model(t, "gpt2")
+	srv := make([]sched.Server, 4)
+	for i := range srv {
+		srv[i] = sched.Server{ID: "s" + string(rune('0'+i)), Rack: "r" + string(rune('A'+i)), GPUs: 8, CPUs: 96, MemGB: 1600}
+	}
+	x := waiting(t, "x", m, 8, 0)
+	if crossX {
+		x.Alloc = []sched.Alloc{{Server: 2, GPUs: 4, CPUs: 32}, {Server: 3, GPUs: 4, CPUs: 32}}
+		x.Plan = dpPlan(t, m, 8)
+	} else {
+		x = running(t, waiting(t, "x", m, 4, 0), 2, 4)
+	}
+	x.ItersDone, x.LastChange, x.Phase = 1, 0, 0
+	y := running(t, waiting(t, "y", m, 4, 0), 1, 4)
+	w := running(t, waiting(t, "w", m, 4, 0), 3, 4)
+	if !crossX {
+		w = running(t, waiting(t, "w", m, 8, 0), 3, 8)
+	}
+	z := waiting(t, "z", m, 12, 0)
+	z.ReqPlan = dpPlan(t, m, 12)
+	s := snapshot(srv, x, y, w, z)
+	s.Now = 30 * 3600 // past both 12 h timers
+	s.SpineGBps = 50  // a slow spine: communication dominates
+	return s
+}
+
+// dpPlan is a pure data-parallel plan on g GPUs: its gradient
+// synchronisation is most of a cross-rack iteration.
+func dpPlan(t *testing.T, m *perf.Model, g int) perf.Plan {
+	t.Helper()
+	for _, p := range perf.Candidates(m.Arch, g) {
+		if p.DP == g && !p.Offload {
+			return p
+		}
+	}
+	t.Fatalf("no data-parallel plan on %d GPUs", g)
+	return perf.Plan{}
+}
+
+func racksOf(s sched.Snapshot, a []sched.Alloc) map[string]int {
+	out := map[string]int{}
+	for _, x := range a {
+		out[s.Servers[x.Server].Rack] += x.GPUs
+	}
+	return out
+}
+
+func TestTieBreakPrefersCompatibleRack(t *testing.T) {
+	for _, name := range []string{"dally", "dally-manual"} {
+		p, _ := sched.New(name)
+		s := tieCluster(t, true)
+		d := p.Schedule(s)
+		a, ok := find(d, "z")
+		if !ok {
+			t.Fatalf("%s: z not started: %v", name, d.Waiting)
+		}
+		checkCapacity(t, s, d)
+		r := racksOf(s, a.Alloc)
+		t.Logf("%s: %v", name, r)
+		if r["rA"] != 8 || r["rB"] != 4 || a.Tier != perf.TierCrossRack {
+			t.Fatalf("%s: z on %v (%v), want 8 on rA and 4 on rB, away from x's uplink", name, r, a.Tier)
+		}
+	}
+}
+
+func TestTieBreakKeepsChoiceOnEqualScores(t *testing.T) {
+	p, _ := sched.New("dally")
+	s := tieCluster(t, false)
+	d := p.Schedule(s)
+	a, ok := find(d, "z")
+	if !ok {
+		t.Fatalf("z not started: %v", d.Waiting)
+	}
+	// The free GPUs are those of tieCluster(t, true), but x does not use
+	// C's uplink: every score is 1 and the policy's own choice, C, stays.
+	if r := racksOf(s, a.Alloc); r["rA"] != 8 || r["rC"] != 4 {
+		t.Fatalf("z on %v, want the policy's own choice: 8 on rA and 4 on rC", r)
+	}
+}
