@@ -411,12 +411,12 @@ func newTestCluster(t *testing.T) *testCluster {
 	c.remoteDir = filepath.Join(tmp, "{server}")
 	var dirs []string
 	for _, h := range hosts {
-		dirs = append(dirs, fleet.ExpandDir(c.remoteDir, h.name, "/"))
+		dirs = append(dirs, fleet.ExpandDir(c.remoteDir, h.Name, "/"))
 	}
 	t.Cleanup(func() { killLeftovers(dirs) })
 	knownHosts := filepath.Join(tmp, "known_hosts")
 	for _, h := range hosts {
-		h.sshd.AppendKnownHosts(knownHosts)
+		h.SSHD.AppendKnownHosts(knownHosts)
 	}
 	c.invPath = writeInventory(t, tmp, hosts, clientKey, knownHosts)
 	inv, err := cluster.Load(c.invPath)
@@ -556,50 +556,11 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// testHost is one test server: an sshd in its own network namespace (or
-// on loopback where namespaces are not available).
-type testHost struct {
-	name string
-	sshd *sshtest.Server
-}
+// testHost is one test server (internal/sshtest.StartHosts).
+type testHost = sshtest.Host
 
-// startHosts starts n sshd servers sharing one client key, each in its own
-// network namespace behind a veth pair when the test can create them, else
-// (or with REPLAN_E2E_LOOPBACK=1) on loopback.
-func startHosts(t *testing.T, n int, clientKey string) (hosts []testHost, netns bool) {
-	t.Helper()
-	pid := os.Getpid()
-	netns = true
-	var spaces []*sshtest.NetNS
-	if os.Getenv("REPLAN_E2E_LOOPBACK") != "" {
-		t.Logf("REPLAN_E2E_LOOPBACK set: %d sshd on loopback ports instead of network namespaces", n)
-		netns = false
-	}
-	for i := range n {
-		if !netns {
-			break
-		}
-		sub, err := sshtest.FreeSubnet(pid*n + i + 7)
-		if err == nil {
-			var ns *sshtest.NetNS
-			ns, err = sshtest.NewNetNS(t, fmt.Sprintf("rp-cx-%d-%d", pid, i+1),
-				fmt.Sprintf("10.250.%d.1", sub), fmt.Sprintf("10.250.%d.2", sub))
-			spaces = append(spaces, ns)
-		}
-		if err != nil {
-			t.Logf("network namespaces unavailable (%v): falling back to %d sshd on loopback ports", err, n)
-			netns = false
-			break
-		}
-	}
-	for i := range n {
-		cfg := sshtest.Config{ClientKey: clientKey}
-		if netns {
-			cfg.ListenAddr, cfg.Wrap = spaces[i].NSAddr, spaces[i].Wrap()
-		}
-		hosts = append(hosts, testHost{name: fmt.Sprintf("h%d", i+1), sshd: sshtest.Start(t, cfg)})
-	}
-	return hosts, netns
+func startHosts(t *testing.T, n int, clientKey string) ([]testHost, bool) {
+	return sshtest.StartHosts(t, n, clientKey, "rp-cx", 7)
 }
 
 // writeInventory writes an inventory of the hosts: 8 GPUs and a nominal
@@ -608,10 +569,10 @@ func writeInventory(t *testing.T, dir string, hosts []testHost, clientKey, known
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "version: 1\ndefaults:\n  user: %s\n  identity_file: %s\n  gpus: 8\n  gpu_memory_gb: 80\n"+
-		"  cpu_cores: 64\n  host_memory_gb: 1000\n  nvlink_gbps: 400\n  nic_gbps: 25\n", hosts[0].sshd.User, clientKey)
+		"  cpu_cores: 64\n  host_memory_gb: 1000\n  nvlink_gbps: 400\n  nic_gbps: 25\n", hosts[0].SSHD.User, clientKey)
 	b.WriteString("racks:\n  - {name: r1, spine_gbps: 50}\nservers:\n")
 	for _, h := range hosts {
-		fmt.Fprintf(&b, "  - {name: %s, address: %s, port: %d, rack: r1}\n", h.name, h.sshd.Host, h.sshd.Port)
+		fmt.Fprintf(&b, "  - {name: %s, address: %s, port: %d, rack: r1}\n", h.Name, h.SSHD.Host, h.SSHD.Port)
 	}
 	fmt.Fprintf(&b, "tenants:\n  - {name: research, gpu_quota: 16}\n")
 	fmt.Fprintf(&b, "ssh:\n  known_hosts: %s\n  connect_timeout: 5s\n  keepalive: 2s\n", knownHosts)

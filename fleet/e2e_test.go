@@ -22,61 +22,21 @@ import (
 	"github.com/replan/replan/ssh"
 )
 
-// testHost is one test server: an sshd in its own network namespace (or on
-// loopback where namespaces are not available).
-type testHost struct {
-	name string
-	sshd *sshtest.Server
-}
+// testHost is one test server (internal/sshtest.StartHosts).
+type testHost = sshtest.Host
 
-// startHosts starts n sshd servers sharing one client key. Each runs in
-// its own network namespace behind a veth pair (10.250.N.2, reached from
-// 10.250.N.1) when the test can create namespaces, else (or with
-// REPLAN_E2E_LOOPBACK=1) on loopback.
-func startHosts(t *testing.T, n int, clientKey string) (hosts []testHost, netns bool) {
-	t.Helper()
-	pid := os.Getpid()
-	netns = true
-	var spaces []*sshtest.NetNS
-	if os.Getenv("REPLAN_E2E_LOOPBACK") != "" {
-		t.Logf("REPLAN_E2E_LOOPBACK set: %d sshd on loopback ports instead of network namespaces", n)
-		netns = false
-	}
-	for i := range n {
-		if !netns {
-			break
-		}
-		sub, err := sshtest.FreeSubnet(pid*n + i)
-		if err == nil {
-			var ns *sshtest.NetNS
-			ns, err = sshtest.NewNetNS(t, fmt.Sprintf("rp-e2e-%d-%d", pid, i+1),
-				fmt.Sprintf("10.250.%d.1", sub), fmt.Sprintf("10.250.%d.2", sub))
-			spaces = append(spaces, ns)
-		}
-		if err != nil {
-			t.Logf("network namespaces unavailable (%v): falling back to %d sshd on loopback ports", err, n)
-			netns = false
-			break
-		}
-	}
-	for i := range n {
-		cfg := sshtest.Config{ClientKey: clientKey}
-		if netns {
-			cfg.ListenAddr, cfg.Wrap = spaces[i].NSAddr, spaces[i].Wrap()
-		}
-		hosts = append(hosts, testHost{name: fmt.Sprintf("h%d", i+1), sshd: sshtest.Start(t, cfg)})
-	}
-	return hosts, netns
+func startHosts(t *testing.T, n int, clientKey string) ([]testHost, bool) {
+	return sshtest.StartHosts(t, n, clientKey, "rp-e2e", 0)
 }
 
 func writeInventory(t *testing.T, dir string, hosts []testHost, clientKey, knownHosts string) string {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "version: 1\ndefaults:\n  user: %s\n  identity_file: %s\n  gpus: 8\n  gpu_memory_gb: 80\n"+
-		"  cpu_cores: 2\n  host_memory_gb: 8\n  nvlink_gbps: 400\n  nic_gbps: 25\n", hosts[0].sshd.User, clientKey)
+		"  cpu_cores: 2\n  host_memory_gb: 8\n  nvlink_gbps: 400\n  nic_gbps: 25\n", hosts[0].SSHD.User, clientKey)
 	b.WriteString("racks:\n  - {name: r1, spine_gbps: 50}\nservers:\n")
 	for _, h := range hosts {
-		fmt.Fprintf(&b, "  - {name: %s, address: %s, port: %d, rack: r1}\n", h.name, h.sshd.Host, h.sshd.Port)
+		fmt.Fprintf(&b, "  - {name: %s, address: %s, port: %d, rack: r1}\n", h.Name, h.SSHD.Host, h.SSHD.Port)
 	}
 	fmt.Fprintf(&b, "ssh:\n  known_hosts: %s\n  connect_timeout: 5s\n  keepalive: 2s\n", knownHosts)
 	p := filepath.Join(dir, "inventory.yaml")
@@ -182,7 +142,7 @@ func TestEndToEnd(t *testing.T) {
 	remoteDir := filepath.Join(tmp, "{server}")
 	var dirs []string
 	for _, h := range hosts {
-		dirs = append(dirs, fleet.ExpandDir(remoteDir, h.name, "/"))
+		dirs = append(dirs, fleet.ExpandDir(remoteDir, h.Name, "/"))
 	}
 	t.Cleanup(func() { killLeftovers(t, dirs) })
 
@@ -214,7 +174,7 @@ func TestEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatalf("trust %s: %v", s.Name, err)
 		}
-		if want := ssh.Fingerprint(hosts[i].sshd.HostPublicKey("ed25519")); info.Fingerprint != want || info.Status != ssh.KeyUnknown {
+		if want := ssh.Fingerprint(hosts[i].SSHD.HostPublicKey("ed25519")); info.Fingerprint != want || info.Status != ssh.KeyUnknown {
 			t.Fatalf("trust %s: %s %v, want %s unknown", s.Name, info.Fingerprint, info.Status, want)
 		}
 		if err := ssh.AppendKnownHost(knownHosts, s.Addr(), info.Key); err != nil {
@@ -314,14 +274,14 @@ func TestEndToEnd(t *testing.T) {
 
 	// h2's sshd dies: nodes reports it unreachable (a row, not a failure);
 	// it comes back once sshd is restarted.
-	hosts[1].sshd.Stop()
+	hosts[1].SSHD.Stop()
 	nodes = fl.Nodes(ctx, inv.Servers, fleet.NodesOptions{Timeout: 10 * time.Second})
 	if nodes[1].State != fleet.NodeUnreachable || nodes[1].Reachable || nodes[1].Error == "" ||
 		nodes[0].State != fleet.NodeUp || nodes[2].State != fleet.NodeUp {
 		t.Fatalf("nodes with h2 down: %+v", nodes)
 	}
 	t.Logf("h2 down: %s", nodes[1].Error)
-	hosts[1].sshd.Restart()
+	hosts[1].SSHD.Restart()
 	poll(t, "h2 recovered", 30*time.Second, func() error {
 		n := fl.Nodes(ctx, inv.Servers[1:2], fleet.NodesOptions{})[0]
 		if n.State != fleet.NodeUp || n.GPUs != 8 {
@@ -331,10 +291,10 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	// h3 gets a new host key: refused, naming both fingerprints.
-	oldFP := ssh.Fingerprint(hosts[2].sshd.HostPublicKey("ed25519"))
-	hosts[2].sshd.RegenerateHostKey("ed25519")
-	hosts[2].sshd.Restart()
-	newFP := ssh.Fingerprint(hosts[2].sshd.HostPublicKey("ed25519"))
+	oldFP := ssh.Fingerprint(hosts[2].SSHD.HostPublicKey("ed25519"))
+	hosts[2].SSHD.RegenerateHostKey("ed25519")
+	hosts[2].SSHD.Restart()
+	newFP := ssh.Fingerprint(hosts[2].SSHD.HostPublicKey("ed25519"))
 	res, err = newFleet().Deploy(ctx, inv.Servers[2:], opts)
 	if err != nil || res[0].Status != fleet.StatusFailed || !errors.Is(res[0].Err, ssh.ErrHostKeyMismatch) ||
 		!strings.Contains(res[0].Error, oldFP) || !strings.Contains(res[0].Error, newFP) {
