@@ -170,14 +170,7 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 				}
 			}
 		},
-		"workdir": func(f string, v *yaml.Node) {
-			if d, ok := w.Str(v, f); ok {
-				if !path.IsAbs(d) {
-					w.Errf(v, f, "want an absolute path, got %q", d)
-				}
-				s.WorkDir = d
-			}
-		},
+		"workdir": func(f string, v *yaml.Node) { s.WorkDir = absPath(w, v, f) },
 		"entrypoint": func(f string, v *yaml.Node) {
 			if e, ok := w.Str(v, f); ok {
 				s.Entrypoint = e
@@ -199,16 +192,9 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 				}
 			}
 		},
-		"global_batch": func(f string, v *yaml.Node) { s.GlobalBatch, _ = w.Count(v, f) },
-		"iterations":   func(f string, v *yaml.Node) { s.Iterations, _ = w.Count(v, f) },
-		"checkpoint_dir": func(f string, v *yaml.Node) {
-			if d, ok := w.Str(v, f); ok {
-				if !path.IsAbs(d) {
-					w.Errf(v, f, "want an absolute path, got %q", d)
-				}
-				s.CheckpointDir = d
-			}
-		},
+		"global_batch":   func(f string, v *yaml.Node) { s.GlobalBatch, _ = w.Count(v, f) },
+		"iterations":     func(f string, v *yaml.Node) { s.Iterations, _ = w.Count(v, f) },
+		"checkpoint_dir": func(f string, v *yaml.Node) { s.CheckpointDir = absPath(w, v, f) },
 		"request": func(f string, v *yaml.Node) {
 			w.Mapping(v, f, map[string]func(string, *yaml.Node){
 				"gpus":      func(f string, v *yaml.Node) { gpusNode = v; s.Request.GPUs, _ = w.Count(v, f) },
@@ -306,6 +292,15 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 		s.Env = map[string]string{}
 	}
 	return s, nil
+}
+
+// absPath reads a string field that must be an absolute path.
+func absPath(w *yamlcheck.Walker, v *yaml.Node, f string) string {
+	d, ok := w.Str(v, f)
+	if ok && !path.IsAbs(d) {
+		w.Errf(v, f, "want an absolute path, got %q", d)
+	}
+	return d
 }
 
 func unjoin(err error) []error {
