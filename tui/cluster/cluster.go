@@ -89,20 +89,11 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 
 func (m *Model) key(k tea.KeyPressMsg) tea.Cmd {
 	n := len(m.order)
-	page := max(1, m.listHeight()-1)
+	if c, ok := m.keys.Move(k, m.cursor, n, m.listHeight()-1); ok {
+		m.cursor = c
+		return nil
+	}
 	switch {
-	case key.Matches(k, m.keys.Up):
-		m.cursor--
-	case key.Matches(k, m.keys.Down):
-		m.cursor++
-	case key.Matches(k, m.keys.PageUp):
-		m.cursor -= page
-	case key.Matches(k, m.keys.PageDown):
-		m.cursor += page
-	case key.Matches(k, m.keys.Top):
-		m.cursor = 0
-	case key.Matches(k, m.keys.Bottom):
-		m.cursor = n - 1
 	case key.Matches(k, m.keys.Drain):
 		if s := m.Selected(); s != "" {
 			return func() tea.Msg { return data.ActionMsg{Action: data.ActDrain, Target: s} }

@@ -1,6 +1,9 @@
 package common
 
-import "charm.land/bubbles/v2/key"
+import (
+	"charm.land/bubbles/v2/key"
+	tea "charm.land/bubbletea/v2"
+)
 
 // Keys are every key binding of the TUI; screens use the ones they need.
 type Keys struct {
@@ -49,4 +52,27 @@ func DefaultKeys() Keys {
 // Moves are the cursor bindings every list screen shares.
 func (k Keys) Moves() []key.Binding {
 	return []key.Binding{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom}
+}
+
+// Move applies a cursor key to a list of n rows shown page rows at a time:
+// it returns the new cursor (clamped to the list) and whether msg was a
+// move at all.
+func (k Keys) Move(msg tea.KeyPressMsg, cursor, n, page int) (int, bool) {
+	switch {
+	case key.Matches(msg, k.Up):
+		cursor--
+	case key.Matches(msg, k.Down):
+		cursor++
+	case key.Matches(msg, k.PageUp):
+		cursor -= max(page, 1)
+	case key.Matches(msg, k.PageDown):
+		cursor += max(page, 1)
+	case key.Matches(msg, k.Top):
+		cursor = 0
+	case key.Matches(msg, k.Bottom):
+		cursor = n - 1
+	default:
+		return cursor, false
+	}
+	return Clamp(cursor, 0, n-1), true
 }

@@ -95,7 +95,11 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 			}
 			return nil
 		}
-		page := max(1, m.listHeight()-1)
+		if c, ok := m.keys.Move(msg, m.cursor, len(m.shown), m.listHeight()-1); ok {
+			m.cursor = c
+			m.follow = m.cursor >= len(m.shown)-1
+			return nil
+		}
 		switch {
 		case key.Matches(msg, m.keys.Filter):
 			m.filtering = true
@@ -106,18 +110,6 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 				m.refilter()
 			}
 			return nil
-		case key.Matches(msg, m.keys.Up):
-			m.cursor--
-		case key.Matches(msg, m.keys.Down):
-			m.cursor++
-		case key.Matches(msg, m.keys.PageUp):
-			m.cursor -= page
-		case key.Matches(msg, m.keys.PageDown):
-			m.cursor += page
-		case key.Matches(msg, m.keys.Top):
-			m.cursor = 0
-		case key.Matches(msg, m.keys.Bottom):
-			m.cursor = len(m.shown) - 1
 		case key.Matches(msg, m.keys.Enter):
 			if m.cursor < len(m.shown) {
 				if id := m.all[m.shown[m.cursor]].JobID; id != "" {
@@ -125,11 +117,7 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 				}
 			}
 			return nil
-		default:
-			return nil
 		}
-		m.cursor = common.Clamp(m.cursor, 0, len(m.shown)-1)
-		m.follow = m.cursor >= len(m.shown)-1
 	}
 	return nil
 }

@@ -47,26 +47,10 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 			m.cursor = min(m.cursor, max(len(m.rep.Links)-1, 0))
 		}
 	case tea.KeyPressMsg:
-		n := len(m.rep.Links)
-		switch {
-		case key.Matches(msg, m.keys.Up):
-			m.cursor = max(m.cursor-1, 0)
-		case key.Matches(msg, m.keys.Down):
-			m.cursor = min(m.cursor+1, max(n-1, 0))
-		case key.Matches(msg, m.keys.Top):
-			m.cursor = 0
-		case key.Matches(msg, m.keys.Bottom):
-			m.cursor = max(n-1, 0)
-		case key.Matches(msg, m.keys.PageUp):
-			m.cursor = max(m.cursor-m.rows(), 0)
-		case key.Matches(msg, m.keys.PageDown):
-			m.cursor = min(m.cursor+m.rows(), max(n-1, 0))
-		}
+		m.cursor, _ = m.keys.Move(msg, m.cursor, len(m.rep.Links), m.height-3)
 	}
 	return nil
 }
-
-func (m *Model) rows() int { return max(m.height-3, 1) }
 
 // View implements common.Screen.
 func (m *Model) View() string {

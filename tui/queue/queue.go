@@ -71,20 +71,11 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 			m.now = msg.Now
 		}
 	case tea.KeyPressMsg:
-		page := max(1, m.height-3)
+		if c, ok := m.keys.Move(msg, m.cursor, len(m.rows), m.height-3); ok {
+			m.cursor = c
+			return nil
+		}
 		switch {
-		case key.Matches(msg, m.keys.Up):
-			m.cursor--
-		case key.Matches(msg, m.keys.Down):
-			m.cursor++
-		case key.Matches(msg, m.keys.PageUp):
-			m.cursor -= page
-		case key.Matches(msg, m.keys.PageDown):
-			m.cursor += page
-		case key.Matches(msg, m.keys.Top):
-			m.cursor = 0
-		case key.Matches(msg, m.keys.Bottom):
-			m.cursor = len(m.rows) - 1
 		case key.Matches(msg, m.keys.Enter):
 			if id := m.Selected(); id != "" {
 				return func() tea.Msg { return data.OpenJobMsg{ID: id} }
