@@ -456,9 +456,23 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 	dec := d.cfg.Policy.Schedule(snap)
 	elapsed := time.Since(start)
 	var errs []error
+	pinned := map[string]string{}
 	for _, a := range dec.Actions {
+		if why := d.breaksPin(a); why != "" {
+			fixed, ok := d.pinnedStart(a)
+			if !ok {
+				pinned[a.Job] = why
+				continue
+			}
+			a = fixed
+		}
 		if err := d.apply(ctx, a); err != nil {
 			errs = append(errs, fmt.Errorf("%s %s: %w", a.Kind, a.Job, err))
+		}
+	}
+	for id, why := range pinned {
+		if js := d.jobs[id]; js != nil && js.rec.State != StateRunning {
+			dec.Waiting = append(dec.Waiting, sched.Wait{Job: id, Reason: why})
 		}
 	}
 	waiting := map[string]string{}
@@ -789,3 +803,71 @@ func (d *Daemon) stopRun(js *jobState) {
 // Links reports the links jobs share, their compatibility and the jobs'
 // time-shifts, as of the last round (network-aware policies).
 func (d *Daemon) Links() sched.LinkReport { return d.view().links }
+
+// pinnedStart turns a start that offers a plan-pinned job another plan
+// into a start with its pinned plan on the requested GPUs taken from the
+// offered allocation (whole TP groups per server), when that is valid.
+func (d *Daemon) pinnedStart(a sched.Decision) (sched.Decision, bool) {
+	js := d.jobs[a.Job]
+	if js == nil || a.Kind != sched.Start || !js.spec.Pin.Plan || !js.spec.Request.HasPlan {
+		return a, false
+	}
+	p := js.spec.Request.Plan
+	want := p.GPUs()
+	var alloc []sched.Alloc
+	var pl perf.Placement
+	for _, al := range a.Alloc {
+		take := min(al.GPUs, want) / p.TP * p.TP
+		if take <= 0 {
+			continue
+		}
+		frac := float64(take) / float64(al.GPUs)
+		alloc = append(alloc, sched.Alloc{Server: al.Server, GPUs: take, CPUs: int(float64(al.CPUs) * frac), MemGB: al.MemGB * frac})
+		pl = append(pl, take)
+		want -= take
+	}
+	if want > 0 {
+		return a, false
+	}
+	arch := js.spec.Arch
+	arch.GlobalBatch = js.spec.GlobalBatch
+	if perf.Check(arch, p, pl) != nil {
+		return a, false
+	}
+	slices.SortFunc(pl, func(x, y int) int { return y - x })
+	a.Plan, a.Alloc, a.Placement = p, alloc, pl
+	a.Why += " (plan pinned: started on the requested plan)"
+	return a, d.breaksPin(a) == ""
+}
+
+// breaksPin reports why decision a would break its job's pinning (the job
+// spec's pin.plan and pin.tiers), or "" when it does not. The policy does
+// not know pins; the daemon does not apply a decision that breaks one, and
+// the job keeps what it has (or waits) until an allowed decision comes.
+func (d *Daemon) breaksPin(a sched.Decision) string {
+	js := d.jobs[a.Job]
+	if js == nil || a.Kind == sched.Preempt {
+		return ""
+	}
+	pin := js.spec.Pin
+	if pin.Plan && js.spec.Request.HasPlan && a.Plan != js.spec.Request.Plan {
+		return fmt.Sprintf("plan pinned to %s; the scheduler offered %s on %s", js.spec.Request.Plan, a.Plan, a.Placement)
+	}
+	if len(pin.Tiers) > 0 {
+		tier := perf.TierServer
+		racks := map[string]bool{}
+		for _, al := range a.Alloc {
+			racks[d.cfg.Servers[al.Server].Rack] = true
+		}
+		switch {
+		case len(racks) > 1:
+			tier = perf.TierCrossRack
+		case len(a.Alloc) > 1:
+			tier = perf.TierRack
+		}
+		if !slices.Contains(pin.Tiers, tier) {
+			return fmt.Sprintf("pinned to tiers %v; the scheduler offered a %s placement (%s)", pin.Tiers, tier, a.Placement)
+		}
+	}
+	return ""
+}

@@ -376,3 +376,37 @@ func TestDaemonRestartWithAnotherPlanNamesTheCheckpointPlan(t *testing.T) {
 		t.Errorf("restarted with %s from a checkpoint of %s, but CheckpointPlan is %s", again.Plan, first.Plan, again.CheckpointPlan)
 	}
 }
+
+// Pinned jobs: a plan pinned to the request is never changed, and a job
+// pinned to one server never spans two.
+func TestDaemonHonoursPins(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	ex := &recorder{}
+	d, _ := newDaemon(t, st, ex, "morphling")
+	s := spec(t, "pinned", 8, jobspec.BestEffort)
+	s.Pin.Plan = true
+	j, _ := d.Submit(ctx, s)
+	d.Round(ctx)
+	// On an empty cluster morphling would grow the job to 16 GPUs with
+	// another plan; the pin keeps it on the requested plan or waiting.
+	for _, l := range ex.starts {
+		if l.JobID == j.ID && l.Plan != s.Request.Plan {
+			t.Fatalf("pinned plan %s changed to %s", s.Request.Plan, l.Plan)
+		}
+	}
+	if len(ex.starts) != 1 || ex.starts[0].Plan != s.Request.Plan {
+		t.Fatalf("the pinned job did not start on its plan: %+v", ex.starts)
+	}
+	wide := spec(t, "one-server", 8, jobspec.BestEffort)
+	wide.Pin.Tiers = []perf.Tier{perf.TierServer}
+	w, _ := d.Submit(ctx, wide)
+	for i := 0; i < 3; i++ {
+		d.Round(ctx)
+	}
+	for _, l := range ex.starts {
+		if l.JobID == w.ID && len(l.Servers) > 1 {
+			t.Fatalf("job pinned to one server placed on %d", len(l.Servers))
+		}
+	}
+}
