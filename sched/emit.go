@@ -22,7 +22,11 @@ func emitState(st *state, plan planFunc) Decisions {
 		j := js.job
 		switch {
 		case js.orig > 0 && js.total == 0:
-			d.Actions = append(d.Actions, Decision{Kind: Preempt, Job: j.ID, Index: i, Why: "shrunk to zero for a job with a higher slope or below its minRes"})
+			why := js.preemptWhy
+			if why == "" {
+				why = "shrunk to zero for a job with a higher slope or below its minRes"
+			}
+			d.Actions = append(d.Actions, Decision{Kind: Preempt, Job: j.ID, Index: i, Why: why})
 		case js.orig > 0 && (js.touched || !sameAlloc(js.alloc, j.Alloc)):
 			p, thr, mem, ok := plan(i)
 			if !ok {

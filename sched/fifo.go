@@ -153,6 +153,7 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 	// Latest-submitted best-effort jobs are preempted first.
 	sort.SliceStable(beRunning, func(a, b int) bool { return s.Jobs[beRunning[a]].Submit > s.Jobs[beRunning[b]].Submit })
 	blocker := ""
+	quotaBlocked := map[int]bool{}
 	for _, i := range waiting {
 		js := &st.jobs[i]
 		j := js.job
@@ -164,6 +165,7 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 			if q, ok := quota[j.Tenant]; ok || len(quota) > 0 {
 				if used[j.Tenant]+j.ReqGPUs > q {
 					js.reason = fmt.Sprintf("quota of tenant %s exhausted: guaranteed jobs use %d of %d GPUs, this one asks for %d", j.Tenant, used[j.Tenant], q, j.ReqGPUs)
+					quotaBlocked[i] = true
 					continue
 				}
 			}
@@ -198,6 +200,10 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 			used[j.Tenant] += j.ReqGPUs
 		}
 	}
+	wake := 0.0
+	if f.Net != nil && f.Net.PreemptMinRun >= 0 {
+		wake = f.preemptNwSens(st, nr, waiting, quotaBlocked, used, quota)
+	}
 	if f.Migrate {
 		f.migrate(st)
 	}
@@ -223,6 +229,9 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 	})
 	if f.Net != nil {
 		nr.finish(&s, &d)
+		if wake > s.Now && (d.WakeAt == 0 || wake < d.WakeAt) {
+			d.WakeAt = wake
+		}
 	}
 	for k := range d.Actions {
 		d.Actions[k].Tier = tierOf(s.Servers, d.Actions[k].Alloc)
@@ -288,6 +297,95 @@ func (f *FIFO) placeNet(st *state, nr *netRound, i int) (bool, string) {
 		})
 	}
 	return true, ""
+}
+
+// maxPreemptTries bounds the victims tried for one waiting job.
+const maxPreemptTries = 8
+
+// preemptNwSens is Dally's network-sensitive preemption, kept
+// conservative. After the offers of the round, each job still waiting, in
+// increasing Nw_sens (waiting, already in that order), may preempt one
+// running job when:
+//
+//   - its delay timers have expired (it accepts any offer: waiting longer
+//     cannot buy it a better tier), and it is not held back by its
+//     tenant's quota;
+//   - the victim is best-effort, unchanged this round, has run at least
+//     PreemptMinRun seconds since its last start (no thrashing), and its
+//     Nw_sens is at least PreemptGap above the waiting job's;
+//   - preempting that one job alone frees enough GPUs for the waiting job
+//     at the tier it accepts.
+//
+// Among the eligible victims the one with the highest Nw_sens (the job
+// that lost the least to the network) goes first, then the latest
+// started; at most maxPreemptTries are tried per waiting job, and a job
+// preempted this round is not preempted twice. It returns the earliest
+// time a victim that is eligible but for PreemptMinRun becomes eligible
+// (0: none), for WakeAt.
+func (f *FIFO) preemptNwSens(st *state, nr *netRound, waiting []int, quotaBlocked map[int]bool, used, quota map[string]int) float64 {
+	now := st.snap.Now
+	wake := 0.0
+	var cands []int
+	for v := range st.jobs {
+		vs := &st.jobs[v]
+		if vs.orig > 0 && vs.total == vs.orig && !vs.touched && vs.job.Class == BestEffort {
+			cands = append(cands, v)
+		}
+	}
+	sort.SliceStable(cands, func(a, b int) bool {
+		x, y := nr.jobs[cands[a]].nw, nr.jobs[cands[b]].nw
+		if x != y {
+			return x > y
+		}
+		return st.jobs[cands[a]].job.LastChange > st.jobs[cands[b]].job.LastChange
+	})
+	for _, i := range waiting {
+		js := &st.jobs[i]
+		nj := &nr.jobs[i]
+		if js.total > 0 || quotaBlocked[i] || nj.accept != perf.TierCrossRack {
+			continue
+		}
+		if j := js.job; j.Class == Guaranteed && len(quota) > 0 && used[j.Tenant]+j.ReqGPUs > quota[j.Tenant] {
+			continue
+		}
+		tries := 0
+		for _, v := range cands {
+			vs := &st.jobs[v]
+			if vs.total == 0 || vs.touched || nr.jobs[v].nw < nj.nw+f.Net.PreemptGap {
+				continue
+			}
+			if vs.orig < js.job.ReqGPUs-st.freeGPUs {
+				continue // frees too few GPUs
+			}
+			if ran := now - vs.job.LastChange; ran < f.Net.PreemptMinRun {
+				if t := vs.job.LastChange + f.Net.PreemptMinRun; wake == 0 || t < wake {
+					wake = t
+				}
+				continue
+			}
+			if tries++; tries > maxPreemptTries {
+				break
+			}
+			mark := len(st.journal)
+			for len(vs.alloc) > 0 {
+				a := vs.alloc[0]
+				st.move(v, a.Server, -a.GPUs)
+			}
+			if ok, _ := f.placeNet(st, nr, i); !ok {
+				st.rollback(mark)
+				continue
+			}
+			vs.touched = true
+			vs.preemptWhy = fmt.Sprintf("Dally: preempted for %s (Nw_sens %.2f < %.2f, its timers expired; ran %.1f h since its start)",
+				js.job.ID, nj.nw, nr.jobs[v].nw, (now-vs.job.LastChange)/3600)
+			js.reason = ""
+			if j := js.job; j.Class == Guaranteed {
+				used[j.Tenant] += j.ReqGPUs
+			}
+			break
+		}
+	}
+	return wake
 }
 
 // migrate moves running jobs that span servers onto one server, or jobs

@@ -32,6 +32,15 @@ type NetOptions struct {
 	// Shifts computes CASSINI time-shifts for jobs sharing inter-server
 	// links (Decision.Shift).
 	Shifts bool
+	// PreemptMinRun is Dally's network-sensitive preemption (dally,
+	// dally-manual; replan preempts by Morphling's rule and ignores it): a
+	// running job is preempted for a waiting one only after it ran this
+	// many seconds since its last start (default 3600; negative: never
+	// preempt). See FIFO.preemptNwSens.
+	PreemptMinRun float64
+	// PreemptGap is how much higher than the waiting job's the victim's
+	// Nw_sens must be (default 0.1).
+	PreemptGap float64
 }
 
 // DefaultNetOptions returns Dally's manual timers (12 h / 12 h), the
@@ -49,6 +58,12 @@ func (o NetOptions) withDefaults() NetOptions {
 	}
 	if o.LossAccept == 0 {
 		o.LossAccept = 0.05
+	}
+	if o.PreemptMinRun == 0 {
+		o.PreemptMinRun = 3600
+	}
+	if o.PreemptGap <= 0 {
+		o.PreemptGap = 0.1
 	}
 	return o
 }

@@ -64,6 +64,8 @@ type jstate struct {
 	planSet   bool
 	reason    string
 	slope     float64
+	// preemptWhy, when set, explains a preemption in its decision.
+	preemptWhy string
 }
 
 func newState(s *Snapshot) *state {
