@@ -75,7 +75,6 @@ func TestTieBreakPrefersCompatibleRack(t *testing.T) {
 		}
 		checkCapacity(t, s, d)
 		r := racksOf(s, a.Alloc)
-		t.Logf("%s: %v", name, r)
 		if r["rA"] != 8 || r["rB"] != 4 || a.Tier != perf.TierCrossRack {
 			t.Fatalf("%s: z on %v (%v), want 8 on rA and 4 on rB, away from x's uplink", name, r, a.Tier)
 		}
@@ -94,5 +93,32 @@ func TestTieBreakKeepsChoiceOnEqualScores(t *testing.T) {
 	// C's uplink: every score is 1 and the policy's own choice, C, stays.
 	if r := racksOf(s, a.Alloc); r["rA"] != 8 || r["rC"] != 4 {
 		t.Fatalf("z on %v, want the policy's own choice: 8 on rA and 4 on rC", r)
+	}
+}
+
+// replan places z the same way: its growth stops at 12 GPUs (MaxGPUs), it
+// takes the step across the slow spine (FragTolerance, MinSlope), and the
+// running jobs are about to finish, so none of them grows.
+func TestTieBreakReplan(t *testing.T) {
+	o := sched.DefaultOptions()
+	o.MaxGPUs, o.FragTolerance, o.MinSlope = 12, 0.01, 0.01
+	for _, cross := range []bool{true, false} {
+		s := tieCluster(t, cross)
+		for k := range 3 {
+			s.Jobs[k].ItersTotal = s.Jobs[k].ItersDone + 1
+		}
+		d := sched.NewReplan(o, sched.DefaultNetOptions()).Schedule(s)
+		a, ok := find(d, "z")
+		if !ok {
+			t.Fatalf("z not started: %v", d.Waiting)
+		}
+		checkCapacity(t, s, d)
+		want := "rC"
+		if cross {
+			want = "rB"
+		}
+		if r := racksOf(s, a.Alloc); r["rA"] != 8 || r[want] != 4 {
+			t.Fatalf("x across racks %v: z on %v, want 8 on rA and 4 on %s (%v)", cross, r, want, d.Actions)
+		}
 	}
 }
