@@ -96,6 +96,13 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/nodes", a.nodes)
 	mux.HandleFunc("POST /v1/nodes/{name}/{op}", a.nodeOp)
 	mux.HandleFunc("GET /v1/history", a.history)
+	mux.HandleFunc("GET /v1/running", func(w http.ResponseWriter, r *http.Request) {
+		run := a.D.Running()
+		if run == nil {
+			run = []RunningJob{}
+		}
+		writeJSON(w, http.StatusOK, run)
+	})
 	mux.HandleFunc("GET /v1/links", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, a.D.Links()) })
 	mux.HandleFunc("GET /v1/events", a.events)
 	a.reg = prometheus.NewRegistry()

@@ -83,6 +83,10 @@ func TestAPISubmitQueueEventsCancel(t *testing.T) {
 	if !hasKind(seen, "submit") || !hasKind(seen, "start") {
 		t.Fatalf("events %+v", seen)
 	}
+	run, err := cl.Running(ctx)
+	if err != nil || len(run) != 1 || run[0].Job.ID != rec.ID || run[0].Throughput.PredictedSPS <= 0 || run[0].SLA != "" {
+		t.Fatalf("running %+v %v", run, err)
+	}
 	det, err := cl.Job(ctx, rec.ID)
 	if err != nil || det.Job.State != StateRunning || len(det.History) < 2 || len(det.Decisions) == 0 || det.Throughput.PredictedSPS <= 0 {
 		t.Fatalf("job detail %+v %v", det, err)

@@ -165,6 +165,12 @@ func (c *Client) Events(ctx context.Context, after int64, wait time.Duration) ([
 	return r, c.do(ctx, "GET", "/v1/events?after="+strconv.FormatInt(after, 10)+"&wait="+wait.String(), nil, &r)
 }
 
+// Running lists the running jobs with their throughput, promise and shift.
+func (c *Client) Running(ctx context.Context) ([]RunningJob, error) {
+	var r []RunningJob
+	return r, c.do(ctx, "GET", "/v1/running", nil, &r)
+}
+
 // Links reports the links jobs share and their time-shifts.
 func (c *Client) Links(ctx context.Context) (sched.LinkReport, error) {
 	var r sched.LinkReport

@@ -92,6 +92,7 @@ type jobState struct {
 	lastRun time.Time     // when it last stopped holding resources
 	phase   time.Time     // a time an iteration began (start + shift)
 	ckPlan  perf.Plan     // the plan its last checkpoint was written with
+	shift   float64       // the time-shift of the current launch (seconds)
 	predSPS float64       // throughput the policy predicted for the current plan
 	measSPS float64       // latest measured throughput
 	rec     JobRecord
@@ -562,7 +563,7 @@ func (d *Daemon) apply(ctx context.Context, a sched.Decision) error {
 			js.runFrom = d.now()
 		}
 		js.phase = d.now().Add(time.Duration(a.Shift * float64(time.Second)))
-		js.predSPS, js.measSPS = a.Throughput, 0
+		js.predSPS, js.measSPS, js.shift = a.Throughput, 0, a.Shift
 		d.take(a.Job, servers)
 		delete(d.waits, a.Job)
 		d.cfg.Store.AddDecision(ctx, DecisionRecord{JobID: a.Job, Kind: a.Kind.String(), Detail: detail, Reason: a.Why, At: d.now()})
@@ -740,7 +741,23 @@ type readView struct {
 	jobs       []string
 	round      RoundStats
 	throughput map[string]Throughput
+	running    []RunningJob
 	links      sched.LinkReport
+}
+
+// RunningJob is a running job with what the daemon knows of its speed:
+// predicted and measured throughput, what a guaranteed job was promised
+// (its request's predicted throughput) and whether it gets it, and the
+// time-shift of its launch.
+type RunningJob struct {
+	Job         JobRecord  `json:"job"`
+	Throughput  Throughput `json:"throughput"`
+	PromisedSPS float64    `json:"promised_samples_per_s,omitempty"`
+	// SLA is "ok" or "below" for a guaranteed job (measured throughput, or
+	// the prediction before any measurement, against the promise less 5%),
+	// "" for best-effort jobs.
+	SLA    string  `json:"sla,omitempty"`
+	ShiftS float64 `json:"shift_s"`
 }
 
 func (d *Daemon) view() *readView {
@@ -759,10 +776,25 @@ func (d *Daemon) publish() {
 	for id, js := range d.jobs {
 		v.jobs = append(v.jobs, id)
 		if js.rec.State == StateRunning {
-			v.throughput[id] = Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
+			tp := Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
+			v.throughput[id] = tp
+			r := RunningJob{Job: js.rec, Throughput: tp, ShiftS: js.shift}
+			if js.spec.Class == jobspec.Guaranteed {
+				r.PromisedSPS = d.promised(js)
+				got := tp.MeasuredSPS
+				if got <= 0 {
+					got = tp.PredictedSPS
+				}
+				r.SLA = "ok"
+				if r.PromisedSPS > 0 && got < 0.95*r.PromisedSPS {
+					r.SLA = "below"
+				}
+			}
+			v.running = append(v.running, r)
 		}
 	}
 	sort.Strings(v.jobs)
+	sort.Slice(v.running, func(a, b int) bool { return v.running[a].Job.ID < v.running[b].Job.ID })
 	d.published.Store(v)
 }
 
@@ -870,4 +902,26 @@ func (d *Daemon) breaksPin(a sched.Decision) string {
 		}
 	}
 	return ""
+}
+
+// Running lists the running jobs with their throughput, promise and shift.
+func (d *Daemon) Running() []RunningJob { return d.view().running }
+
+// promised is a guaranteed job's promise: the predicted throughput of its
+// requested plan on its requested GPUs packed onto servers.
+func (d *Daemon) promised(js *jobState) float64 {
+	if !js.spec.Request.HasPlan {
+		return 0
+	}
+	o := d.model(js.spec.Arch)
+	per := 8
+	if len(d.cfg.Servers) > 0 {
+		per = max(d.cfg.Servers[0].GPUs, 1)
+	}
+	pl := perf.PackedPlacement(js.spec.Request.GPUs, per)
+	b, err := o.Model.Predict(js.spec.Request.Plan, perf.Resources{Placement: pl, CPUsPerGPU: float64(js.spec.Request.CPUs) / float64(max(js.spec.Request.GPUs, 1))})
+	if err != nil || b.Iter <= 0 {
+		return 0
+	}
+	return float64(js.spec.GlobalBatch) / b.Iter
 }

@@ -10,7 +10,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/replan/replan/control"
@@ -76,16 +78,22 @@ func (b *Backend) Queue(ctx context.Context) ([]data.QueueRow, error) {
 
 // Jobs implements tui.Backend.
 func (b *Backend) Jobs(ctx context.Context) ([]data.Job, error) {
-	js, err := b.c.Jobs(ctx, control.StateRunning)
+	run, err := b.c.Running(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]data.Job, len(js))
-	for i, j := range js {
-		out[i] = Job(j)
+	out := make([]data.Job, len(run))
+	for i, r := range run {
+		out[i] = Job(r.Job)
+		out[i].PredictedSPS, out[i].MeasuredSPS = r.Throughput.PredictedSPS, r.Throughput.MeasuredSPS
+		out[i].PromisedSPS, out[i].SLA = r.PromisedSPS, r.SLA
+		out[i].Shift = time.Duration(r.ShiftS * float64(time.Second))
 	}
 	return out, nil
 }
+
+// LogTail is how many log lines the job detail shows.
+const LogTail = 6
 
 // Job converts a job record: its spec gives the architecture, its plan and
 // placement are decoded from JSON (a record that does not decode keeps
@@ -119,6 +127,18 @@ func (b *Backend) Job(ctx context.Context, id string) (data.JobDetail, error) {
 		return data.JobDetail{Job: data.Job{ID: id}}, err
 	}
 	out := data.JobDetail{Job: Job(jd.Job)}
+	out.Job.PredictedSPS, out.Job.MeasuredSPS = jd.Throughput.PredictedSPS, jd.Throughput.MeasuredSPS
+	if jd.Job.State == control.StateRunning {
+		if rc, err := b.c.Logs(ctx, id, LogTail, false); err == nil {
+			text, _ := io.ReadAll(io.LimitReader(rc, 64<<10))
+			rc.Close()
+			for _, l := range strings.Split(strings.TrimRight(string(text), "\n"), "\n") {
+				if l != "" {
+					out.Log = append(out.Log, l)
+				}
+			}
+		}
+	}
 	for _, t := range jd.History {
 		out.History = append(out.History, data.Transition{From: string(t.From), To: string(t.To), Reason: t.Reason, At: t.At})
 	}

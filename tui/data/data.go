@@ -108,6 +108,14 @@ type Job struct {
 	Restarts        int
 	SubmittedAt     time.Time
 	StartedAt       time.Time
+	// PredictedSPS and MeasuredSPS are samples/s: what the scheduler
+	// predicted for the current plan and what the job last reported (0:
+	// not yet). PromisedSPS is a guaranteed job's promise; SLA is "ok" or
+	// "below" for guaranteed jobs, "" otherwise. Shift is the time-shift of
+	// its launch (CASSINI).
+	PredictedSPS, MeasuredSPS, PromisedSPS float64
+	SLA                                    string
+	Shift                                  time.Duration
 }
 
 // GPUs is the number of GPUs the job holds.
@@ -150,7 +158,10 @@ type Decision struct {
 
 // JobDetail is one job with its history and decisions (oldest first).
 type JobDetail struct {
-	Job         Job
+	Job Job
+	// Log is the tail of the job's training log (rank 0), when the backend
+	// can read it.
+	Log         []string
 	History     []Transition
 	Decisions   []Decision
 	FetchedAt   time.Time

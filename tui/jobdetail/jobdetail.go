@@ -164,6 +164,13 @@ func (m *Model) content() []string {
 		prog = fmt.Sprintf("iterations %d/%d (%.0f%%)", j.Iterations, j.TotalIterations, 100*float64(j.Iterations)/float64(j.TotalIterations))
 	}
 	out = append(out, fmt.Sprintf("%s · restarts %d", prog, j.Restarts))
+	if j.PredictedSPS > 0 {
+		meas := "not measured yet"
+		if j.MeasuredSPS > 0 {
+			meas = fmt.Sprintf("measured %.2f (%+.0f%%)", j.MeasuredSPS, 100*(j.MeasuredSPS-j.PredictedSPS)/j.PredictedSPS)
+		}
+		out = append(out, fmt.Sprintf("throughput: predicted %.2f samples/s, %s", j.PredictedSPS, meas))
+	}
 	if j.Reason != "" {
 		out = append(out, m.st.Faint.Render("why: "+j.Reason))
 	}
@@ -194,6 +201,13 @@ func (m *Model) content() []string {
 		if n := j.GPUs(); n > 0 && n <= len(m.curve) {
 			p := m.curve[n-1]
 			out = append(out, m.st.Faint.Render(fmt.Sprintf("at %d GPUs: best plan %s, %.1f samples/s, slope %+.2f/GPU", n, p.PlanString, p.Throughput, p.Slope)))
+		}
+	}
+
+	if len(d.Log) > 0 {
+		section("Log (rank 0, latest lines; refreshed every poll)")
+		for _, l := range d.Log {
+			out = append(out, m.st.Faint.Render(l))
 		}
 	}
 

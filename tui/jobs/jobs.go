@@ -141,10 +141,22 @@ func (m *Model) View() string {
 	if !m.loaded {
 		return common.FitLines([]string{m.st.Faint.Render("waiting for the first poll of the jobs…")}, m.height)
 	}
-	const idW, nameW, gpuW, planW, iterW, rstW = 8, 10, 4, 31, 9, 3
-	placeW := max(8, m.width-(2+idW+1+nameW+1+gpuW+1+planW+1+iterW+1+rstW+1))
+	// Wide terminals get every column; 80 columns get the essentials
+	// (placement and shift are on the cluster, detail and links screens).
+	wide := m.width >= 110
+	const idW, nameW, gpuW, planW, rstW, slaW = 8, 10, 4, 31, 3, 5
+	iterW, tputW, shiftW := 9, 12, 6
+	if !wide {
+		iterW, tputW = 4, 7
+	}
+	placeW := max(8, m.width-(2+idW+1+nameW+1+gpuW+1+planW+1+iterW+1+rstW+1+tputW+1+slaW+1+shiftW+1))
 	hdr := "  " + common.Pad("ID", idW) + " " + common.Pad("NAME", nameW) + " " + common.PadLeft("GPUS", gpuW) + " " +
-		common.Pad("PLAN", planW) + " " + common.PadLeft("ITER", iterW) + " " + common.PadLeft("RST", rstW) + " PLACEMENT"
+		common.Pad("PLAN", planW) + " " + common.PadLeft("ITER", iterW) + " " + common.PadLeft("RST", rstW) + " "
+	if wide {
+		hdr += common.PadLeft("MEAS/PRED/s", tputW) + " " + common.Pad("SLA", slaW) + " " + common.PadLeft("SHIFT", shiftW) + " PLACEMENT"
+	} else {
+		hdr += common.PadLeft("SMPL/s", tputW) + " SLA"
+	}
 	total := 0
 	for _, j := range m.jobs {
 		total += j.GPUs()
@@ -163,6 +175,9 @@ func (m *Model) View() string {
 		iter := fmt.Sprint(j.Iterations)
 		if j.TotalIterations > 0 {
 			iter = fmt.Sprintf("%d/%d", j.Iterations, j.TotalIterations)
+			if !wide {
+				iter = fmt.Sprintf("%d%%", 100*j.Iterations/j.TotalIterations)
+			}
 		}
 		place := j.PlacementString
 		if place == "" {
@@ -172,17 +187,50 @@ func (m *Model) View() string {
 		if plan == "" {
 			plan = "—"
 		}
+		tput := "-"
+		switch {
+		case wide && j.PredictedSPS > 0:
+			meas := "?"
+			if j.MeasuredSPS > 0 {
+				meas = fmt.Sprintf("%.3g", j.MeasuredSPS)
+			}
+			tput = meas + "/" + fmt.Sprintf("%.3g", j.PredictedSPS)
+		case j.MeasuredSPS > 0:
+			tput = fmt.Sprintf("%.3g", j.MeasuredSPS)
+		case j.PredictedSPS > 0:
+			tput = fmt.Sprintf("~%.3g", j.PredictedSPS)
+		}
+		sla := j.SLA
+		if sla == "" {
+			sla = "-"
+		}
 		id := common.Pad(j.ID, idW)
 		id = m.st.Job(m.pal.Slot(j.ID)).Render(id)
 		rest := common.Pad(j.Name, nameW) + " " + common.PadLeft(fmt.Sprint(j.GPUs()), gpuW) + " " +
-			common.Pad(plan, planW) + " " + common.PadLeft(iter, iterW) + " " + common.PadLeft(fmt.Sprint(j.Restarts), rstW) + " "
+			common.Pad(plan, planW) + " " + common.PadLeft(iter, iterW) + " " + common.PadLeft(fmt.Sprint(j.Restarts), rstW) + " " +
+			common.PadLeft(tput, tputW) + " "
+		if !wide {
+			if sla == "below" {
+				sla = "low"
+			}
+			rest += sla
+		} else {
+			shift := "-"
+			if j.Shift > 0 {
+				shift = fmt.Sprintf("+%.1fs", j.Shift.Seconds())
+			}
+			rest += common.Pad(sla, slaW) + " " + common.PadLeft(shift, shiftW) + " "
+		}
 		line := id + " " + rest
 		if i == m.cursor {
 			line = "▸ " + m.st.Selected.Render(line)
 		} else {
 			line = "  " + line
 		}
-		lines = append(lines, common.Truncate(line+m.st.Faint.Render(common.Truncate(place, placeW)), m.width))
+		if wide {
+			line += m.st.Faint.Render(common.Truncate(place, placeW))
+		}
+		lines = append(lines, common.Truncate(line, m.width))
 	}
 	return common.FitLines(lines, m.height)
 }

@@ -77,6 +77,12 @@ func Small() Snapshot {
 		job("j-000004", "vit-d", "vision", "best-effort", "vit", 128, "dp=2,tp=1,pp=1,mb=64,ga=1,zero=1", []data.Server{{Name: "srv-02", GPUs: gpus(4, 2)}}, 50, 1000, 0),
 		job("j-000005", "roberta-e", "ads", "guaranteed", "roberta", 64, "dp=4,tp=1,pp=1,mb=8,ga=2,zero=2,ckpt=true", []data.Server{{Name: "srv-06", GPUs: gpus(0, 4)}}, 4100, 4500, 0),
 	}
+	// what the daemon reports of their speed: guaranteed jobs with their
+	// promise and SLA, a cross-rack job with a time-shift
+	jobs[0].PredictedSPS, jobs[0].MeasuredSPS, jobs[0].PromisedSPS, jobs[0].SLA = 18.2, 17.9, 15.0, "ok"
+	jobs[1].PredictedSPS = 95.3
+	jobs[2].PredictedSPS, jobs[2].MeasuredSPS, jobs[2].PromisedSPS, jobs[2].SLA, jobs[2].Shift = 21.0, 14.2, 19.5, "below", 1800*time.Millisecond
+	jobs[4].PredictedSPS, jobs[4].MeasuredSPS, jobs[4].PromisedSPS, jobs[4].SLA = 61.0, 63.4, 55.0, "ok"
 	nodes := make([]data.Node, 8)
 	for i := range nodes {
 		nodes[i] = data.Node{Name: fmt.Sprintf("srv-%02d", i+1), Rack: fmt.Sprintf("r%d", i/4+1), GPUs: 8, Reachable: true, Owners: make([]string, 8)}
