@@ -91,6 +91,23 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/jobs", a.jobs)
 	mux.HandleFunc("GET /v1/jobs/{id}", a.job)
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", a.logs)
+	mux.HandleFunc("GET /v1/jobs/{id}/curve", func(w http.ResponseWriter, r *http.Request) {
+		n := 64
+		if s := r.URL.Query().Get("gpus"); s != "" {
+			v, err := strconv.Atoi(s)
+			if err != nil || v < 1 {
+				writeErr(w, http.StatusBadRequest, fmt.Errorf("gpus: want a positive integer, got %q", s))
+				return
+			}
+			n = v
+		}
+		pts, err := a.D.Curve(r.Context(), r.PathValue("id"), n)
+		if err != nil {
+			writeErr(w, statusOf(err), err)
+			return
+		}
+		writeJSON(w, http.StatusOK, pts)
+	})
 	mux.HandleFunc("POST /v1/jobs/{id}/{op}", a.jobOp)
 	mux.HandleFunc("GET /v1/queue", a.queue)
 	mux.HandleFunc("GET /v1/nodes", a.nodes)

@@ -114,6 +114,12 @@ func TestAPISubmitQueueEventsCancel(t *testing.T) {
 	if len(h) != 1 || h[0].Job.State != StateCancelled {
 		t.Errorf("history %+v", h)
 	}
+	if pts, err := cl.Curve(ctx, rec.ID, 16); err != nil || len(pts) != 16 || pts[15].Throughput <= 0 {
+		t.Errorf("curve %v %v", len(pts), err)
+	}
+	if _, err := cl.Curve(ctx, "j-nope", 16); !IsNotFound(err) {
+		t.Errorf("curve of an unknown job: %v", err)
+	}
 	if lr, err := cl.Links(ctx); err != nil || lr.Shared != 0 {
 		t.Errorf("links on a one-job cluster: %+v %v", lr, err)
 	}

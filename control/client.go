@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
 )
 
@@ -169,6 +170,13 @@ func (c *Client) Events(ctx context.Context, after int64, wait time.Duration) ([
 func (c *Client) Running(ctx context.Context) ([]RunningJob, error) {
 	var r []RunningJob
 	return r, c.do(ctx, "GET", "/v1/running", nil, &r)
+}
+
+// Curve is a job's sensitivity curve (1..gpus GPUs) from the daemon's
+// fitted model.
+func (c *Client) Curve(ctx context.Context, id string, gpus int) ([]perf.CurvePoint, error) {
+	var r []perf.CurvePoint
+	return r, c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(id)+"/curve?gpus="+strconv.Itoa(gpus), nil, &r)
 }
 
 // Links reports the links jobs share and their time-shifts.

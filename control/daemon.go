@@ -80,6 +80,7 @@ type Daemon struct {
 	notify    notifier
 	published atomic.Pointer[readView]
 	links     sched.LinkReport           // the last round's time-shift report
+	curves    perf.CurveCache            // sensitivity curves for the API
 	history   sched.TimerHistory         // the delay-timer auto-tuner's memory
 	timers    map[string]sched.JobTimers // last round's timers per waiting job
 }
@@ -924,4 +925,35 @@ func (d *Daemon) promised(js *jobState) float64 {
 		return 0
 	}
 	return float64(js.spec.GlobalBatch) / b.Iter
+}
+
+// Curve is a job's resource sensitivity curve for 1..maxGPUs GPUs, computed
+// with the daemon's (fitted) model of its type and its requested CPU cores
+// per GPU.
+func (d *Daemon) Curve(ctx context.Context, id string, maxGPUs int) ([]perf.CurvePoint, error) {
+	d.mu.Lock()
+	js := d.jobs[id]
+	var spec *jobspec.Spec
+	var m perf.Model
+	if js != nil {
+		spec = js.spec
+		m = d.model(js.spec.Arch).Model
+	}
+	d.mu.Unlock()
+	if spec == nil {
+		rec, err := d.cfg.Store.GetJob(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		var sp jobspec.Spec
+		if err := json.Unmarshal(rec.Spec, &sp); err != nil {
+			return nil, fmt.Errorf("job %s: spec: %w", id, err)
+		}
+		spec = &sp
+		d.mu.Lock()
+		m = d.model(sp.Arch).Model
+		d.mu.Unlock()
+	}
+	cpg := float64(spec.Request.CPUs) / float64(max(spec.Request.GPUs, 1))
+	return d.curves.Get(m, min(max(maxGPUs, 1), 1024), max(cpg, 1)), nil
 }

@@ -128,6 +128,9 @@ func (b *Backend) Job(ctx context.Context, id string) (data.JobDetail, error) {
 	}
 	out := data.JobDetail{Job: Job(jd.Job)}
 	out.Job.PredictedSPS, out.Job.MeasuredSPS = jd.Throughput.PredictedSPS, jd.Throughput.MeasuredSPS
+	if pts, err := b.c.Curve(ctx, id, 64); err == nil {
+		out.Curve = pts
+	}
 	if jd.Job.State == control.StateRunning {
 		if rc, err := b.c.Logs(ctx, id, LogTail, false); err == nil {
 			text, _ := io.ReadAll(io.LimitReader(rc, 64<<10))

@@ -161,7 +161,10 @@ type JobDetail struct {
 	Job Job
 	// Log is the tail of the job's training log (rank 0), when the backend
 	// can read it.
-	Log         []string
+	Log []string
+	// Curve is the job's sensitivity curve from the backend's fitted model,
+	// when it has one (else the screen computes the unfitted model's).
+	Curve       []perf.CurvePoint
 	History     []Transition
 	Decisions   []Decision
 	FetchedAt   time.Time

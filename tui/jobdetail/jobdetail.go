@@ -36,6 +36,7 @@ type Model struct {
 	loaded        bool
 	curveKey      string
 	curve         []perf.CurvePoint
+	fitted        bool // the curve came from the backend's fitted model
 	scroll        int
 }
 
@@ -81,7 +82,14 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 			m.scroll = 0
 		}
 		m.detail, m.loaded = msg.Detail, true
+		if len(msg.Detail.Curve) > 0 {
+			// the backend's fitted model: it changes with refits, so take
+			// every fresh one
+			m.curveKey, m.curve, m.fitted = curveKey(msg.Detail.Job), msg.Detail.Curve, true
+			return nil
+		}
 		if k := curveKey(msg.Detail.Job); k != m.curveKey {
+			m.fitted = false
 			m.curveKey, m.curve = k, nil
 			if k != "" {
 				return CurveCmd(msg.Detail.Job.ID, msg.Detail.Job.Arch)
@@ -190,7 +198,11 @@ func (m *Model) content() []string {
 		out = append(out, m.st.Faint.Render("no current plan"))
 	}
 
-	section(fmt.Sprintf("Sensitivity: samples/s against GPUs (model prediction, A800, %d cores/GPU; ▲ = %d GPUs now)", CurveCPUsPerGPU, j.GPUs()))
+	source := fmt.Sprintf("unfitted model, A800, %d cores/GPU", CurveCPUsPerGPU)
+	if m.fitted {
+		source = "the daemon's fitted model"
+	}
+	section(fmt.Sprintf("Sensitivity: samples/s against GPUs (%s; ▲ = %d GPUs now)", source, j.GPUs()))
 	switch {
 	case !j.HasArch:
 		out = append(out, m.st.Faint.Render("unknown architecture: no curve"))

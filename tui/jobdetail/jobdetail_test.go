@@ -7,6 +7,7 @@ import (
 
 	"github.com/charmbracelet/colorprofile"
 
+	"github.com/replan/replan/perf"
 	"github.com/replan/replan/tui/common"
 	"github.com/replan/replan/tui/data"
 	"github.com/replan/replan/tui/tuitest"
@@ -72,5 +73,21 @@ func TestPlotMarksCurrent(t *testing.T) {
 	// the marker sits under the last digit of the "16" label
 	if pos < 0 || pos >= len(labels) || string(labels[pos-1:pos+1]) != "16" {
 		t.Errorf("marker at %d:\n%s\n%s", pos, string(axis), string(labels))
+	}
+}
+
+func TestBackendCurveIsUsed(t *testing.T) {
+	m := New(common.NewStyles(colorprofile.NoTTY), common.DefaultKeys())
+	m.SetSize(100, 60)
+	det := tuitest.Small().Details["j-000003"]
+	for g := 1; g <= 16; g++ {
+		det.Curve = append(det.Curve, perf.CurvePoint{GPUs: g, Feasible: true, Throughput: float64(7 * g), PlanString: "DP1·TP1·PP1 mb1 ga1 ZeRO-0"})
+	}
+	if cmd := m.Update(data.JobDetailMsg{Detail: det}); cmd != nil {
+		t.Error("a backend curve must not start a local computation")
+	}
+	v := m.View()
+	if !strings.Contains(v, "the daemon's fitted model") || !strings.Contains(v, "at 16 GPUs") || !strings.Contains(v, "112.0 samples/s") {
+		t.Errorf("fitted curve not shown:\n%s", v)
 	}
 }
