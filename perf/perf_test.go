@@ -281,6 +281,14 @@ func TestRankAndCurve(t *testing.T) {
 	if &a1[0] != &a2[0] {
 		t.Error("cache did not return the stored curve")
 	}
+	for i := 0; i < MaxCachedCurves+10; i++ {
+		mi := m
+		mi.Params.KConst += float64(i+1) * 1e-6 // a refit: a new key
+		c.Get(mi, 2, 8)
+	}
+	if n := len(c.m); n > MaxCachedCurves {
+		t.Errorf("cache holds %d curves, bound %d", n, MaxCachedCurves)
+	}
 }
 
 func mustBuiltin(t *testing.T, name string) Arch {

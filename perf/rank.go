@@ -174,13 +174,17 @@ func (c *CurveCache) Get(m Model, maxGPUs int, cpusPerGPU float64) []CurvePoint 
 	c.mu.Unlock()
 	pts := m.Curve(maxGPUs, cpusPerGPU)
 	c.mu.Lock()
-	if c.m == nil {
+	if c.m == nil || len(c.m) >= MaxCachedCurves {
+		// refits give new keys: start over rather than grow without bound
 		c.m = map[CurveKey][]CurvePoint{}
 	}
 	c.m[k] = pts
 	c.mu.Unlock()
 	return pts
 }
+
+// MaxCachedCurves bounds a CurveCache; past it the cache starts empty again.
+const MaxCachedCurves = 512
 
 // DefaultForward is a forward profile for a model type nobody has profiled
 // yet: 2·params·seq FLOPs per sample at an effective 60 TFLOP/s (what the
