@@ -1,0 +1,79 @@
+package control
+
+// Job spec pins, enforced on the policy's decisions.
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/replan/replan/perf"
+	"github.com/replan/replan/sched"
+)
+
+// pinnedStart turns a start that offers a plan-pinned job another plan
+// into a start with its pinned plan on the requested GPUs taken from the
+// offered allocation (whole TP groups per server), when that is valid.
+func (d *Daemon) pinnedStart(a sched.Decision) (sched.Decision, bool) {
+	js := d.jobs[a.Job]
+	if js == nil || a.Kind != sched.Start || !js.spec.Pin.Plan || !js.spec.Request.HasPlan {
+		return a, false
+	}
+	p := js.spec.Request.Plan
+	want := p.GPUs()
+	var alloc []sched.Alloc
+	var pl perf.Placement
+	for _, al := range a.Alloc {
+		take := min(al.GPUs, want) / p.TP * p.TP
+		if take <= 0 {
+			continue
+		}
+		frac := float64(take) / float64(al.GPUs)
+		alloc = append(alloc, sched.Alloc{Server: al.Server, GPUs: take, CPUs: int(float64(al.CPUs) * frac), MemGB: al.MemGB * frac})
+		pl = append(pl, take)
+		want -= take
+	}
+	if want > 0 {
+		return a, false
+	}
+	arch := js.spec.Arch
+	arch.GlobalBatch = js.spec.GlobalBatch
+	if perf.Check(arch, p, pl) != nil {
+		return a, false
+	}
+	slices.SortFunc(pl, func(x, y int) int { return y - x })
+	a.Plan, a.Alloc, a.Placement = p, alloc, pl
+	a.Why += " (plan pinned: started on the requested plan)"
+	return a, d.breaksPin(a) == ""
+}
+
+// breaksPin reports why decision a would break its job's pinning (the job
+// spec's pin.plan and pin.tiers), or "" when it does not. The policy does
+// not know pins; the daemon does not apply a decision that breaks one, and
+// the job keeps what it has (or waits) until an allowed decision comes.
+func (d *Daemon) breaksPin(a sched.Decision) string {
+	js := d.jobs[a.Job]
+	if js == nil || a.Kind == sched.Preempt {
+		return ""
+	}
+	pin := js.spec.Pin
+	if pin.Plan && js.spec.Request.HasPlan && a.Plan != js.spec.Request.Plan {
+		return fmt.Sprintf("plan pinned to %s; the scheduler offered %s on %s", js.spec.Request.Plan, a.Plan, a.Placement)
+	}
+	if len(pin.Tiers) > 0 {
+		tier := perf.TierServer
+		racks := map[string]bool{}
+		for _, al := range a.Alloc {
+			racks[d.cfg.Servers[al.Server].Rack] = true
+		}
+		switch {
+		case len(racks) > 1:
+			tier = perf.TierCrossRack
+		case len(a.Alloc) > 1:
+			tier = perf.TierRack
+		}
+		if !slices.Contains(pin.Tiers, tier) {
+			return fmt.Sprintf("pinned to tiers %v; the scheduler offered a %s placement (%s)", pin.Tiers, tier, a.Placement)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,152 @@
+package control
+
+// The read view: what the API and metrics read without the daemon's lock.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/replan/replan/jobspec"
+	"github.com/replan/replan/perf"
+	"github.com/replan/replan/sched"
+)
+
+// jobsSnapshot lists the ids of every job not in a final state, as of the
+// last published view.
+func (d *Daemon) jobsSnapshot() []string { return d.view().jobs }
+
+// readView is what readers (the API, metrics) see without taking the
+// daemon's lock: it is rebuilt after every change and before every slow
+// executor call, so a reconfiguration that takes minutes on real servers
+// never stalls `replan queue`.
+type readView struct {
+	queue      []QueueEntry
+	nodes      []NodeView
+	jobs       []string
+	round      RoundStats
+	throughput map[string]Throughput
+	running    []RunningJob
+	links      sched.LinkReport
+}
+
+// RunningJob is a running job with what the daemon knows of its speed:
+// predicted and measured throughput, what a guaranteed job was promised
+// (its request's predicted throughput) and whether it gets it, and the
+// time-shift of its launch.
+type RunningJob struct {
+	Job         JobRecord  `json:"job"`
+	Throughput  Throughput `json:"throughput"`
+	PromisedSPS float64    `json:"promised_samples_per_s,omitempty"`
+	// SLA is "ok" or "below" for a guaranteed job (measured throughput, or
+	// the prediction before any measurement, against the promise less 5%),
+	// "" for best-effort jobs.
+	SLA    string  `json:"sla,omitempty"`
+	ShiftS float64 `json:"shift_s"`
+}
+
+func (d *Daemon) view() *readView {
+	if v := d.published.Load(); v != nil {
+		return v
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.publish()
+	return d.published.Load()
+}
+
+// publish rebuilds the read view; the caller holds d.mu.
+func (d *Daemon) publish() {
+	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links}
+	for id, js := range d.jobs {
+		v.jobs = append(v.jobs, id)
+		if js.rec.State == StateRunning {
+			tp := Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
+			v.throughput[id] = tp
+			r := RunningJob{Job: js.rec, Throughput: tp, ShiftS: js.shift}
+			if js.spec.Class == jobspec.Guaranteed {
+				r.PromisedSPS = d.promised(js)
+				got := tp.MeasuredSPS
+				if got <= 0 {
+					got = tp.PredictedSPS
+				}
+				r.SLA = "ok"
+				if r.PromisedSPS > 0 && got < 0.95*r.PromisedSPS {
+					r.SLA = "below"
+				}
+			}
+			v.running = append(v.running, r)
+		}
+	}
+	sort.Strings(v.jobs)
+	sort.Slice(v.running, func(a, b int) bool { return v.running[a].Job.ID < v.running[b].Job.ID })
+	d.published.Store(v)
+}
+
+// Throughput is a running job's predicted and measured samples per second
+// (0 when not running or not measured yet).
+type Throughput struct {
+	PredictedSPS float64 `json:"predicted_samples_per_s"`
+	MeasuredSPS  float64 `json:"measured_samples_per_s"`
+}
+
+// JobThroughput reports a job's predicted and measured throughput.
+func (d *Daemon) JobThroughput(id string) Throughput { return d.view().throughput[id] }
+
+// Links reports the links jobs share, their compatibility and the jobs'
+// time-shifts, as of the last round (network-aware policies).
+func (d *Daemon) Links() sched.LinkReport { return d.view().links }
+
+// Running lists the running jobs with their throughput, promise and shift.
+func (d *Daemon) Running() []RunningJob { return d.view().running }
+
+// promised is a guaranteed job's promise: the predicted throughput of its
+// requested plan on its requested GPUs packed onto servers.
+func (d *Daemon) promised(js *jobState) float64 {
+	if !js.spec.Request.HasPlan {
+		return 0
+	}
+	o := d.model(js.spec.Arch)
+	per := 8
+	if len(d.cfg.Servers) > 0 {
+		per = max(d.cfg.Servers[0].GPUs, 1)
+	}
+	pl := perf.PackedPlacement(js.spec.Request.GPUs, per)
+	b, err := o.Model.Predict(js.spec.Request.Plan, perf.Resources{Placement: pl, CPUsPerGPU: float64(js.spec.Request.CPUs) / float64(max(js.spec.Request.GPUs, 1))})
+	if err != nil || b.Iter <= 0 {
+		return 0
+	}
+	return float64(js.spec.GlobalBatch) / b.Iter
+}
+
+// Curve is a job's resource sensitivity curve for 1..maxGPUs GPUs, computed
+// with the daemon's (fitted) model of its type and its requested CPU cores
+// per GPU.
+func (d *Daemon) Curve(ctx context.Context, id string, maxGPUs int) ([]perf.CurvePoint, error) {
+	d.mu.Lock()
+	js := d.jobs[id]
+	var spec *jobspec.Spec
+	var m perf.Model
+	if js != nil {
+		spec = js.spec
+		m = d.model(js.spec.Arch).Model
+	}
+	d.mu.Unlock()
+	if spec == nil {
+		rec, err := d.cfg.Store.GetJob(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		var sp jobspec.Spec
+		if err := json.Unmarshal(rec.Spec, &sp); err != nil {
+			return nil, fmt.Errorf("job %s: spec: %w", id, err)
+		}
+		spec = &sp
+		d.mu.Lock()
+		m = d.model(sp.Arch).Model
+		d.mu.Unlock()
+	}
+	cpg := float64(spec.Request.CPUs) / float64(max(spec.Request.GPUs, 1))
+	return d.curves.Get(m, min(max(maxGPUs, 1), 1024), max(cpg, 1)), nil
+}
