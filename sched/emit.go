@@ -27,13 +27,13 @@ func emitState(st *state, plan planFunc) Decisions {
 				why = "shrunk to zero for a job with a higher slope or below its minRes"
 			}
 			d.Actions = append(d.Actions, Decision{Kind: Preempt, Job: j.ID, Index: i, Why: why})
-		case js.orig > 0 && (js.touched || !sameAlloc(js.alloc, j.Alloc)):
+		case js.orig > 0 && (js.touched || js.cpuSet || !sameAlloc(js.alloc, j.Alloc)):
 			p, thr, mem, ok := plan(i)
 			if !ok {
 				d.Actions = append(d.Actions, Decision{Kind: Preempt, Job: j.ID, Index: i, Why: "no feasible plan on what is left of its allocation"})
 				continue
 			}
-			if p == j.Plan && sameAlloc(js.alloc, j.Alloc) {
+			if p == j.Plan && sameAlloc(js.alloc, j.Alloc) && sameCores(js.alloc, j.Alloc) {
 				continue
 			}
 			dec := Decision{Kind: Reconfigure, Job: j.ID, Index: i, Plan: p, Throughput: thr}
@@ -46,6 +46,13 @@ func emitState(st *state, plan planFunc) Decisions {
 			case js.total > js.orig:
 				dec.Why = fmt.Sprintf("grown from %d to %d GPUs", js.orig, js.total)
 				grows = append(grows, dec)
+			case p == j.Plan && sameAlloc(js.alloc, j.Alloc):
+				dec.Why = cpuWhy(js)
+				if js.job.CPUs() > cpusOf(js.alloc) {
+					shrinks = append(shrinks, dec)
+				} else {
+					grows = append(grows, dec)
+				}
 			default:
 				dec.Why = "better plan on the same GPUs"
 				grows = append(grows, dec)
@@ -116,6 +123,28 @@ func allocMem(st *state, d *Decisions) {
 		out = append(out, Decision{Kind: Preempt, Job: a.Job, Index: a.Index, Why: why})
 	}
 	d.Actions = out
+}
+
+// sameCores reports whether two allocations hold the same cores on the
+// same servers (GPUs compared by sameAlloc).
+func sameCores(a, b []Alloc) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Server != b[i].Server || a[i].CPUs != b[i].CPUs {
+			return false
+		}
+	}
+	return true
+}
+
+func cpusOf(a []Alloc) int {
+	n := 0
+	for _, x := range a {
+		n += x.CPUs
+	}
+	return n
 }
 
 // withMem copies allocs with the plan's host memory filled in (GiB).

@@ -37,6 +37,10 @@ type FIFO struct {
 	// server (rack) when one frees up (Gandiva's migration).
 	Migrate bool
 	c       *cache
+	// opt holds the restart cost, horizon, gain factor and MinDwell that
+	// gate synergy's core changes of running jobs (the defaults of
+	// Options; NewWithRestartCost sets the restart cost).
+	opt Options
 }
 
 // NewTiresias is Tiresias: 2D-LAS priority, consolidation of high-skew
@@ -123,6 +127,10 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 		waiting = append(waiting, i)
 	}
 	perServer := max(st.maxPer, 1)
+	if f.TuneCPU && len(waiting) > 0 {
+		// Cores tuned while a server was full go back to its free GPUs.
+		f.cores(st).reserve()
+	}
 	var nr *netRound
 	if f.Net != nil || f.SkewLoss > 0 {
 		st.rackAware = true
@@ -207,15 +215,15 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 	if f.Migrate {
 		f.migrate(st)
 	}
+	if f.TuneCPU {
+		f.cores(st).run()
+	}
 	d := emitState(st, func(i int) (perf.Plan, float64, perf.Memory, bool) {
 		js := &st.jobs[i]
 		j := js.job
 		pl, cr := st.placement(i), st.cross(i)
 		if j.Model == nil {
 			return j.ReqPlan, 0, perf.Memory{}, true
-		}
-		if f.TuneCPU && j.ReqPlan.Offload {
-			f.tuneCPU(st, i)
 		}
 		cpg := cpgOf(js.alloc)
 		plan := j.ReqPlan
@@ -480,33 +488,44 @@ func (f *FIFO) place(st *state, i int) (bool, string) {
 	return true, ""
 }
 
-// tuneCPU raises job i's cores per GPU to what its servers can spare, up
-// to each server's per-GPU share.
-func (f *FIFO) tuneCPU(st *state, i int) {
-	tuneCPU(st, i)
-}
-
-func tuneCPU(st *state, i int) {
-	js := &st.jobs[i]
-	want := 1 << 30
-	for _, a := range js.alloc {
-		sv := st.snap.Servers[a.Server]
-		share := sv.CPUs / max(sv.GPUs, 1)
-		avail := (a.CPUs + st.freeCPU[a.Server]) / max(a.GPUs, 1)
-		want = min(want, share, avail)
-	}
-	if want <= js.cpg || want == 1<<30 {
-		return
-	}
-	for k := range js.alloc {
-		a := &js.alloc[k]
-		extra := want*a.GPUs - a.CPUs
-		if extra > 0 {
-			a.CPUs += extra
-			st.freeCPU[a.Server] -= extra
+// cores is Synergy's CPU tuner: with the GPUs and the user's plan fixed, each
+// server's cores go by CPU sensitivity (cpu.go). A job starting this round
+// whose plan does not depend on cores gets its minimum (one per GPU); jobs
+// whose plan offloads the optimizer take the free cores, then the cores of
+// less sensitive jobs on their servers above their minimum, steepest CPU
+// slope first. Running jobs are re-tuned as jobs arrive and leave, each
+// change a restart gated by the anti-thrashing rule and MinDwell.
+func (f *FIFO) cores(st *state) *cpuTuner {
+	o := f.opt.withDefaults()
+	ref := make([]float64, len(st.jobs))
+	perServer := max(st.maxPer, 1)
+	for i := range st.jobs {
+		js := &st.jobs[i]
+		j := js.job
+		js.remaining = max(j.ItersTotal-j.ItersDone, 0)
+		if j.Model == nil {
+			continue
+		}
+		ref[i] = j.Promise
+		if ref[i] <= 0 {
+			cpg := max(1, j.ReqCPUs/max(j.ReqGPUs, 1))
+			ref[i] = f.c.predict(j.Model, j.ReqPlan, perf.PackedPlacement(max(j.ReqGPUs, 1), perServer), false, cpg)
+		}
+		if ref[i] <= 0 {
+			ref[i] = 1
 		}
 	}
-	js.cpg = want
+	return &cpuTuner{st: st, opt: o, trimStarts: true,
+		thr: func(i, c int) float64 {
+			js := &st.jobs[i]
+			if js.job.Model == nil || js.total == 0 {
+				return 0
+			}
+			return f.c.predict(js.job.Model, js.job.ReqPlan, st.placement(i), st.cross(i), c)
+		},
+		w:   func(i int) float64 { return float64(max(st.jobs[i].job.ReqGPUs, 1)) / ref[i] },
+		ref: func(i int) float64 { return ref[i] },
+	}
 }
 
 // cpgOf is the cores per GPU of an allocation (the smallest share).

@@ -181,8 +181,16 @@ func (p *Morphling) prepare(js *jstate, perServer int) {
 	p.c.mu.Lock()
 	pr, ok := p.c.prep[j.ID]
 	p.c.mu.Unlock()
-	if !ok || pr.model != j.Model || pr.reqGPUs != j.ReqGPUs || pr.reqPlan != j.ReqPlan || pr.promise != j.Promise || pr.cpg != js.cpg {
-		pr = p.compute(j, js.cpg, perServer)
+	// Curves and minRes are priced with at least the request's cores per
+	// GPU: a job whose cores the CPU branch trimmed is still judged by
+	// what it would run at when it grows (the CPU pass gives an offload
+	// plan its cores back).
+	cpg := js.cpg
+	if j.ReqGPUs > 0 {
+		cpg = max(cpg, j.ReqCPUs/j.ReqGPUs)
+	}
+	if !ok || pr.model != j.Model || pr.reqGPUs != j.ReqGPUs || pr.reqPlan != j.ReqPlan || pr.promise != j.Promise || pr.cpg != cpg {
+		pr = p.compute(j, cpg, perServer)
 		p.c.mu.Lock()
 		p.c.prep[j.ID] = pr
 		p.c.mu.Unlock()
@@ -310,6 +318,10 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			}
 			return math.Max(0, 1-v.thr/best.thr)
 		}
+	}
+	if anyWaiting(st) {
+		// Cores tuned while a server was full go back to its free GPUs.
+		p.cpuTuner(st).reserve()
 	}
 	quota := map[string]int{}
 	for _, t := range s.Tenants {
@@ -559,7 +571,10 @@ func (p *Morphling) planFor(st *state, i int) planVal {
 	j := js.job
 	pl, cr := st.placement(i), st.cross(i)
 	v := p.c.best(j.Model, js.fam, pl, cr, js.cpg)
-	if j.Promise > 0 && !cr && (!v.ok || v.thr < j.Promise) && pl.GPUs() == j.ReqGPUs && p.packed(pl, st) {
+	// The promise was measured with the request's cores: an offload plan
+	// with fewer cores per GPU is slower than that.
+	reqCores := !j.ReqPlan.Offload || js.cpg >= j.ReqCPUs/max(j.ReqGPUs, 1)
+	if j.Promise > 0 && !cr && reqCores && (!v.ok || v.thr < j.Promise) && pl.GPUs() == j.ReqGPUs && p.packed(pl, st) {
 		v = planVal{ok: true, plan: j.ReqPlan, thr: j.Promise, mem: perf.EstimateMemory(j.Model.Arch, j.ReqPlan, pl)}
 	}
 	return v
@@ -864,26 +879,42 @@ func (p *Morphling) finish(st *state, i int) bool {
 // emit turns the working state into decisions: preemptions and shrinks
 // first, then grows and plan changes, then starts; then the reasons.
 func (p *Morphling) emit(st *state) Decisions {
+	// The CPU branch of Algorithm 1 on the final GPU allocations: cores
+	// by CPU slope, taken from the lowest CPU-slope jobs above their
+	// minimum (cpu.go).
+	p.cpuTuner(st).run()
 	return emitState(st, func(i int) (perf.Plan, float64, perf.Memory, bool) {
 		js := &st.jobs[i]
-		if js.planSet && js.newPlan.GPUs() == js.total && sameAlloc(js.alloc, js.job.Alloc) {
+		if js.planSet && !js.cpuSet && js.newPlan.GPUs() == js.total && sameAlloc(js.alloc, js.job.Alloc) {
 			v := p.planFor(st, i)
 			return js.newPlan, js.newThr, v.mem, true
 		}
 		v := p.planFor(st, i)
-		if v.ok && v.plan.Offload {
-			// CPU-bound plan: give it the cores its servers can spare (the
-			// CPU dimension of Algorithm 1) and re-pick the plan.
-			old := js.cpg
-			tuneCPU(st, i)
-			if w := p.planFor(st, i); w.ok && w.thr >= v.thr {
-				v = w
-			} else {
-				js.cpg = old
-			}
-		}
 		return v.plan, v.thr, v.mem, v.ok
 	})
+}
+
+// cpuTuner is the CPU branch over st: a job's CPU curve is its best plan
+// (planFor) on its tentative placement per cores per GPU.
+func (p *Morphling) cpuTuner(st *state) *cpuTuner {
+	return &cpuTuner{st: st, opt: p.opt, useMinSlope: true,
+		thr: func(i, c int) float64 {
+			js := &st.jobs[i]
+			if js.cv == nil || js.total == 0 {
+				return 0
+			}
+			old := js.cpg
+			js.cpg = c
+			v := p.planFor(st, i)
+			js.cpg = old
+			if !v.ok {
+				return 0
+			}
+			return v.thr
+		},
+		w:   func(i int) float64 { return st.jobs[i].w },
+		ref: func(i int) float64 { return st.jobs[i].ref },
+	}
 }
 
 func sameAlloc(a, b []Alloc) bool {

@@ -62,8 +62,10 @@ type jstate struct {
 	newPlan   perf.Plan
 	newThr    float64
 	planSet   bool
-	reason    string
-	slope     float64
+	// cpuSet: the CPU pass changed the job's cores this round.
+	cpuSet bool
+	reason string
+	slope  float64
 	// preemptWhy, when set, explains a preemption in its decision.
 	preemptWhy string
 }

@@ -322,8 +322,9 @@ func New(name string) (Policy, error) {
 }
 
 // NewWithRestartCost is New with the checkpoint-restart cost the
-// curve-driven policies weigh reconfigurations against (the FIFO baselines
-// never reconfigure and ignore it).
+// curve-driven policies (and synergy's core re-tuning) weigh
+// reconfigurations against (the other FIFO baselines never reconfigure and
+// ignore it).
 func NewWithRestartCost(name string, restartCost float64) (Policy, error) {
 	o := DefaultOptions()
 	switch {
@@ -333,6 +334,10 @@ func NewWithRestartCost(name string, restartCost float64) (Policy, error) {
 		o.RestartCost = 1e-6
 	}
 	switch name {
+	case "synergy":
+		f := NewSynergy()
+		f.opt = o
+		return f, nil
 	case "resources-only":
 		return NewResourcesOnly(o), nil
 	case "morphling":
