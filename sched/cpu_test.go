@@ -57,6 +57,7 @@ func TestMorphlingTakesCoresForOffload(t *testing.T) {
 		t.Fatalf("z: want a CPU-only reconfiguration with more cores, got %+v (all %v)", dz, d.Actions)
 	}
 	before, _ := llama.Predict(z.Plan, perf.Resources{Placement: perf.Placement{4}, CPUsPerGPU: 1})
+	t.Logf("z: 4 → %d cores, %.4f → %.4f samples/s; x: 88 → %d cores", cores(dz, nil), before.Throughput(llama.Arch.GlobalBatch), dz.Throughput, cores(dx0(d), nil))
 	if dz.Throughput <= before.Throughput(llama.Arch.GlobalBatch) {
 		t.Errorf("z: predicted %.3f samples/s with %d cores, no better than %.3f with 4", dz.Throughput, cores(dz, nil), before.Throughput(llama.Arch.GlobalBatch))
 	}
@@ -136,6 +137,7 @@ func TestSynergyGivesOffloadMoreCores(t *testing.T) {
 	if cores(yo, nil) <= cores(so, nil) || cores(yo, nil) <= 48 {
 		t.Errorf("synergy gives off %d cores, static %d (proportional share 48)", cores(yo, nil), cores(so, nil))
 	}
+	t.Logf("off: static %d cores %.4f samples/s, synergy %d cores %.4f samples/s", cores(so, nil), so.Throughput, cores(yo, nil), yo.Throughput)
 	if yo.Throughput <= so.Throughput {
 		t.Errorf("synergy: off predicted %.4f samples/s, static %.4f", yo.Throughput, so.Throughput)
 	}
@@ -157,3 +159,5 @@ func TestSynergyGivesOffloadMoreCores(t *testing.T) {
 		t.Errorf("newcomer not started next to the tuned job: %+v", d2)
 	}
 }
+
+func dx0(d sched.Decisions) sched.Decision { a, _ := find(d, "x"); return a }
