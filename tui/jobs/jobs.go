@@ -102,7 +102,6 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 				return func() tea.Msg { return data.ActionMsg{Action: data.ActCancel, Target: id} }
 			}
 		}
-		m.cursor = common.Clamp(m.cursor, 0, len(m.jobs)-1)
 	}
 	return nil
 }
