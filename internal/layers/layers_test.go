@@ -33,6 +33,40 @@ var forbidden = map[string][]string{
 	"fleet": {"charm.land/", "gonum.org/", "modernc.org/sqlite", module + "/sched", module + "/perf", module + "/control", module + "/tui"},
 }
 
+// TestOnlyMainImportsCLI keeps cli/ at the top: it knows every package, and
+// no package but main (the module root) may import it.
+func TestOnlyMainImportsCLI(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go tool not on PATH")
+	}
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s/...: %v\n%s", module, err, out)
+	}
+	sawCLI := false
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		pkg := f[0]
+		if pkg == module+"/cli" {
+			sawCLI = true
+		}
+		if pkg == module || pkg == module+"/cli" {
+			continue
+		}
+		for _, imp := range f[1:] {
+			if imp == module+"/cli" {
+				t.Errorf("%s imports %s: only main may", pkg, imp)
+			}
+		}
+	}
+	if !sawCLI {
+		t.Errorf("go list found no %s/cli package", module)
+	}
+}
+
 func TestLayers(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("go tool not on PATH")

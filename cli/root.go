@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"io"
@@ -6,11 +6,11 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X github.com/replan/replan/cli.version=...".
 var version = "dev"
 
 // newRootCmd wires every subcommand. Each subcommand lives in its own
-// cmd_*.go file and is constructed here; commands hold no scheduling logic.
+// file of cli/ and is constructed here; commands hold no scheduling logic.
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "replan",

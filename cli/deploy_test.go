@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ func TestDeployAndNodesCLI(t *testing.T) {
 	s := sshtest.Start(t, sshtest.Config{})
 	tmp := t.TempDir()
 	bin := filepath.Join(tmp, "replan-agent")
-	if out, err := exec.Command(gobin, "build", "-ldflags", "-X main.version=cli-test", "-o", bin, "./cmd/replan-agent").CombinedOutput(); err != nil {
+	if out, err := exec.Command(gobin, "build", "-ldflags", "-X main.version=cli-test", "-o", bin, "../cmd/replan-agent").CombinedOutput(); err != nil {
 		t.Fatalf("build agent: %v\n%s", err, out)
 	}
 	remote := filepath.Join(tmp, "{server}")
@@ -90,7 +90,7 @@ func TestDeployAndNodesCLI(t *testing.T) {
 	// Upgrade to the whole replan binary, which serves the agent as
 	// `replan agent serve`.
 	full := filepath.Join(tmp, "replan")
-	if out, err := exec.Command(gobin, "build", "-ldflags", "-X main.version=cli-full", "-o", full, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command(gobin, "build", "-ldflags", "-X github.com/replan/replan/cli.version=cli-full", "-o", full, "..").CombinedOutput(); err != nil {
 		t.Fatalf("build replan: %v\n%s", err, out)
 	}
 	upgrade := append([]string{"deploy", "--agent-binary", full, "--fake-gpus", "4xH100"}, common...)

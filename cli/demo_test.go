@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"os"
@@ -142,11 +142,13 @@ func TestDemoQueueCountsDownInTmux(t *testing.T) {
 
 var timerRE = regexp.MustCompile(`^\d+h\d+m$`)
 
+// mustWd is the repository root: the demo runs from there, as `make demo`
+// does, so its default data directory (../shared/data/morphling) resolves.
 func mustWd(t *testing.T) string {
 	t.Helper()
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return wd
+	return filepath.Dir(wd)
 }

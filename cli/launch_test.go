@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestLaunchRenderJSONContract(t *testing.T) {
-	out, err := runCLI(t, "launch", "render", "--job", "jobspec/testdata/gpt2.yaml", "--plan", "dp=8,tp=1,pp=1,mb=2,ga=1,zero=2", "--servers", "a,b", "--json")
+	out, err := runCLI(t, "launch", "render", "--job", "../jobspec/testdata/gpt2.yaml", "--plan", "dp=8,tp=1,pp=1,mb=2,ga=1,zero=2", "--servers", "a,b", "--json")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -35,10 +35,10 @@ func TestLaunchRenderJSONContract(t *testing.T) {
 			}
 		}
 	}
-	if _, err := runCLI(t, "launch", "render", "--job", "jobspec/testdata/gpt2.yaml", "--plan", "dp=8,tp=1,pp=1,mb=4,ga=1", "--servers", "a,b"); err == nil || !strings.Contains(err.Error(), "global-batch") {
+	if _, err := runCLI(t, "launch", "render", "--job", "../jobspec/testdata/gpt2.yaml", "--plan", "dp=8,tp=1,pp=1,mb=4,ga=1", "--servers", "a,b"); err == nil || !strings.Contains(err.Error(), "global-batch") {
 		t.Errorf("plan with another batch: %v", err)
 	}
-	if _, err := runCLI(t, "launch", "render", "--job", "jobspec/testdata/gpt2.yaml", "--plan", "dp=9", "--servers", "a,b"); err == nil {
+	if _, err := runCLI(t, "launch", "render", "--job", "../jobspec/testdata/gpt2.yaml", "--plan", "dp=9", "--servers", "a,b"); err == nil {
 		t.Error("9 GPUs over 2 servers: want error")
 	}
 }

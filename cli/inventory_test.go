@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -9,7 +9,7 @@ import (
 )
 
 func TestInventoryCheckExampleIsValid(t *testing.T) {
-	out, err := runCLI(t, "inventory", "check", "inventory.yaml")
+	out, err := runCLI(t, "inventory", "check", "../inventory.yaml")
 	if err != nil {
 		t.Fatalf("the documented example must validate: %v\n%s", err, out)
 	}

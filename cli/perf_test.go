@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 
 func sharedDir(t *testing.T) string {
 	t.Helper()
-	dir := filepath.Join("..", "shared", "data", "morphling")
+	dir := filepath.Join("..", "..", "shared", "data", "morphling")
 	if _, err := os.Stat(filepath.Join(dir, "profile")); err != nil {
 		t.Skipf("skipped: ../shared/data/morphling is absent (%v)", err)
 	}
