@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -150,9 +149,7 @@ func newDeployCmd(stdout, stderr io.Writer) *cobra.Command {
 				if len(results) > 0 {
 					out.SHA256 = results[0].SHA256
 				}
-				enc := json.NewEncoder(stdout)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(out); err != nil {
+				if err := writeJSON(stdout, out); err != nil {
 					return err
 				}
 			} else {

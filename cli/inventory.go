@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -53,9 +52,7 @@ func newInventoryCmd(stdout, stderr io.Writer) *cobra.Command {
 				if got != nil {
 					out.Servers, out.Racks, out.Tenants, out.GPUs = len(got.Servers), len(got.Racks), len(got.Tenants), got.Totals().GPUs
 				}
-				enc := json.NewEncoder(stdout)
-				enc.SetIndent("", "  ")
-				if jerr := enc.Encode(out); jerr != nil {
+				if jerr := writeJSON(stdout, out); jerr != nil {
 					return jerr
 				}
 			} else if err == nil {

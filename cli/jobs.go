@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -102,7 +101,7 @@ func newQueueCmd(stdout, stderr io.Writer) *cobra.Command {
 		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
 			q, err := c.Queue(ctx)
 			return q, func(w io.Writer) error {
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				tw := newTable(w)
 				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCLASS\tGPUS\tSTATE\tWAITING\tSERVER TIMER\tRACK TIMER\tACCEPTS\tNW_SENS\tREASON")
 				for _, e := range q {
 					st, rt, acc, nw := "-", "-", "-", "-"
@@ -127,7 +126,7 @@ func newJobsCmd(stdout, stderr io.Writer) *cobra.Command {
 			}
 			js, err := c.Jobs(ctx, states...)
 			return js, func(w io.Writer) error {
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				tw := newTable(w)
 				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCLASS\tSTATE\tITERS\tRESTARTS\tPLAN")
 				for _, j := range js {
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", j.ID, j.Name, j.Tenant, j.Class, j.State, j.Iterations, j.Restarts, planOf(j.Plan))
@@ -198,7 +197,7 @@ func newHistoryCmd(stdout, stderr io.Writer) *cobra.Command {
 		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
 			h, err := c.History(ctx)
 			return h, func(w io.Writer) error {
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				tw := newTable(w)
 				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tSTATE\tJCT\tQUEUED\tRESTARTS\tITERS")
 				for _, e := range h {
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", e.Job.ID, e.Job.Name, e.Job.Tenant, e.Job.State, age(e.JCTS), age(e.QueueS), e.Job.Restarts, e.Job.Iterations)
@@ -291,7 +290,7 @@ func newLinksCmd(stdout, stderr io.Writer) *cobra.Command {
 				for _, d := range lr.Dropped {
 					fmt.Fprintf(w, "dropped (a cycle of the affinity graph): %s\n", d)
 				}
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				tw := newTable(w)
 				fmt.Fprintln(tw, "LINK\tSCORE\tJOBS (SHIFT)")
 				for _, l := range lr.Links {
 					parts := make([]string, len(l.Jobs))

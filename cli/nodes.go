@@ -1,12 +1,10 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -55,9 +53,7 @@ func newNodesCmd(stdout, stderr io.Writer) *cobra.Command {
 				}
 			}
 			if ff.asJSON {
-				enc := json.NewEncoder(stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+				return writeJSON(stdout, out)
 			}
 			writeNodesTable(stdout, out)
 			return nil
@@ -71,7 +67,7 @@ func newNodesCmd(stdout, stderr io.Writer) *cobra.Command {
 
 // writeNodesTable prints one row per server, then the errors.
 func writeNodesTable(w io.Writer, out nodesJSON) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "SERVER\tADDRESS\tSTATE\tAGENT\tGPUS\tUSED\tNVML\tHEALTH\tPROCS")
 	for _, n := range out.Nodes {
 		if !n.AgentUp {

@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -20,12 +18,6 @@ func newPerfCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	cmd.AddCommand(newPerfValidateCmd(stdout), newPerfFitCmd(stdout), newPerfCurveCmd(stdout), newPerfBenchCmd(stdout))
 	return cmd
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func newPerfValidateCmd(stdout io.Writer) *cobra.Command {
@@ -61,7 +53,7 @@ func newPerfValidateCmd(stdout io.Writer) *cobra.Command {
 
 func printValidate(w io.Writer, rep dataset.Report) error {
 	fmt.Fprintf(w, "protocol: %s\n\n", rep.Protocol)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "MODEL\tPLAN FAMILY\tROWS\tAVG ERR %\tMAX ERR %")
 	for _, m := range rep.Models {
 		fmt.Fprintf(tw, "%s\t(all)\t%d\t%.2f\t%.2f\n", m.Model, m.Rows, m.AvgErrPct, m.MaxErrPct)

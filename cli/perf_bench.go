@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -43,7 +42,7 @@ func newPerfBenchCmd(stdout io.Writer) *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(stdout, "accuracy (replan perf validate; protocol printed there)")
-			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			tw := newTable(stdout)
 			fmt.Fprintf(tw, "MODEL\tROWS\tAVG ERR %%\tTARGET\tMAX ERR %%\tTARGET\tMET\n")
 			for _, m := range rep.Models {
 				met := m.AvgErrPct <= targetAvgErrPct && m.MaxErrPct <= targetMaxErrPct
@@ -54,7 +53,7 @@ func newPerfBenchCmd(stdout io.Writer) *cobra.Command {
 			}
 
 			fmt.Fprintln(stdout, "\nspeed (median of runs in this process)")
-			tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			tw = newTable(stdout)
 			fmt.Fprintf(tw, "WHAT\tMEDIAN\tTARGET\tRATIO TO TARGET\n")
 			for _, name := range []string{"bert", "gpt2", "t5", "llama7"} {
 				m, _, err := dataset.FitModel(ctx, dir, name, perf.A800, false)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -154,7 +153,7 @@ func newPerfCurveCmd(stdout io.Writer) *cobra.Command {
 				return writeJSON(stdout, curveOutput{Model: m.Arch.Name, Source: src, Points: pts})
 			}
 			fmt.Fprintf(stdout, "%s sensitivity curve (global batch %d, %.0f CPUs/GPU); model: %s\n\n", m.Arch.Name, m.Arch.GlobalBatch, cpus, src.Source)
-			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			tw := newTable(stdout)
 			fmt.Fprintln(tw, "GPUS\tCPUS/GPU\tPLACEMENT\tSAMPLES/s\tSLOPE\tBEST PLAN")
 			for _, p := range pts {
 				plan := p.PlanString

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -170,7 +169,7 @@ Every rejected plan is listed with the rule that rejected it.`,
 
 func printPlans(w io.Writer, out planOutput, batch int) error {
 	fmt.Fprintf(w, "%s on %d GPUs, placement %s (global batch %d); model: %s\n\n", out.Model, out.GPUs, out.Placement, batch, out.Source.Source)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "#\tPLAN\tITER s\tSAMPLES/s\tGPU GiB\tHOST GiB/server")
 	for i, r := range out.Plans {
 		fmt.Fprintf(tw, "%d\t%s\t%.3f\t%.2f\t%.1f\t%.0f\n", i+1, r.PlanString, r.Predicted.Iter, r.Throughput, r.Memory.GPU/perf.GiB, r.Memory.HostPerServer/perf.GiB)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -75,12 +74,12 @@ func newTrustCmd(stdout, stderr io.Writer) *cobra.Command {
 			switch info.Status {
 			case ssh.KeyChanged:
 				if asJSON {
-					_ = trustJSONOut(stdout, out)
+					_ = writeJSON(stdout, out)
 				}
 				return info.Err
 			case ssh.KeyKnown:
 				if asJSON {
-					return trustJSONOut(stdout, out)
+					return writeJSON(stdout, out)
 				}
 				fmt.Fprintf(stdout, "%s (%s) is already trusted: %s %s\n", server, addr, out.KeyType, out.Fingerprint)
 				return nil
@@ -102,7 +101,7 @@ func newTrustCmd(stdout, stderr io.Writer) *cobra.Command {
 			}
 			out.Written = true
 			if asJSON {
-				return trustJSONOut(stdout, out)
+				return writeJSON(stdout, out)
 			}
 			fmt.Fprintf(stdout, "added %s to %s\n", addr, kh)
 			return nil
@@ -114,10 +113,4 @@ func newTrustCmd(stdout, stderr io.Writer) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "connect and handshake timeout")
 	return cmd
-}
-
-func trustJSONOut(w io.Writer, v trustJSON) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
