@@ -65,6 +65,7 @@ func (d *Daemon) publish() {
 			tp := Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
 			v.throughput[id] = tp
 			r := RunningJob{Job: js.rec, Throughput: tp, ShiftS: js.shift}
+			r.Job.Iterations, r.Job.Checkpoint = max(js.iters, js.rec.Iterations), max(js.ckpt, js.rec.Checkpoint)
 			if js.spec.Class == jobspec.Guaranteed {
 				r.PromisedSPS = d.promised(js)
 				got := tp.MeasuredSPS
