@@ -378,4 +378,3 @@ func (d *Daemon) stopRun(js *jobState) {
 	js.lastRun = d.now()
 	js.phase = time.Time{}
 }
-

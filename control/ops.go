@@ -220,17 +220,17 @@ func (d *Daemon) queueLocked() []QueueEntry {
 // NodeView is a server with what the daemon knows of it.
 type NodeView struct {
 	ServerInfo
-	Reachable bool     `json:"reachable"`
-	Drained   bool     `json:"drained"`
-	Missed    int      `json:"missed_heartbeats"`
+	Reachable bool `json:"reachable"`
+	Drained   bool `json:"drained"`
+	Missed    int  `json:"missed_heartbeats"`
 	// Suspect: launches of several jobs failed there; no new starts
 	// until undrain or a passing health check. SuspectWhy names them.
 	Suspect    bool   `json:"suspect,omitempty"`
 	SuspectWhy string `json:"suspect_why,omitempty"`
 	// State is one word: up, down, drained or suspect.
-	State string `json:"state"`
-	FreeGPUs  int      `json:"free_gpus"`
-	Jobs      []string `json:"jobs"`
+	State    string   `json:"state"`
+	FreeGPUs int      `json:"free_gpus"`
+	Jobs     []string `json:"jobs"`
 	// GPUOwners is the job holding each GPU index ("" when free).
 	GPUOwners []string `json:"gpu_owners"`
 }
