@@ -142,7 +142,7 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 	}
 	ids := make([]string, 0, len(d.jobs))
 	for id, js := range d.jobs {
-		if js.stopping {
+		if js.stopping || d.now().Before(js.backoff) {
 			continue
 		}
 		if js.rec.State == StateQueued || js.rec.State == StatePreempted || js.rec.State == StateRunning {

@@ -67,6 +67,11 @@ type Config struct {
 	// within 30 minutes of the daemon's clock).
 	SuspectAfter  int
 	SuspectWindow time.Duration
+	// LaunchBackoff keeps a job whose launch failed out of the rounds for
+	// this long (doubling with each failure in a row, at most 32×), so the
+	// server it failed on is offered to other jobs and the job is placed
+	// elsewhere (default 30 s of the daemon's clock).
+	LaunchBackoff time.Duration
 }
 
 // HealthChecker is implemented by executors that can check a server
@@ -139,6 +144,10 @@ type jobState struct {
 	// stopping is set while the executor stops the job after its new
 	// state was stored: its devices stay held and no round touches it.
 	stopping bool
+	// launchFails counts the job's failed launches in a row; backoff is
+	// when it may be scheduled again.
+	launchFails int
+	backoff     time.Time
 	// exec serialises the executor calls of this job; never taken while
 	// holding d.mu.
 	exec sync.Mutex
@@ -200,6 +209,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	if cfg.SuspectWindow <= 0 {
 		cfg.SuspectWindow = 30 * time.Minute
+	}
+	if cfg.LaunchBackoff <= 0 {
+		cfg.LaunchBackoff = 30 * time.Second
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[string]*perf.Online{}, waits: map[string]string{}, timers: map[string]sched.JobTimers{},
 		snapModels: map[string]*perf.Model{}, pending: map[string]JobObservation{}, requeues: map[string]pendingRequeue{}, checked: map[string]time.Time{}, launchFails: map[string][]launchFailure{}}

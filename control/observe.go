@@ -94,6 +94,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		iters := max(js.iters, o.Iterations)
 		ckpt := max(js.ckpt, o.Checkpoint)
 		if o.SamplesPerSec > 0 {
+			js.launchFails = 0 // it runs: its launches succeed again
 			js.measSPS = o.SamplesPerSec
 			if err := d.refit(ctx, js, o.SamplesPerSec); err != nil {
 				errs = append(errs, err)

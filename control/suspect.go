@@ -123,6 +123,8 @@ func (d *Daemon) launchFailed(ctx context.Context, js *jobState, servers []launc
 			}
 		}
 		d.afterRequeue(js, final, false)
+		js.launchFails++
+		js.backoff = now.Add(d.cfg.LaunchBackoff << min(js.launchFails-1, 5))
 	})
 	if err != nil {
 		// Memory still says running (as the store does); the requeue is
