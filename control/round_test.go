@@ -362,3 +362,44 @@ func TestBlackHoleServerBecomesSuspect(t *testing.T) {
 		}
 	}
 }
+
+// ctxExec is a simulated cluster whose calls fail when their context is
+// done (an SSH call abandoned with its client).
+type ctxExec struct{ *SimExecutor }
+
+func (e ctxExec) Stop(ctx context.Context, id string, ckpt bool) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("stop %s: %w", id, err)
+	}
+	return e.SimExecutor.Stop(ctx, id, ckpt)
+}
+
+// TestCancelCompletesWhenTheClientGoesAway: a cancel whose client has
+// gone is done completely or not at all: never "cancelled" in memory
+// while the store (and the cluster) still run the job.
+func TestCancelCompletesWhenTheClientGoesAway(t *testing.T) {
+	ctx := context.Background()
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	sim := NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 0)
+	st, _ := openTest(t)
+	d, _ := newDaemonWith(t, st, ctxExec{sim}, "static", c)
+	j, _ := d.Submit(ctx, spec(t, "victim", 8, jobspec.BestEffort))
+	d.Round(ctx)
+	if got := sim.Running(); len(got) != 1 {
+		t.Fatalf("test setup: running %v", got)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err := d.Cancel(gone, j.ID)
+	t.Logf("cancel with a gone client: %v", err)
+	consistent(t, d, st, sim, "cancel with a gone client")
+	r, _ := st.GetJob(ctx, j.ID)
+	if r.State == StateCancelled && len(sim.Running()) != 0 {
+		t.Fatalf("stored cancelled but still running on the cluster: %v", sim.Running())
+	}
+	// The GPUs are free for the next job only once the job stopped.
+	next, _ := d.Submit(ctx, spec(t, "next", 8, jobspec.BestEffort))
+	d.Round(ctx)
+	consistent(t, d, st, sim, "after the next round")
+	_ = next
+}
