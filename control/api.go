@@ -286,7 +286,7 @@ func (a *API) nodeOp(w http.ResponseWriter, r *http.Request) {
 	case "drain":
 		moved, err := a.D.Drain(r.Context(), name)
 		if err != nil && moved == nil {
-			writeErr(w, http.StatusNotFound, err)
+			writeErr(w, statusOf(err), err)
 			return
 		}
 		if moved == nil {
@@ -296,7 +296,7 @@ func (a *API) nodeOp(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"server": name, "moved": moved})
 	case "undrain":
 		if err := a.D.Undrain(r.Context(), name); err != nil {
-			writeErr(w, http.StatusNotFound, err)
+			writeErr(w, statusOf(err), err)
 			return
 		}
 		a.D.Kick()
