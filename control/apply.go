@@ -5,12 +5,13 @@ package control
 // re-checked against the state of that moment (Nomad's plan applier).
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
+	"strings"
 	"time"
 
 	"github.com/replan/replan/jobspec"
@@ -96,8 +97,9 @@ func (d *Daemon) Submit(ctx context.Context, spec *jobspec.Spec) (JobRecord, err
 		return JobRecord{}, fmt.Errorf("submit: %w", err)
 	}
 	d.mu.Lock()
-	d.jobs[id] = &jobState{rec: rec, spec: spec}
-	d.publish()
+	js := &jobState{rec: rec, spec: spec}
+	d.jobs[id] = js
+	d.publishAdded(js)
 	d.mu.Unlock()
 	return rec, nil
 }
@@ -140,25 +142,32 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 	for _, t := range d.cfg.Tenants {
 		s.Tenants = append(s.Tenants, sched.Tenant{Name: t.Name, QuotaGPUs: t.QuotaGPUs})
 	}
-	ids := make([]string, 0, len(d.jobs))
+	type entry struct {
+		at int64
+		id string
+	}
+	order := make([]entry, 0, len(d.jobs))
+	now := d.now()
 	for id, js := range d.jobs {
-		if js.stopping || d.now().Before(js.backoff) {
+		if js.stopping || now.Before(js.backoff) {
 			continue
 		}
 		if js.rec.State == StateQueued || js.rec.State == StatePreempted || js.rec.State == StateRunning {
-			ids = append(ids, id)
+			order = append(order, entry{js.rec.SubmittedAt.UnixNano(), id})
 		}
 	}
-	sort.Slice(ids, func(a, b int) bool {
-		ja, jb := d.jobs[ids[a]].rec, d.jobs[ids[b]].rec
-		if !ja.SubmittedAt.Equal(jb.SubmittedAt) {
-			return ja.SubmittedAt.Before(jb.SubmittedAt)
+	slices.SortFunc(order, func(a, b entry) int {
+		if a.at != b.at {
+			return cmp.Compare(a.at, b.at)
 		}
-		return ids[a] < ids[b]
+		return strings.Compare(a.id, b.id)
 	})
+	ids := make([]string, len(order))
+	for k, e := range order {
+		ids[k] = e.id
+	}
 	seen := make(map[string]seenJob, len(ids))
 	total := d.clusterGPUs()
-	now := d.now()
 	for _, id := range ids {
 		js := d.jobs[id]
 		seen[id] = seenJob{state: js.rec.State, attempt: js.rec.Attempt}
@@ -371,7 +380,7 @@ func (d *Daemon) applyDecision(ctx context.Context, a sched.Decision, seen seenJ
 			js.servers = nil
 			js.stopping = true
 		})
-		d.publish()
+		d.publishSoon()
 		d.mu.Unlock()
 		if err != nil {
 			return false, err
@@ -444,7 +453,7 @@ func (d *Daemon) launch(ctx context.Context, js *jobState, a sched.Decision, ser
 			next.CheckpointPlan = js.ckPlan
 		}
 	})
-	d.publish()
+	d.publishSoon()
 	d.mu.Unlock()
 	if err != nil {
 		return err
@@ -472,7 +481,7 @@ func (d *Daemon) launch(ctx context.Context, js *jobState, a sched.Decision, ser
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	defer d.publish()
+	defer d.publishSoon()
 	if d.jobs[id] != js || js.rec.State != StateRunning || js.rec.Attempt != attempt {
 		return err // cancelled or moved meanwhile; that path cleans up
 	}
@@ -533,7 +542,7 @@ func (d *Daemon) stopAndRelease(ctx context.Context, js *jobState, id string, ch
 	js.exec.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	defer d.publish()
+	defer d.publishSoon()
 	d.release(id)
 	js.stopping = false
 	if err != nil {

@@ -100,6 +100,9 @@ type Daemon struct {
 	lastRound RoundStats
 	notify    notifier
 	published atomic.Pointer[readView]
+	// publishedAt is when the view was last rebuilt (wall clock).
+	publishedAt time.Time
+	stale       atomic.Bool // the view misses changes (see publishSoon)
 	links     sched.LinkReport           // the last round's time-shift report
 	curves    perf.CurveCache            // sensitivity curves for the API
 	history   sched.TimerHistory         // the delay-timer auto-tuner's memory

@@ -161,6 +161,9 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if len(stops) > 0 {
+		d.publishNow()
+	}
 	if err := d.healthChecks(ctx); err != nil {
 		errs = append(errs, err)
 	}

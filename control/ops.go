@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/replan/replan/sched"
@@ -53,7 +54,9 @@ func (d *Daemon) Cancel(ctx context.Context, id string) (JobRecord, error) {
 		return out, fmt.Errorf("cancel %s: %w", id, err)
 	}
 	if running {
-		if err := d.stopAndRelease(ctx, js, id, false); err != nil {
+		err := d.stopAndRelease(ctx, js, id, false)
+		d.publishNow()
+		if err != nil {
 			return out, fmt.Errorf("cancel %s: %w", id, err)
 		}
 	}
@@ -149,6 +152,7 @@ func (d *Daemon) Drain(ctx context.Context, server string) ([]string, error) {
 		}
 		moved = append(moved, ids[k])
 	}
+	d.publishNow()
 	return moved, errors.Join(errs...)
 }
 
@@ -192,12 +196,17 @@ type QueueEntry struct {
 func (d *Daemon) Queue() []QueueEntry { return d.view().queue }
 
 func (d *Daemon) queueLocked() []QueueEntry {
-	var out []QueueEntry
-	now := d.now()
+	ids := make([]string, 0, len(d.jobs))
 	for id, js := range d.jobs {
-		if js.rec.State == StateRunning {
-			continue
+		if js.rec.State != StateRunning {
+			ids = append(ids, id)
 		}
+	}
+	slices.Sort(ids)
+	out := make([]QueueEntry, 0, len(ids))
+	now := d.now()
+	for _, id := range ids {
+		js := d.jobs[id]
 		reason := d.waits[id]
 		if js.rec.State == StateHeld {
 			reason = "held by the operator"
@@ -207,13 +216,14 @@ func (d *Daemon) queueLocked() []QueueEntry {
 		if reason == "" {
 			reason = "not scheduled yet"
 		}
-		e := QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: reason, WaitingS: now.Sub(js.rec.SubmittedAt).Seconds()}
+		out = append(out, QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: reason, WaitingS: now.Sub(js.rec.SubmittedAt).Seconds()})
 		if t, ok := d.timers[id]; ok && js.rec.State != StateHeld {
-			e.Timers = &t
+			out[len(out)-1].Timers = &t
 		}
-		out = append(out, e)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Job.ID < out[b].Job.ID })
+	if len(out) == 0 {
+		return nil
+	}
 	return out
 }
 

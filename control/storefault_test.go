@@ -382,21 +382,24 @@ func fillDisk(t *testing.T, st *SQLite) {
 	if _, err := st.db.ExecContext(ctx, fmt.Sprintf(`PRAGMA max_page_count = %d`, pages)); err != nil {
 		t.Fatal(err)
 	}
-	pad := strings.Repeat("x", 300)
-	for i := 0; ; i++ {
-		if _, err := st.db.ExecContext(ctx, `INSERT INTO events(kind, msg, at) VALUES ('fill', ?, 0)`, pad); err != nil {
-			break
+	// Rows of shrinking size, until not even a one-byte row fits.
+	for _, size := range []int{300, 100, 30, 10, 1} {
+		pad := strings.Repeat("x", size)
+		for i := 0; ; i++ {
+			if _, err := st.db.ExecContext(ctx, `INSERT INTO events(kind, msg, at) VALUES ('', ?, 0)`, pad); err != nil {
+				break
+			}
+			if i > 100000 {
+				t.Fatal("the database never filled up")
+			}
 		}
-		if i > 100000 {
-			t.Fatal("the database never filled up")
-		}
-	}
-	for i := 0; ; i++ {
-		if _, err := st.db.ExecContext(ctx, `INSERT INTO job_history(job_id, from_state, to_state, reason, at) VALUES ('j-fill', '', 'queued', ?, 0)`, pad); err != nil {
-			break
-		}
-		if i > 100000 {
-			t.Fatal("the database never filled up")
+		for i := 0; ; i++ {
+			if _, err := st.db.ExecContext(ctx, `INSERT INTO job_history(job_id, from_state, to_state, reason, at) VALUES ('', '', '', ?, 0)`, pad); err != nil {
+				break
+			}
+			if i > 100000 {
+				t.Fatal("the database never filled up")
+			}
 		}
 	}
 }
