@@ -102,11 +102,11 @@ type Daemon struct {
 	published atomic.Pointer[readView]
 	// publishedAt is when the view was last rebuilt (wall clock).
 	publishedAt time.Time
-	stale       atomic.Bool // the view misses changes (see publishSoon)
-	links     sched.LinkReport           // the last round's time-shift report
-	curves    perf.CurveCache            // sensitivity curves for the API
-	history   sched.TimerHistory         // the delay-timer auto-tuner's memory
-	timers    map[string]sched.JobTimers // last round's timers per waiting job
+	stale       atomic.Bool                // the view misses changes (see publishSoon)
+	links       sched.LinkReport           // the last round's time-shift report
+	curves      perf.CurveCache            // sensitivity curves for the API
+	history     sched.TimerHistory         // the delay-timer auto-tuner's memory
+	timers      map[string]sched.JobTimers // last round's timers per waiting job
 	// snapModels are immutable copies of d.models given to the policy
 	// (replaced when a model is refitted, so the policy's caches keyed by
 	// the pointer stay valid between rounds).
