@@ -200,12 +200,16 @@ func (a *Agent) Close() error {
 }
 
 // ListenUnix listens on path with mode 0600, creating its directory (0700).
-// A stale socket left by a dead agent is replaced; a live one is an error.
+// A stale socket left by a dead agent is replaced; a live one is an error,
+// and so is a path that exists and is not a socket (never deleted).
 func ListenUnix(ctx context.Context, path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
-	if _, err := os.Lstat(path); err == nil {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("listen %s: it exists and is not a socket (%s); refusing to replace it", path, fi.Mode().Type())
+		}
 		var d net.Dialer
 		if c, err := d.DialContext(ctx, "unix", path); err == nil {
 			c.Close()

@@ -86,15 +86,22 @@ See docs/control.md.`,
 
 func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	inv, err := cluster.Load(o.inventory)
-	if err != nil {
-		return err
-	}
 	if o.db == "" {
 		home, _ := os.UserHomeDir()
 		o.db = filepath.Join(home, ".replan", "replan.db")
 	}
-	if err := os.MkdirAll(filepath.Dir(o.db), 0o700); err != nil {
+	// One daemon per database: the lock comes before anything is read,
+	// and is held until the process ends.
+	lock, err := control.LockDB(o.db)
+	if err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
+	defer lock.Release()
+	if err := control.RefuseNonSocket(o.socket); err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
+	inv, err := cluster.Load(o.inventory)
+	if err != nil {
 		return err
 	}
 	if o.data == "" {
@@ -142,11 +149,14 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 			spine = r.SpineGBps
 		}
 	}
-	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine})
+	// The socket is taken before the daemon recovers its state, so a
+	// daemon that cannot serve changes nothing.
+	l, err := control.ListenUnix(o.socket)
 	if err != nil {
 		return err
 	}
-	l, err := control.ListenUnix(o.socket)
+	defer l.Close()
+	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine})
 	if err != nil {
 		return err
 	}

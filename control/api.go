@@ -154,6 +154,8 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrBadState), errors.Is(err, ErrConflict):
 		return http.StatusConflict
+	case errors.Is(err, ErrStore):
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
@@ -284,7 +286,7 @@ func (a *API) nodeOp(w http.ResponseWriter, r *http.Request) {
 	case "drain":
 		moved, err := a.D.Drain(r.Context(), name)
 		if err != nil && moved == nil {
-			writeErr(w, http.StatusNotFound, err)
+			writeErr(w, statusOf(err), err)
 			return
 		}
 		if moved == nil {
@@ -294,7 +296,7 @@ func (a *API) nodeOp(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"server": name, "moved": moved})
 	case "undrain":
 		if err := a.D.Undrain(r.Context(), name); err != nil {
-			writeErr(w, http.StatusNotFound, err)
+			writeErr(w, statusOf(err), err)
 			return
 		}
 		a.D.Kick()
@@ -355,6 +357,9 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 // only; a stale socket from a dead daemon is replaced.
 func ListenUnix(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if err := RefuseNonSocket(path); err != nil {
 		return nil, err
 	}
 	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {

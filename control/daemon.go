@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -63,12 +62,34 @@ type Config struct {
 	// (checkpoints at most this often, plain progress at most four times
 	// less often; default 10 s of the daemon's clock).
 	ProgressEvery time.Duration
+	// SuspectAfter is how many different jobs' launches must fail on one
+	// server within SuspectWindow for it to become suspect (default 3,
+	// within 30 minutes of the daemon's clock).
+	SuspectAfter  int
+	SuspectWindow time.Duration
+	// LaunchBackoff keeps a job whose launch failed out of the rounds for
+	// this long (doubling with each failure in a row, at most 32×), so the
+	// server it failed on is offered to other jobs and the job is placed
+	// elsewhere (default 30 s of the daemon's clock).
+	LaunchBackoff time.Duration
+}
+
+// HealthChecker is implemented by executors that can check a server
+// (launch a trivial process there); a suspect server whose check passes
+// is cleared.
+type HealthChecker interface {
+	Check(ctx context.Context, server string) error
 }
 
 // Daemon is the control plane's state and loop.
 type Daemon struct {
-	cfg       Config
-	log       *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// roundMu serialises rounds (a Policy is not safe for two goroutines);
+	// mu guards the state below. A round holds mu only to copy its
+	// snapshot and to apply each decision, never while the policy runs or
+	// an executor works.
+	roundMu   sync.Mutex
 	mu        sync.Mutex
 	jobs      map[string]*jobState // every job not in a final state
 	srvIdx    map[string]int
@@ -79,10 +100,30 @@ type Daemon struct {
 	lastRound RoundStats
 	notify    notifier
 	published atomic.Pointer[readView]
-	links     sched.LinkReport           // the last round's time-shift report
-	curves    perf.CurveCache            // sensitivity curves for the API
-	history   sched.TimerHistory         // the delay-timer auto-tuner's memory
-	timers    map[string]sched.JobTimers // last round's timers per waiting job
+	// publishedAt is when the view was last rebuilt (wall clock).
+	publishedAt time.Time
+	stale       atomic.Bool                // the view misses changes (see publishSoon)
+	links       sched.LinkReport           // the last round's time-shift report
+	curves      perf.CurveCache            // sensitivity curves for the API
+	history     sched.TimerHistory         // the delay-timer auto-tuner's memory
+	timers      map[string]sched.JobTimers // last round's timers per waiting job
+	// snapModels are immutable copies of d.models given to the policy
+	// (replaced when a model is refitted, so the policy's caches keyed by
+	// the pointer stay valid between rounds).
+	snapModels map[string]*perf.Model
+	// pending holds observations whose store write failed (a finish seen
+	// during a full disk): they are applied again at the next Observe.
+	pending map[string]JobObservation
+	// requeues are jobs whose launch failed but whose requeue could not be
+	// stored: retried at the next Observe.
+	requeues map[string]pendingRequeue
+	// checked is when a suspect server was last health-checked.
+	checked map[string]time.Time
+	// launchFails are the recent launch failures per server (suspects).
+	launchFails map[string][]launchFailure
+	// counters for metrics
+	dropped     atomic.Int64 // decisions dropped at apply (stale)
+	storeErrors atomic.Int64 // store writes that failed
 }
 
 type jobState struct {
@@ -100,12 +141,27 @@ type jobState struct {
 	spec    *jobspec.Spec
 	plan    perf.Plan
 	servers []launch.Server // current placement with device ids; empty when not running
+	// iters and ckpt are the progress last observed; rec holds what is
+	// stored (progress is written at most every ProgressEvery).
+	iters, ckpt int
+	// stopping is set while the executor stops the job after its new
+	// state was stored: its devices stay held and no round touches it.
+	stopping bool
+	// launchFails counts the job's failed launches in a row; backoff is
+	// when it may be scheduled again.
+	launchFails int
+	backoff     time.Time
+	// exec serialises the executor calls of this job; never taken while
+	// holding d.mu.
+	exec sync.Mutex
 }
 
 type nodeState struct {
-	reachable bool
-	missed    int
-	drained   bool
+	reachable  bool
+	missed     int
+	drained    bool
+	suspect    bool
+	suspectWhy string
 }
 
 // RoundStats describes the last scheduling round.
@@ -114,6 +170,14 @@ type RoundStats struct {
 	Duration time.Duration `json:"duration"`
 	Actions  int           `json:"actions"`
 	Waiting  int           `json:"waiting"`
+	// Applied is how many decisions were carried out; Dropped how many no
+	// longer held when they were applied (the job or the devices changed
+	// since the snapshot) and were left to the next round.
+	Applied int `json:"applied"`
+	Dropped int `json:"dropped"`
+	// PlanDuration is the time the policy took; Duration is the whole
+	// round (snapshot, plan, apply).
+	PlanDuration time.Duration `json:"plan_duration"`
 }
 
 // New builds a daemon and recovers its state from the store: jobs that
@@ -143,7 +207,17 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.TimerWindow <= 0 {
 		cfg.TimerWindow = 7 * 24 * time.Hour
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[string]*perf.Online{}, waits: map[string]string{}, timers: map[string]sched.JobTimers{}}
+	if cfg.SuspectAfter <= 0 {
+		cfg.SuspectAfter = 3
+	}
+	if cfg.SuspectWindow <= 0 {
+		cfg.SuspectWindow = 30 * time.Minute
+	}
+	if cfg.LaunchBackoff <= 0 {
+		cfg.LaunchBackoff = 30 * time.Second
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[string]*perf.Online{}, waits: map[string]string{}, timers: map[string]sched.JobTimers{},
+		snapModels: map[string]*perf.Model{}, pending: map[string]JobObservation{}, requeues: map[string]pendingRequeue{}, checked: map[string]time.Time{}, launchFails: map[string][]launchFailure{}}
 	for i, s := range cfg.Servers {
 		if _, dup := d.srvIdx[s.Name]; dup {
 			return nil, fmt.Errorf("control: server %s twice", s.Name)
@@ -178,10 +252,14 @@ func (d *Daemon) adopt(ctx context.Context) error {
 			return fmt.Errorf("adopt %s: %w", id, err)
 		}
 		if ok {
-			d.event(ctx, "adopt", id, "", js.spec.Name+" still running: adopted", nil)
+			if err := d.write(ctx, nil, Batch{Events: []Event{d.ev("adopt", id, "", js.spec.Name+" still running: adopted", nil)}}, nil); err != nil {
+				return fmt.Errorf("adopt %s: %w", id, err)
+			}
 			continue
 		}
-		d.requeue(ctx, js, fmt.Sprintf("not running after the daemon restarted; back to the queue from checkpoint %d", js.rec.Checkpoint))
+		if err := d.requeue(ctx, js, fmt.Sprintf("not running after the daemon restarted; back to the queue from checkpoint %d", js.rec.Checkpoint), false); err != nil {
+			return fmt.Errorf("adopt %s: %w", id, err)
+		}
 	}
 	return nil
 }
@@ -211,6 +289,7 @@ func (d *Daemon) recover(ctx context.Context) error {
 	for _, n := range nodes {
 		if i, ok := d.srvIdx[n.Name]; ok {
 			d.nodes[i].drained = n.Drained
+			d.nodes[i].suspect, d.nodes[i].suspectWhy = n.Suspect, n.SuspectWhy
 		}
 	}
 	recs, err := d.cfg.Store.ListJobs(ctx, JobFilter{States: []JobState{StateQueued, StateHeld, StateRunning, StatePreempted}})
@@ -222,9 +301,11 @@ func (d *Daemon) recover(ctx context.Context) error {
 		if err := json.Unmarshal(r.Spec, &spec); err != nil {
 			return fmt.Errorf("recover job %s: spec: %w", r.ID, err)
 		}
-		js := &jobState{rec: r, spec: &spec}
+		js := &jobState{rec: r, spec: &spec, iters: r.Iterations, ckpt: r.Checkpoint}
 		if len(r.Plan) > 0 {
-			json.Unmarshal(r.Plan, &js.plan)
+			if err := json.Unmarshal(r.Plan, &js.plan); err != nil {
+				return fmt.Errorf("recover job %s: plan: %w", r.ID, err)
+			}
 			if r.State != StateRunning {
 				js.ckPlan = js.plan // it last ran, and checkpointed, with this plan
 			}
@@ -242,31 +323,23 @@ func (d *Daemon) recover(ctx context.Context) error {
 
 func (d *Daemon) now() time.Time { return d.cfg.Clock().UTC() }
 
-func (d *Daemon) event(ctx context.Context, kind, job, node, msg string, data any) {
-	var raw json.RawMessage
-	if data != nil {
-		raw, _ = json.Marshal(data)
-	}
-	if _, err := d.cfg.Store.AddEvent(ctx, Event{Kind: kind, JobID: job, Node: node, Msg: msg, Data: raw, At: d.now()}); err != nil {
-		d.log.Error("store event", "err", err)
-	}
-	d.broadcast()
-}
+// modelKey names a model type.
+func modelKey(a perf.Arch) string { return fmt.Sprintf("%s/%d", a.Name, a.GlobalBatch) }
 
-// save writes js.rec with a state transition reason; the record's version
-// is refreshed from the store.
-func (d *Daemon) save(ctx context.Context, js *jobState, reason string) error {
-	v, err := d.cfg.Store.UpdateJob(ctx, js.rec, reason, d.now())
-	if err != nil {
-		return err
+// snapModel is the immutable copy of a model type's model the policy gets.
+func (d *Daemon) snapModel(a perf.Arch) *perf.Model {
+	key := modelKey(a)
+	if m, ok := d.snapModels[key]; ok {
+		return m
 	}
-	js.rec.Version = v
-	return nil
+	m := d.model(a).Model
+	d.snapModels[key] = &m
+	return &m
 }
 
 // model returns the online model of a model type, creating it.
 func (d *Daemon) model(a perf.Arch) *perf.Online {
-	key := fmt.Sprintf("%s/%d", a.Name, a.GlobalBatch)
+	key := modelKey(a)
 	if o, ok := d.models[key]; ok {
 		return o
 	}
@@ -274,344 +347,6 @@ func (d *Daemon) model(a perf.Arch) *perf.Online {
 	o.Model.Arch = a
 	d.models[key] = o
 	return o
-}
-
-// Submit validates nothing more than jobspec did, stores the job queued
-// and returns its record. The next round schedules it.
-func (d *Daemon) Submit(ctx context.Context, spec *jobspec.Spec) (JobRecord, error) {
-	if spec == nil {
-		return JobRecord{}, errors.New("submit: no spec")
-	}
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		return JobRecord{}, err
-	}
-	id, err := d.cfg.Store.NextJobID(ctx)
-	if err != nil {
-		return JobRecord{}, fmt.Errorf("submit: %w", err)
-	}
-	rec := JobRecord{ID: id, Name: spec.Name, Tenant: spec.Tenant, Class: string(spec.Class), Spec: raw, State: StateQueued, SubmittedAt: d.now(), Version: 1}
-	if err := d.cfg.Store.CreateJob(ctx, rec); err != nil {
-		return JobRecord{}, fmt.Errorf("submit: %w", err)
-	}
-	d.mu.Lock()
-	d.jobs[id] = &jobState{rec: rec, spec: spec}
-	d.publish()
-	d.mu.Unlock()
-	d.event(ctx, "submit", id, "", fmt.Sprintf("%s submitted by tenant %s (%s, %d GPUs)", spec.Name, spec.Tenant, spec.Class, spec.Request.GPUs), nil)
-	return rec, nil
-}
-
-// snapshot builds the scheduler's view: usable servers, tenants, and every
-// queued, preempted or running job.
-func (d *Daemon) snapshot() sched.Snapshot {
-	s := sched.Snapshot{Now: float64(d.now().UnixNano()) / 1e9, History: d.history, SpineGBps: d.cfg.SpineGBps}
-	for i, info := range d.cfg.Servers {
-		sv := sched.Server{ID: info.Name, Rack: info.Rack, GPUs: info.GPUs, CPUs: info.CPUs, MemGB: info.MemGB}
-		if n := d.nodes[i]; n.drained || n.missed >= d.cfg.HeartbeatMisses {
-			sv.GPUs, sv.CPUs, sv.MemGB = 0, 0, 0
-		}
-		s.Servers = append(s.Servers, sv)
-	}
-	for _, t := range d.cfg.Tenants {
-		s.Tenants = append(s.Tenants, sched.Tenant{Name: t.Name, QuotaGPUs: t.QuotaGPUs})
-	}
-	ids := make([]string, 0, len(d.jobs))
-	for id, js := range d.jobs {
-		if js.rec.State == StateQueued || js.rec.State == StatePreempted || js.rec.State == StateRunning {
-			ids = append(ids, id)
-		}
-	}
-	sort.Slice(ids, func(a, b int) bool {
-		ja, jb := d.jobs[ids[a]].rec, d.jobs[ids[b]].rec
-		if !ja.SubmittedAt.Equal(jb.SubmittedAt) {
-			return ja.SubmittedAt.Before(jb.SubmittedAt)
-		}
-		return ids[a] < ids[b]
-	})
-	for _, id := range ids {
-		js := d.jobs[id]
-		o := d.model(js.spec.Arch)
-		sj := sched.Job{ID: id, Tenant: js.spec.Tenant, Model: &o.Model, ReqGPUs: js.spec.Request.GPUs, ReqCPUs: js.spec.Request.CPUs,
-			ReqPlan: js.spec.Request.Plan, Submit: float64(js.rec.SubmittedAt.UnixNano()) / 1e9,
-			ItersDone: float64(js.rec.Iterations), ItersTotal: float64(js.spec.Iterations), Restarts: js.rec.Restarts}
-		if js.spec.Class == jobspec.Guaranteed {
-			sj.Class = sched.Guaranteed
-		}
-		if !js.spec.Request.HasPlan {
-			sj.ReqPlan = defaultPlan(js.spec)
-		}
-		if js.rec.State != StateRunning {
-			sj.RunSeconds = js.ranFor.Seconds()
-			if !js.lastRun.IsZero() {
-				sj.LastRun = float64(js.lastRun.UnixNano()) / 1e9
-			}
-		}
-		if js.rec.State == StateRunning {
-			sj.Plan = js.plan
-			changed := js.changed
-			if changed.IsZero() {
-				changed = js.rec.StartedAt
-			}
-			sj.LastChange = float64(changed.UnixNano()) / 1e9
-			sj.LastRun = sj.Submit
-			if !js.runFrom.IsZero() {
-				sj.RunSeconds = (js.ranFor + d.now().Sub(js.runFrom)).Seconds()
-				sj.LastRun = float64(d.now().UnixNano()) / 1e9
-			}
-			if !js.phase.IsZero() {
-				sj.Phase = float64(js.phase.UnixNano()) / 1e9
-			}
-			for _, srv := range js.servers {
-				i := d.srvIdx[srv.Name]
-				sj.Alloc = append(sj.Alloc, sched.Alloc{Server: i, GPUs: len(srv.GPUs), CPUs: len(srv.CPUs)})
-			}
-		}
-		s.Jobs = append(s.Jobs, sj)
-	}
-	s.FillFree()
-	return s
-}
-
-// defaultPlan is the request plan of a job that named none: plain data
-// parallelism over its GPUs (accumulating when the batch does not split).
-func defaultPlan(spec *jobspec.Spec) perf.Plan {
-	g := max(spec.Request.GPUs, 1)
-	mb := max(spec.GlobalBatch/g, 1)
-	return perf.Plan{DP: g, TP: 1, PP: 1, MicroBatch: mb, GA: 1}
-}
-
-// Round runs one scheduling round and applies its decisions. Each change
-// is written to the store before the executor carries it out.
-func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	defer d.publish()
-	start := time.Now()
-	snap := d.snapshot()
-	dec := d.cfg.Policy.Schedule(snap)
-	elapsed := time.Since(start)
-	var errs []error
-	pinned := map[string]string{}
-	for _, a := range dec.Actions {
-		if why := d.breaksPin(a); why != "" {
-			fixed, ok := d.pinnedStart(a)
-			if !ok {
-				pinned[a.Job] = why
-				continue
-			}
-			a = fixed
-		}
-		if err := d.apply(ctx, a); err != nil {
-			errs = append(errs, fmt.Errorf("%s %s: %w", a.Kind, a.Job, err))
-		}
-	}
-	for id, why := range pinned {
-		if js := d.jobs[id]; js != nil && js.rec.State != StateRunning {
-			dec.Waiting = append(dec.Waiting, sched.Wait{Job: id, Reason: why})
-		}
-	}
-	waiting := map[string]string{}
-	for _, w := range dec.Waiting {
-		waiting[w.Job] = w.Reason
-		js := d.jobs[w.Job]
-		if js == nil || d.waits[w.Job] == w.Reason {
-			continue
-		}
-		js.rec.Reason = w.Reason
-		if err := d.save(ctx, js, "wait"); err != nil {
-			errs = append(errs, err)
-		}
-		d.cfg.Store.AddDecision(ctx, DecisionRecord{JobID: w.Job, Kind: "wait", Reason: w.Reason, At: d.now()})
-	}
-	d.waits = waiting
-	d.links = dec.Links
-	d.timers = map[string]sched.JobTimers{}
-	for _, t := range dec.Timers {
-		d.timers[t.Job] = t
-	}
-	for _, o := range dec.Observed {
-		d.history.Add(o)
-		at := time.Unix(0, int64(o.At*1e9)).UTC()
-		if err := d.cfg.Store.AddTimerWait(ctx, TimerWait{Tier: o.Tier.String(), GPUs: o.GPUs, Wait: time.Duration(o.Wait * float64(time.Second)), At: at}); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	d.history.Prune(snap.Now, d.cfg.TimerWindow.Seconds())
-	d.lastRound = RoundStats{At: d.now(), Duration: elapsed, Actions: len(dec.Actions), Waiting: len(dec.Waiting)}
-	return d.lastRound, errors.Join(errs...)
-}
-
-func (d *Daemon) apply(ctx context.Context, a sched.Decision) error {
-	js := d.jobs[a.Job]
-	if js == nil {
-		return errors.New("unknown job")
-	}
-	detail, _ := json.Marshal(map[string]any{"plan": a.Plan, "placement": a.Placement, "throughput": a.Throughput})
-	switch a.Kind {
-	case sched.Preempt:
-		d.stopRun(js)
-		js.rec.State, js.rec.Reason = StatePreempted, a.Why
-		js.rec.Placement = nil
-		if err := d.save(ctx, js, "preempt: "+a.Why); err != nil {
-			return err
-		}
-		d.release(a.Job)
-		js.servers = nil
-		d.cfg.Store.AddDecision(ctx, DecisionRecord{JobID: a.Job, Kind: "preempt", Reason: a.Why, At: d.now()})
-		d.event(ctx, "preempt", a.Job, "", a.Why, nil)
-		d.publish()
-		ckpt, err := d.cfg.Exec.Stop(ctx, a.Job, true)
-		if err == nil && ckpt > js.rec.Checkpoint {
-			js.rec.Checkpoint = ckpt
-			js.rec.Iterations = ckpt
-			d.save(ctx, js, "checkpoint")
-		}
-		return err
-	case sched.Start, sched.Reconfigure:
-		old := Launch{JobID: a.Job, Spec: js.spec, Plan: js.plan, Servers: js.servers, Attempt: max(js.rec.Attempt-1, 0)}
-		wasRunning := js.rec.State == StateRunning
-		d.release(a.Job)
-		servers, err := d.devicesFor(a.Alloc)
-		if err != nil {
-			d.take(a.Job, js.servers)
-			return err
-		}
-		placement, _ := json.Marshal(servers)
-		plan, _ := json.Marshal(a.Plan)
-		js.rec.Plan, js.rec.Placement, js.rec.Reason = plan, placement, ""
-		js.rec.State = StateRunning
-		if js.rec.StartedAt.IsZero() {
-			js.rec.StartedAt = d.now()
-		}
-		resume := js.rec.Checkpoint > 0 || js.rec.Attempt > 0
-		if a.Kind == sched.Reconfigure || js.rec.Attempt > 0 {
-			js.rec.Restarts++
-		}
-		js.rec.Attempt++
-		if err := d.save(ctx, js, fmt.Sprintf("%s: %s", a.Kind, a.Why)); err != nil {
-			d.take(a.Job, js.servers)
-			return err
-		}
-		js.plan, js.servers, js.changed = a.Plan, servers, d.now()
-		if js.runFrom.IsZero() {
-			js.runFrom = d.now()
-		}
-		js.phase = d.now().Add(time.Duration(a.Shift * float64(time.Second)))
-		js.predSPS, js.measSPS, js.shift = a.Throughput, 0, a.Shift
-		d.take(a.Job, servers)
-		delete(d.waits, a.Job)
-		d.cfg.Store.AddDecision(ctx, DecisionRecord{JobID: a.Job, Kind: a.Kind.String(), Detail: detail, Reason: a.Why, At: d.now()})
-		d.event(ctx, a.Kind.String(), a.Job, "", fmt.Sprintf("%s on %s with %s (%.2f samples/s predicted)", js.spec.Name, a.Placement, a.Plan, a.Throughput), map[string]any{"plan": a.Plan.String(), "placement": a.Placement.String()})
-		next := Launch{JobID: a.Job, Spec: js.spec, Plan: a.Plan, Servers: servers, Attempt: js.rec.Attempt - 1, Resume: resume, From: js.rec.Checkpoint, Shift: a.Shift}
-		if resume && js.ckPlan != a.Plan {
-			next.CheckpointPlan = js.ckPlan
-		}
-		d.publish()
-		if a.Kind == sched.Reconfigure && wasRunning {
-			err = d.cfg.Exec.Reconfigure(ctx, old, next, js.rec.Iterations)
-		} else {
-			err = d.cfg.Exec.Start(ctx, next)
-		}
-		if err != nil {
-			js.rec.Failures++
-			d.requeue(ctx, js, fmt.Sprintf("launch failed: %v", err))
-			return err
-		}
-		return nil
-	}
-	return fmt.Errorf("unknown decision kind %v", a.Kind)
-}
-
-// requeue returns a job to the queue (from its last checkpoint), or fails
-// it when it has failed more than MaxRestarts times.
-func (d *Daemon) requeue(ctx context.Context, js *jobState, why string) {
-	d.stopRun(js)
-	d.release(js.rec.ID)
-	js.servers = nil
-	js.rec.Placement = nil
-	js.rec.Iterations = js.rec.Checkpoint
-	if js.rec.Failures > d.cfg.MaxRestarts {
-		js.rec.State, js.rec.Reason, js.rec.FinishedAt = StateFailed, why+fmt.Sprintf(" (failed %d times, restart limit %d)", js.rec.Failures, d.cfg.MaxRestarts), d.now()
-		d.save(ctx, js, "failed: "+why)
-		d.event(ctx, "fail", js.rec.ID, "", js.rec.Reason, nil)
-		delete(d.jobs, js.rec.ID)
-		return
-	}
-	js.rec.State, js.rec.Reason = StatePreempted, why
-	d.save(ctx, js, "requeue: "+why)
-	d.event(ctx, "requeue", js.rec.ID, "", why, nil)
-}
-
-// Observe asks the executor for news and applies it: progress, finished
-// and failed jobs, throughput samples (refitting models that are more than
-// 10% off), and server heartbeats.
-func (d *Daemon) Observe(ctx context.Context) error {
-	obs, err := d.cfg.Exec.Observe(ctx)
-	if err != nil {
-		return fmt.Errorf("observe: %w", err)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	defer d.publish()
-	for _, n := range obs.Nodes {
-		i, ok := d.srvIdx[n.Name]
-		if !ok {
-			continue
-		}
-		ns := &d.nodes[i]
-		was := ns.missed
-		if n.Reachable {
-			ns.missed, ns.reachable = 0, true
-			if was >= d.cfg.HeartbeatMisses {
-				d.event(ctx, "node-up", "", n.Name, n.Name+" answers again", nil)
-			}
-		} else {
-			ns.missed++
-			ns.reachable = false
-			if ns.missed == d.cfg.HeartbeatMisses {
-				d.event(ctx, "node-down", "", n.Name, fmt.Sprintf("%s missed %d heartbeats: %s", n.Name, ns.missed, n.Err), nil)
-				for _, js := range d.jobsOn(n.Name) {
-					d.cfg.Exec.Stop(ctx, js.rec.ID, false)
-					d.requeue(ctx, js, fmt.Sprintf("server %s stopped answering; back to the queue from checkpoint %d", n.Name, js.rec.Checkpoint))
-				}
-			}
-		}
-		d.cfg.Store.PutNode(ctx, NodeRecord{Name: n.Name, Reachable: n.Reachable, Drained: ns.drained, Missed: ns.missed, UpdatedAt: d.now()})
-	}
-	for _, o := range obs.Jobs {
-		js := d.jobs[o.JobID]
-		if js == nil || js.rec.State != StateRunning {
-			continue
-		}
-		ckptBefore := js.rec.Checkpoint
-		js.rec.Iterations = max(js.rec.Iterations, o.Iterations)
-		js.rec.Checkpoint = max(js.rec.Checkpoint, o.Checkpoint)
-		if o.SamplesPerSec > 0 {
-			js.measSPS = o.SamplesPerSec
-			d.refit(ctx, js, o.SamplesPerSec)
-		}
-		switch {
-		case js.rec.Iterations >= js.spec.Iterations || (o.Exited && o.ExitCode == 0):
-			js.rec.State, js.rec.FinishedAt, js.rec.Reason = StateFinished, d.now(), ""
-			js.rec.Placement = nil
-			d.save(ctx, js, "finished")
-			d.release(js.rec.ID)
-			d.event(ctx, "finish", js.rec.ID, "", fmt.Sprintf("%s finished after %d iterations", js.spec.Name, js.rec.Iterations), nil)
-			delete(d.jobs, js.rec.ID)
-		case o.Exited:
-			js.rec.Failures++
-			d.requeue(ctx, js, fmt.Sprintf("exited with code %d%s; restarting from checkpoint %d", o.ExitCode, suffix(o.Err), js.rec.Checkpoint))
-		default:
-			// A new checkpoint is written at once (it is what a restart
-			// resumes from); plain progress at most every ProgressEvery.
-			if js.rec.Checkpoint != ckptBefore && d.now().Sub(js.saved) >= d.cfg.ProgressEvery || d.now().Sub(js.saved) >= 4*d.cfg.ProgressEvery {
-				d.save(ctx, js, "progress")
-				js.saved = d.now()
-			}
-		}
-	}
-	return nil
 }
 
 func suffix(s string) string {
@@ -633,33 +368,6 @@ func (d *Daemon) jobsOn(server string) []*jobState {
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].rec.ID < out[b].rec.ID })
 	return out
-}
-
-// refit feeds a measured throughput to the job's model type.
-func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) {
-	o := d.model(js.spec.Arch)
-	pl := make(perf.Placement, 0, len(js.servers))
-	cpus, gpus := 0, 0
-	for _, s := range js.servers {
-		pl = append(pl, len(s.GPUs))
-		cpus += len(s.CPUs)
-		gpus += len(s.GPUs)
-	}
-	if gpus == 0 {
-		return
-	}
-	slices.SortFunc(pl, func(a, b int) int { return b - a })
-	sample := perf.Sample{Plan: js.plan, Resources: perf.Resources{Placement: pl, CPUsPerGPU: float64(cpus) / float64(gpus)}, IterS: float64(js.spec.GlobalBatch) / sps}
-	refitted, err := o.Observe(sample)
-	if err != nil {
-		d.log.Warn("refit", "job", js.rec.ID, "err", err)
-		return
-	}
-	if refitted {
-		raw, _ := json.Marshal(o)
-		d.cfg.Store.SaveModel(ctx, js.spec.Arch.Name, raw, d.now())
-		d.event(ctx, "refit", js.rec.ID, "", fmt.Sprintf("model %s refitted (measured %.2f samples/s)", js.spec.Arch.Name, sps), nil)
-	}
 }
 
 // tierOf parses perf.Tier's String form.

@@ -49,19 +49,20 @@ func (d *Daemon) release(job string) {
 	}
 }
 
-// devicesFor picks free device and core ids for allocs, lowest first.
-func (d *Daemon) devicesFor(allocs []sched.Alloc) ([]launch.Server, error) {
+// devicesFor picks free device and core ids for allocs, lowest first;
+// devices self holds count as free (a reconfiguration may keep them).
+func (d *Daemon) devicesFor(allocs []sched.Alloc, self string) ([]launch.Server, error) {
 	var out []launch.Server
 	for _, a := range allocs {
 		info := d.cfg.Servers[a.Server]
 		s := launch.Server{Name: info.Name, Address: info.Address}
 		for k, o := range d.owner[a.Server].gpu {
-			if o == "" && len(s.GPUs) < a.GPUs {
+			if (o == "" || o == self) && len(s.GPUs) < a.GPUs {
 				s.GPUs = append(s.GPUs, k)
 			}
 		}
 		for k, o := range d.owner[a.Server].cpu {
-			if o == "" && len(s.CPUs) < a.CPUs {
+			if (o == "" || o == self) && len(s.CPUs) < a.CPUs {
 				s.CPUs = append(s.CPUs, k)
 			}
 		}

@@ -14,11 +14,13 @@ var (
 	descQueueWait  = prometheus.NewDesc("replan_queue_wait_seconds_max", "Longest time a waiting job has waited.", nil, nil)
 	descRound      = prometheus.NewDesc("replan_schedule_round_seconds", "Duration of the last scheduling round (policy only).", nil, nil)
 	descNodes      = prometheus.NewDesc("replan_nodes", "Servers by condition.", []string{"condition"}, nil)
+	descDropped    = prometheus.NewDesc("replan_round_decisions_dropped_total", "Scheduling decisions dropped at apply because the job, its devices or the servers changed since the round's snapshot.", nil, nil)
+	descStoreErrs  = prometheus.NewDesc("replan_store_write_errors_total", "Store writes that failed (nothing changed; the operation was refused or is retried).", nil, nil)
 	descThroughput = prometheus.NewDesc("replan_job_throughput_ratio", "Measured over predicted throughput of a running job's model type, last refit sample.", []string{"model"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descJobs, descGPUs, descUtil, descQueueWait, descRound, descNodes, descThroughput} {
+	for _, d := range []*prometheus.Desc{descJobs, descGPUs, descUtil, descQueueWait, descRound, descNodes, descDropped, descStoreErrs, descThroughput} {
 		ch <- d
 	}
 }
@@ -35,13 +37,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(n), string(s))
 	}
 	used, total := 0, 0
-	up, down, drained := 0, 0, 0
+	up, down, drained, suspect := 0, 0, 0, 0
 	for _, n := range d.Nodes() {
 		total += n.GPUs
 		used += n.GPUs - n.FreeGPUs
 		switch {
 		case n.Drained:
 			drained++
+		case n.Reachable && n.Suspect:
+			suspect++
 		case n.Reachable:
 			up++
 		default:
@@ -62,6 +66,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(up), "up")
 	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(down), "unreachable")
 	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(drained), "drained")
+	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(suspect), "suspect")
+	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(d.dropped.Load()))
+	ch <- prometheus.MustNewConstMetric(descStoreErrs, prometheus.CounterValue, float64(d.storeErrors.Load()))
 	if !d.mu.TryLock() {
 		return // a round or an executor call holds the models; skip this scrape's model gauges
 	}

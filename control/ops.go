@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/replan/replan/sched"
@@ -13,33 +14,53 @@ import (
 // current state (cancelling a finished job, releasing a running one).
 var ErrBadState = errors.New("not possible in the job's state")
 
-// Cancel ends a job: a running one is stopped without a checkpoint.
+// Cancel ends a job: a running one is stopped without a checkpoint. Once
+// the cancel is stored it is carried out to the end even if the caller
+// goes away (complete or not at all); the job's devices stay held until
+// the executor confirms the stop.
 func (d *Daemon) Cancel(ctx context.Context, id string) (JobRecord, error) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	defer d.publish()
 	js := d.jobs[id]
 	if js == nil {
+		d.mu.Unlock()
 		r, err := d.cfg.Store.GetJob(ctx, id)
 		if err != nil {
-			return JobRecord{}, err
+			return JobRecord{}, fmt.Errorf("cancel %s: %w", id, err)
 		}
 		return r, fmt.Errorf("cancel %s: it is %s: %w", id, r.State, ErrBadState)
 	}
+	ctx = context.WithoutCancel(ctx)
 	running := js.rec.State == StateRunning
-	js.rec.State, js.rec.Reason, js.rec.FinishedAt, js.rec.Placement = StateCancelled, "cancelled by the operator", d.now(), nil
-	if err := d.save(ctx, js, "cancel"); err != nil {
-		return js.rec, err
+	rec := js.rec
+	rec.State, rec.Reason, rec.FinishedAt, rec.Placement = StateCancelled, "cancelled by the operator", d.now(), nil
+	err := d.write(ctx, []jobUpdate{{js, rec, "cancel"}}, Batch{Events: []Event{d.ev("cancel", id, "", js.spec.Name+" cancelled", nil)}}, func() {
+		delete(d.jobs, id)
+		delete(d.waits, id)
+		delete(d.pending, id)
+		delete(d.requeues, id)
+		d.stopRun(js)
+		js.servers = nil
+		switch {
+		case running:
+			js.stopping = true
+		case !js.stopping:
+			d.release(id)
+		}
+	})
+	out := js.rec
+	d.publish()
+	d.mu.Unlock()
+	if err != nil {
+		return out, fmt.Errorf("cancel %s: %w", id, err)
 	}
-	d.release(id)
-	delete(d.jobs, id)
-	d.event(ctx, "cancel", id, "", js.spec.Name+" cancelled", nil)
 	if running {
-		if _, err := d.cfg.Exec.Stop(ctx, id, false); err != nil {
-			return js.rec, fmt.Errorf("cancel %s: stop: %w", id, err)
+		err := d.stopAndRelease(ctx, js, id, false)
+		d.publishNow()
+		if err != nil {
+			return out, fmt.Errorf("cancel %s: %w", id, err)
 		}
 	}
-	return js.rec, nil
+	return out, nil
 }
 
 // Hold keeps a waiting job out of scheduling until Release.
@@ -60,7 +81,7 @@ func (d *Daemon) transition(ctx context.Context, id string, from []JobState, to 
 	if js == nil {
 		r, err := d.cfg.Store.GetJob(ctx, id)
 		if err != nil {
-			return JobRecord{}, err
+			return JobRecord{}, fmt.Errorf("%s %s: %w", to, id, err)
 		}
 		return r, fmt.Errorf("%s %s: it is %s: %w", to, id, r.State, ErrBadState)
 	}
@@ -71,65 +92,90 @@ func (d *Daemon) transition(ctx context.Context, id string, from []JobState, to 
 	if !ok {
 		return js.rec, fmt.Errorf("%s %s: it is %s: %w", to, id, js.rec.State, ErrBadState)
 	}
-	js.rec.State, js.rec.Reason = to, reason
-	if err := d.save(ctx, js, string(to)); err != nil {
-		return js.rec, err
+	rec := js.rec
+	rec.State, rec.Reason = to, reason
+	if err := d.write(ctx, []jobUpdate{{js, rec, string(to)}}, Batch{Events: []Event{d.ev(string(to), id, "", fmt.Sprintf("%s %s", js.spec.Name, to), nil)}}, nil); err != nil {
+		return js.rec, fmt.Errorf("%s %s: %w", to, id, err)
 	}
-	d.event(ctx, string(to), id, "", fmt.Sprintf("%s %s", js.spec.Name, to), nil)
 	return js.rec, nil
 }
 
-// Drain stops scheduling onto a server and moves its jobs off: each is
-// checkpointed and returned to the queue, and the next round places it
+// nodeRecord is server i's stored record as memory has it.
+func (d *Daemon) nodeRecord(i int) NodeRecord {
+	n := d.nodes[i]
+	return NodeRecord{Name: d.cfg.Servers[i].Name, Reachable: n.reachable, Drained: n.drained, Missed: n.missed, Suspect: n.suspect, SuspectWhy: n.suspectWhy, UpdatedAt: d.now()}
+}
+
+// Drain stops scheduling onto a server and moves its jobs off: the drain
+// and every job's return to the queue are stored in one transaction, then
+// each job is checkpointed and stopped, and the next round places it
 // elsewhere (the reconfiguration sequence split across two rounds).
 func (d *Daemon) Drain(ctx context.Context, server string) ([]string, error) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	defer d.publish()
 	i, ok := d.srvIdx[server]
 	if !ok {
-		return nil, fmt.Errorf("drain: unknown server %q", server)
+		d.mu.Unlock()
+		return nil, fmt.Errorf("drain: unknown server %q: %w", server, ErrNotFound)
 	}
-	d.nodes[i].drained = true
-	if err := d.cfg.Store.PutNode(ctx, NodeRecord{Name: server, Reachable: d.nodes[i].reachable, Drained: true, Missed: d.nodes[i].missed, UpdatedAt: d.now()}); err != nil {
-		return nil, err
+	ctx = context.WithoutCancel(ctx)
+	node := d.nodeRecord(i)
+	node.Drained = true
+	b := Batch{Nodes: []NodeRecord{node}, Events: []Event{d.ev("drain", "", server, server+" drained", nil)}}
+	var ups []jobUpdate
+	jobs := d.jobsOn(server)
+	ids := make([]string, len(jobs))
+	for k, js := range jobs {
+		rec := js.rec
+		rec.State, rec.Reason, rec.Placement = StatePreempted, "moved off drained server "+server, nil
+		rec.Checkpoint = max(rec.Checkpoint, js.ckpt)
+		ups = append(ups, jobUpdate{js, rec, "drain " + server})
+		ids[k] = js.rec.ID
 	}
-	d.event(ctx, "drain", "", server, server+" drained", nil)
-	var moved []string
+	err := d.write(ctx, ups, b, func() {
+		d.nodes[i].drained = true
+		for _, js := range jobs {
+			d.stopRun(js)
+			js.servers = nil
+			js.stopping = true
+		}
+	})
+	d.publish()
+	d.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("drain %s: %w", server, err)
+	}
+	moved := []string{}
 	var errs []error
-	for _, js := range d.jobsOn(server) {
-		d.stopRun(js)
-		js.rec.State, js.rec.Reason, js.rec.Placement = StatePreempted, "moved off drained server "+server, nil
-		if err := d.save(ctx, js, "drain "+server); err != nil {
+	for k, js := range jobs {
+		if err := d.stopAndRelease(ctx, js, ids[k], true); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		d.release(js.rec.ID)
-		js.servers = nil
-		ckpt, err := d.cfg.Exec.Stop(ctx, js.rec.ID, true)
-		if err != nil {
-			errs = append(errs, err)
-		} else if ckpt > js.rec.Checkpoint {
-			js.rec.Checkpoint, js.rec.Iterations = ckpt, ckpt
-			d.save(ctx, js, "checkpoint")
-		}
-		moved = append(moved, js.rec.ID)
+		moved = append(moved, ids[k])
 	}
+	d.publishNow()
 	return moved, errors.Join(errs...)
 }
 
-// Undrain lets the scheduler use a server again.
+// Undrain lets the scheduler use a server again; it also clears a
+// suspect server.
 func (d *Daemon) Undrain(ctx context.Context, server string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.publish()
 	i, ok := d.srvIdx[server]
 	if !ok {
-		return fmt.Errorf("undrain: unknown server %q", server)
+		return fmt.Errorf("undrain: unknown server %q: %w", server, ErrNotFound)
 	}
-	d.nodes[i].drained = false
-	d.event(ctx, "undrain", "", server, server+" back in service", nil)
-	return d.cfg.Store.PutNode(ctx, NodeRecord{Name: server, Reachable: d.nodes[i].reachable, Missed: d.nodes[i].missed, UpdatedAt: d.now()})
+	node := d.nodeRecord(i)
+	node.Drained, node.Suspect, node.SuspectWhy = false, false, ""
+	b := Batch{Nodes: []NodeRecord{node}, Events: []Event{d.ev("undrain", "", server, server+" back in service", nil)}}
+	if err := d.write(ctx, nil, b, func() {
+		d.nodes[i].drained, d.nodes[i].suspect, d.nodes[i].suspectWhy = false, false, ""
+		delete(d.launchFails, server)
+	}); err != nil {
+		return fmt.Errorf("undrain %s: %w", server, err)
+	}
+	return nil
 }
 
 // QueueEntry is a waiting job and why it waits.
@@ -150,12 +196,17 @@ type QueueEntry struct {
 func (d *Daemon) Queue() []QueueEntry { return d.view().queue }
 
 func (d *Daemon) queueLocked() []QueueEntry {
-	var out []QueueEntry
-	now := d.now()
+	ids := make([]string, 0, len(d.jobs))
 	for id, js := range d.jobs {
-		if js.rec.State == StateRunning {
-			continue
+		if js.rec.State != StateRunning {
+			ids = append(ids, id)
 		}
+	}
+	slices.Sort(ids)
+	out := make([]QueueEntry, 0, len(ids))
+	now := d.now()
+	for _, id := range ids {
+		js := d.jobs[id]
 		reason := d.waits[id]
 		if js.rec.State == StateHeld {
 			reason = "held by the operator"
@@ -165,24 +216,31 @@ func (d *Daemon) queueLocked() []QueueEntry {
 		if reason == "" {
 			reason = "not scheduled yet"
 		}
-		e := QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: reason, WaitingS: now.Sub(js.rec.SubmittedAt).Seconds()}
+		out = append(out, QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: reason, WaitingS: now.Sub(js.rec.SubmittedAt).Seconds()})
 		if t, ok := d.timers[id]; ok && js.rec.State != StateHeld {
-			e.Timers = &t
+			out[len(out)-1].Timers = &t
 		}
-		out = append(out, e)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Job.ID < out[b].Job.ID })
+	if len(out) == 0 {
+		return nil
+	}
 	return out
 }
 
 // NodeView is a server with what the daemon knows of it.
 type NodeView struct {
 	ServerInfo
-	Reachable bool     `json:"reachable"`
-	Drained   bool     `json:"drained"`
-	Missed    int      `json:"missed_heartbeats"`
-	FreeGPUs  int      `json:"free_gpus"`
-	Jobs      []string `json:"jobs"`
+	Reachable bool `json:"reachable"`
+	Drained   bool `json:"drained"`
+	Missed    int  `json:"missed_heartbeats"`
+	// Suspect: launches of several jobs failed there; no new starts
+	// until undrain or a passing health check. SuspectWhy names them.
+	Suspect    bool   `json:"suspect,omitempty"`
+	SuspectWhy string `json:"suspect_why,omitempty"`
+	// State is one word: up, down, drained or suspect.
+	State    string   `json:"state"`
+	FreeGPUs int      `json:"free_gpus"`
+	Jobs     []string `json:"jobs"`
 	// GPUOwners is the job holding each GPU index ("" when free).
 	GPUOwners []string `json:"gpu_owners"`
 }
@@ -193,8 +251,19 @@ func (d *Daemon) Nodes() []NodeView { return d.view().nodes }
 func (d *Daemon) nodesLocked() []NodeView {
 	var out []NodeView
 	for i, info := range d.cfg.Servers {
-		v := NodeView{ServerInfo: info, Reachable: d.nodes[i].missed < d.cfg.HeartbeatMisses, Drained: d.nodes[i].drained, Missed: d.nodes[i].missed, Jobs: []string{},
-			GPUOwners: append([]string(nil), d.owner[i].gpu...)}
+		n := d.nodes[i]
+		v := NodeView{ServerInfo: info, Reachable: n.missed < d.cfg.HeartbeatMisses, Drained: n.drained, Missed: n.missed, Jobs: []string{},
+			Suspect: n.suspect, SuspectWhy: n.suspectWhy, GPUOwners: append([]string(nil), d.owner[i].gpu...)}
+		switch {
+		case n.drained:
+			v.State = "drained"
+		case !v.Reachable:
+			v.State = "down"
+		case n.suspect:
+			v.State = "suspect"
+		default:
+			v.State = "up"
+		}
 		seen := map[string]bool{}
 		for _, o := range d.owner[i].gpu {
 			if o == "" {

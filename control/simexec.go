@@ -167,7 +167,7 @@ func (e *SimExecutor) Observe(ctx context.Context) (Observation, error) {
 			obs.SamplesPerSec = float64(j.l.Spec.GlobalBatch) / j.iterTime
 		}
 		if it >= j.l.Spec.Iterations {
-			obs.Exited, obs.Iterations = true, j.l.Spec.Iterations
+			obs.Exited, obs.Iterations, obs.Checkpoint = true, j.l.Spec.Iterations, j.l.Spec.Iterations
 			delete(e.running, id)
 		}
 		o.Jobs = append(o.Jobs, obs)

@@ -88,6 +88,9 @@ var migrations = []string{
 	CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);`,
 	// 2: failures (non-zero exits) counted apart from restarts
 	`ALTER TABLE jobs ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;`,
+	// 3: suspect servers (launches of several jobs failed there)
+	`ALTER TABLE nodes ADD COLUMN suspect INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE nodes ADD COLUMN suspect_why TEXT NOT NULL DEFAULT '';`,
 }
 
 // SQLite is the Store on a SQLite database in WAL mode (modernc.org/sqlite,
@@ -98,8 +101,14 @@ type SQLite struct {
 }
 
 // OpenSQLite opens (creating if needed) the database at path and brings its
-// schema up to date.
+// schema up to date. The database files are the owner's only (0600; a
+// missing directory is created 0700).
 func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
+	if !strings.HasPrefix(path, ":memory:") && !strings.HasPrefix(path, "file:") {
+		if err := privateFiles(path); err != nil {
+			return nil, fmt.Errorf("open store %s: %w", path, err)
+		}
+	}
 	q := url.Values{}
 	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(1)"} {
 		q.Add("_pragma", p)
@@ -199,12 +208,18 @@ func scanJob(sc interface{ Scan(...any) error }) (JobRecord, error) {
 
 // CreateJob implements Store.
 func (s *SQLite) CreateJob(ctx context.Context, j JobRecord) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, `INSERT INTO jobs(`+jobCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1)`,
+	_, err := s.Commit(ctx, Batch{Jobs: []JobWrite{{Rec: j, Create: true}}})
+	return err
+}
+
+// execer is what a write needs of a transaction.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func createJob(ctx context.Context, tx execer, j JobRecord) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO jobs(`+jobCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1)`,
 		j.ID, j.Name, j.Tenant, j.Class, string(j.Spec), j.State, j.Reason, nullJSON(j.Plan), nullJSON(j.Placement),
 		ns(j.SubmittedAt), ns(j.StartedAt), ns(j.FinishedAt), j.Iterations, j.Checkpoint, j.Restarts, j.Attempt, j.Failures)
 	if err != nil {
@@ -215,9 +230,63 @@ func (s *SQLite) CreateJob(ctx context.Context, j JobRecord) error {
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO job_history(job_id, from_state, to_state, reason, at) VALUES (?,?,?,?,?)`,
 		j.ID, "", j.State, "submitted", ns(j.SubmittedAt)); err != nil {
-		return err
+		return fmt.Errorf("create job %s: history: %w", j.ID, err)
 	}
-	return tx.Commit()
+	return nil
+}
+
+// Commit implements Store: one transaction for the whole batch.
+func (s *SQLite) Commit(ctx context.Context, b Batch) ([]int64, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("commit: begin: %w", err)
+	}
+	defer tx.Rollback()
+	vers := make([]int64, 0, len(b.Jobs))
+	for _, w := range b.Jobs {
+		if w.Create {
+			if err := createJob(ctx, tx, w.Rec); err != nil {
+				return nil, err
+			}
+			vers = append(vers, 1)
+			continue
+		}
+		v, err := updateJob(ctx, tx, w.Rec, w.Reason, w.At)
+		if err != nil {
+			return nil, err
+		}
+		vers = append(vers, v)
+	}
+	for _, n := range b.Nodes {
+		if err := putNode(ctx, tx, n); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range b.Decisions {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO decisions(job_id, kind, detail, reason, at) VALUES (?,?,?,?,?)`, d.JobID, d.Kind, nullJSON(d.Detail), d.Reason, ns(d.At)); err != nil {
+			return nil, fmt.Errorf("commit: decision of %s: %w", d.JobID, err)
+		}
+	}
+	for _, e := range b.Events {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO events(kind, job_id, node, msg, data, at) VALUES (?,?,?,?,?,?)`, e.Kind, e.JobID, e.Node, e.Msg, nullJSON(e.Data), ns(e.At)); err != nil {
+			return nil, fmt.Errorf("commit: event %s: %w", e.Kind, err)
+		}
+	}
+	for _, w := range b.TimerWaits {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO timer_waits(tier, gpus, wait_ns, at) VALUES (?,?,?,?)`, w.Tier, w.GPUs, int64(w.Wait), ns(w.At)); err != nil {
+			return nil, fmt.Errorf("commit: timer wait: %w", err)
+		}
+	}
+	for _, m := range b.Models {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO models(model_type, data, updated_at) VALUES (?,?,?)
+		ON CONFLICT(model_type) DO UPDATE SET data=excluded.data, updated_at=excluded.updated_at`, m.Type, string(m.Data), ns(m.At)); err != nil {
+			return nil, fmt.Errorf("commit: model %s: %w", m.Type, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return vers, nil
 }
 
 // GetJob implements Store.
@@ -262,18 +331,21 @@ func (s *SQLite) ListJobs(ctx context.Context, f JobFilter) ([]JobRecord, error)
 
 // UpdateJob implements Store.
 func (s *SQLite) UpdateJob(ctx context.Context, j JobRecord, reason string, at time.Time) (int64, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	v, err := s.Commit(ctx, Batch{Jobs: []JobWrite{{Rec: j, Reason: reason, At: at}}})
 	if err != nil {
 		return 0, err
 	}
-	defer tx.Rollback()
+	return v[0], nil
+}
+
+func updateJob(ctx context.Context, tx execer, j JobRecord, reason string, at time.Time) (int64, error) {
 	var cur JobState
 	var ver int64
 	if err := tx.QueryRowContext(ctx, `SELECT state, version FROM jobs WHERE id = ?`, j.ID).Scan(&cur, &ver); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, fmt.Errorf("update job %s: %w", j.ID, ErrNotFound)
 		}
-		return 0, err
+		return 0, fmt.Errorf("update job %s: %w", j.ID, err)
 	}
 	if ver != j.Version {
 		return 0, fmt.Errorf("update job %s (version %d, stored %d): %w", j.ID, j.Version, ver, ErrConflict)
@@ -281,18 +353,15 @@ func (s *SQLite) UpdateJob(ctx context.Context, j JobRecord, reason string, at t
 	if cur.Final() && cur != j.State {
 		return 0, fmt.Errorf("update job %s: it is %s: %w", j.ID, cur, ErrConflict)
 	}
-	_, err = tx.ExecContext(ctx, `UPDATE jobs SET state=?, reason=?, plan=?, placement=?, started_at=?, finished_at=?, iterations=?, checkpoint=?, restarts=?, attempt=?, failures=?, version=version+1 WHERE id=?`,
+	_, err := tx.ExecContext(ctx, `UPDATE jobs SET state=?, reason=?, plan=?, placement=?, started_at=?, finished_at=?, iterations=?, checkpoint=?, restarts=?, attempt=?, failures=?, version=version+1 WHERE id=?`,
 		j.State, j.Reason, nullJSON(j.Plan), nullJSON(j.Placement), ns(j.StartedAt), ns(j.FinishedAt), j.Iterations, j.Checkpoint, j.Restarts, j.Attempt, j.Failures, j.ID)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("update job %s: %w", j.ID, err)
 	}
 	if cur != j.State {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO job_history(job_id, from_state, to_state, reason, at) VALUES (?,?,?,?,?)`, j.ID, cur, j.State, reason, ns(at)); err != nil {
-			return 0, err
+			return 0, fmt.Errorf("update job %s: history: %w", j.ID, err)
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
 	}
 	return ver + 1, nil
 }
@@ -410,15 +479,23 @@ func (s *SQLite) Events(ctx context.Context, after int64, limit int) ([]Event, e
 
 // PutNode implements Store.
 func (s *SQLite) PutNode(ctx context.Context, n NodeRecord) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO nodes(name, reachable, drained, missed, status, updated_at) VALUES (?,?,?,?,?,?)
-		ON CONFLICT(name) DO UPDATE SET reachable=excluded.reachable, drained=excluded.drained, missed=excluded.missed, status=excluded.status, updated_at=excluded.updated_at`,
-		n.Name, n.Reachable, n.Drained, n.Missed, nullJSON(n.Status), ns(n.UpdatedAt))
+	_, err := s.Commit(ctx, Batch{Nodes: []NodeRecord{n}})
 	return err
+}
+
+func putNode(ctx context.Context, tx execer, n NodeRecord) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO nodes(name, reachable, drained, missed, suspect, suspect_why, status, updated_at) VALUES (?,?,?,?,?,?,?,?)
+		ON CONFLICT(name) DO UPDATE SET reachable=excluded.reachable, drained=excluded.drained, missed=excluded.missed, suspect=excluded.suspect, suspect_why=excluded.suspect_why, status=excluded.status, updated_at=excluded.updated_at`,
+		n.Name, n.Reachable, n.Drained, n.Missed, n.Suspect, n.SuspectWhy, nullJSON(n.Status), ns(n.UpdatedAt))
+	if err != nil {
+		return fmt.Errorf("put node %s: %w", n.Name, err)
+	}
+	return nil
 }
 
 // Nodes implements Store.
 func (s *SQLite) Nodes(ctx context.Context) ([]NodeRecord, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, reachable, drained, missed, status, updated_at FROM nodes ORDER BY name`)
+	rows, err := s.db.QueryContext(ctx, `SELECT name, reachable, drained, missed, suspect, suspect_why, status, updated_at FROM nodes ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -428,7 +505,7 @@ func (s *SQLite) Nodes(ctx context.Context) ([]NodeRecord, error) {
 		var n NodeRecord
 		var status sql.NullString
 		var at int64
-		if err := rows.Scan(&n.Name, &n.Reachable, &n.Drained, &n.Missed, &status, &at); err != nil {
+		if err := rows.Scan(&n.Name, &n.Reachable, &n.Drained, &n.Missed, &n.Suspect, &n.SuspectWhy, &status, &at); err != nil {
 			return nil, err
 		}
 		if status.Valid {

@@ -82,12 +82,17 @@ type Event struct {
 
 // NodeRecord is the last known state of a server.
 type NodeRecord struct {
-	Name      string          `json:"name"`
-	Reachable bool            `json:"reachable"`
-	Drained   bool            `json:"drained"`
-	Missed    int             `json:"missed_heartbeats"`
-	Status    json.RawMessage `json:"status,omitempty"` // the agent's last report
-	UpdatedAt time.Time       `json:"updated_at"`
+	Name      string `json:"name"`
+	Reachable bool   `json:"reachable"`
+	Drained   bool   `json:"drained"`
+	Missed    int    `json:"missed_heartbeats"`
+	// Suspect is set when launches of several jobs failed there (no new
+	// starts); SuspectWhy names the failures. Cleared by undrain or a
+	// passing health check.
+	Suspect    bool            `json:"suspect,omitempty"`
+	SuspectWhy string          `json:"suspect_why,omitempty"`
+	Status     json.RawMessage `json:"status,omitempty"` // the agent's last report
+	UpdatedAt  time.Time       `json:"updated_at"`
 }
 
 // TimerWait is one delay-timer observation: a job of GPUs GPUs accepted an
@@ -107,6 +112,10 @@ type JobFilter struct {
 
 // Errors callers branch on.
 var (
+	// ErrStore wraps every error of a store write the daemon could not
+	// make (full disk, I/O error, closed database): nothing changed, the
+	// caller may retry (the API answers 503).
+	ErrStore    = errors.New("store unavailable")
 	ErrNotFound = errors.New("not found")
 	ErrConflict = errors.New("conflict: the record changed since it was read")
 	ErrExists   = errors.New("already exists")
@@ -146,5 +155,41 @@ type Store interface {
 	AddTimerWait(ctx context.Context, w TimerWait) error
 	TimerWaits(ctx context.Context, since time.Time) ([]TimerWait, error)
 
+	// Commit writes a batch in one transaction: all of it or nothing.
+	// It returns the new version of every job of b.Jobs, in order.
+	Commit(ctx context.Context, b Batch) ([]int64, error)
+
 	Close() error
+}
+
+// Batch is one state change of the daemon: the job records it creates or
+// updates and what it records about them, written together.
+type Batch struct {
+	Jobs       []JobWrite
+	Nodes      []NodeRecord
+	Decisions  []DecisionRecord
+	Events     []Event
+	TimerWaits []TimerWait
+	Models     []ModelWrite
+}
+
+// JobWrite is one job of a Batch: created (Create) or updated with the
+// optimistic version check of UpdateJob; Reason names the transition.
+type JobWrite struct {
+	Rec    JobRecord
+	Create bool
+	Reason string
+	At     time.Time
+}
+
+// ModelWrite is a fitted model of a Batch.
+type ModelWrite struct {
+	Type string
+	Data json.RawMessage
+	At   time.Time
+}
+
+// empty reports whether b writes nothing.
+func (b *Batch) empty() bool {
+	return len(b.Jobs)+len(b.Nodes)+len(b.Decisions)+len(b.Events)+len(b.TimerWaits)+len(b.Models) == 0
 }

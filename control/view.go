@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"time"
 
 	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/perf"
@@ -48,6 +50,15 @@ type RunningJob struct {
 
 func (d *Daemon) view() *readView {
 	if v := d.published.Load(); v != nil {
+		// A view left stale by a throttled publish is rebuilt by the
+		// reader when the lock is free at once; a reader never waits.
+		if d.stale.Load() && d.mu.TryLock() {
+			if d.stale.Load() {
+				d.publish()
+			}
+			d.mu.Unlock()
+			return d.published.Load()
+		}
 		return v
 	}
 	d.mu.Lock()
@@ -56,8 +67,46 @@ func (d *Daemon) view() *readView {
 	return d.published.Load()
 }
 
+// publishSoon rebuilds the read view unless it was rebuilt within the
+// last 100 ms (a round applying thousands of decisions publishes a few
+// times a second, and once at its end): the view is then marked stale and
+// the next reader that finds the lock free rebuilds it. The caller holds
+// d.mu.
+func (d *Daemon) publishSoon() {
+	if time.Since(d.publishedAt) >= 100*time.Millisecond {
+		d.publish()
+		return
+	}
+	d.stale.Store(true)
+}
+
+// publishNow takes the lock and rebuilds the read view.
+func (d *Daemon) publishNow() {
+	d.mu.Lock()
+	d.publish()
+	d.mu.Unlock()
+}
+
+// publishAdded publishes the view with a newly submitted job appended (ids
+// grow, so the queue stays in id order) without rebuilding it; the caller
+// holds d.mu.
+func (d *Daemon) publishAdded(js *jobState) {
+	old := d.published.Load()
+	id := js.rec.ID
+	if old == nil || (len(old.jobs) > 0 && old.jobs[len(old.jobs)-1] >= id) || (len(old.queue) > 0 && old.queue[len(old.queue)-1].Job.ID >= id) {
+		d.publish()
+		return
+	}
+	v := *old
+	v.jobs = append(slices.Clip(old.jobs), id)
+	v.queue = append(slices.Clip(old.queue), QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: "not scheduled yet"})
+	d.published.Store(&v)
+}
+
 // publish rebuilds the read view; the caller holds d.mu.
 func (d *Daemon) publish() {
+	d.publishedAt = time.Now()
+	d.stale.Store(false)
 	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links}
 	for id, js := range d.jobs {
 		v.jobs = append(v.jobs, id)
@@ -65,6 +114,7 @@ func (d *Daemon) publish() {
 			tp := Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
 			v.throughput[id] = tp
 			r := RunningJob{Job: js.rec, Throughput: tp, ShiftS: js.shift}
+			r.Job.Iterations, r.Job.Checkpoint = max(js.iters, js.rec.Iterations), max(js.ckpt, js.rec.Checkpoint)
 			if js.spec.Class == jobspec.Guaranteed {
 				r.PromisedSPS = d.promised(js)
 				got := tp.MeasuredSPS

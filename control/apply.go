@@ -1,0 +1,559 @@
+package control
+
+// The one path of every state change (write the store, then memory) and
+// the round: snapshot under the lock, plan without it, apply each decision
+// re-checked against the state of that moment (Nomad's plan applier).
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/replan/replan/jobspec"
+	"github.com/replan/replan/launch"
+	"github.com/replan/replan/perf"
+	"github.com/replan/replan/sched"
+)
+
+// jobUpdate is the next record of a job, to be stored.
+type jobUpdate struct {
+	js     *jobState
+	rec    JobRecord
+	reason string
+}
+
+// storeErr marks an error of a store write as ErrStore (nothing changed;
+// the API answers 503), keeping the errors callers branch on as they are.
+func storeErr(err error) error {
+	if errors.Is(err, ErrStore) || errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrStore, err)
+}
+
+// write is the one path of every change of a job or a server: it stores
+// the job updates and b in one transaction and only then installs the
+// new records and runs after (the change in memory). When the store
+// fails, memory is left as it was and the error (wrapping ErrStore) is
+// returned. The caller holds d.mu when ups or after touch the daemon.
+func (d *Daemon) write(ctx context.Context, ups []jobUpdate, b Batch, after func()) error {
+	for _, u := range ups {
+		b.Jobs = append(b.Jobs, JobWrite{Rec: u.rec, Reason: u.reason, At: d.now()})
+	}
+	if !b.empty() {
+		vers, err := d.cfg.Store.Commit(ctx, b)
+		if err != nil {
+			d.storeErrors.Add(1)
+			return storeErr(err)
+		}
+		for i, u := range ups {
+			u.rec.Version = vers[i]
+			u.js.rec = u.rec
+		}
+	}
+	if after != nil {
+		after()
+	}
+	if len(b.Events) > 0 {
+		d.broadcast()
+	}
+	return nil
+}
+
+// ev builds an event stamped now.
+func (d *Daemon) ev(kind, job, node, msg string, data any) Event {
+	var raw json.RawMessage
+	if data != nil {
+		raw, _ = json.Marshal(data)
+	}
+	return Event{Kind: kind, JobID: job, Node: node, Msg: msg, Data: raw, At: d.now()}
+}
+
+// Submit validates nothing more than jobspec did, stores the job queued
+// and returns its record. The next round schedules it. It never waits for
+// a round: the store write comes first, then the job enters memory.
+func (d *Daemon) Submit(ctx context.Context, spec *jobspec.Spec) (JobRecord, error) {
+	if spec == nil {
+		return JobRecord{}, errors.New("submit: no spec")
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return JobRecord{}, fmt.Errorf("submit: %w", err)
+	}
+	id, err := d.cfg.Store.NextJobID(ctx)
+	if err != nil {
+		d.storeErrors.Add(1)
+		return JobRecord{}, fmt.Errorf("submit: %w", storeErr(err))
+	}
+	rec := JobRecord{ID: id, Name: spec.Name, Tenant: spec.Tenant, Class: string(spec.Class), Spec: raw, State: StateQueued, SubmittedAt: d.now(), Version: 1}
+	b := Batch{Jobs: []JobWrite{{Rec: rec, Create: true}},
+		Events: []Event{d.ev("submit", id, "", fmt.Sprintf("%s submitted by tenant %s (%s, %d GPUs)", spec.Name, spec.Tenant, spec.Class, spec.Request.GPUs), nil)}}
+	if err := d.write(ctx, nil, b, nil); err != nil {
+		return JobRecord{}, fmt.Errorf("submit: %w", err)
+	}
+	d.mu.Lock()
+	js := &jobState{rec: rec, spec: spec}
+	d.jobs[id] = js
+	d.publishAdded(js)
+	d.mu.Unlock()
+	return rec, nil
+}
+
+// usable reports whether new work may go to server i.
+func (d *Daemon) usable(i int) bool {
+	n := d.nodes[i]
+	return !n.drained && !n.suspect && n.missed < d.cfg.HeartbeatMisses
+}
+
+// seenJob is what a round's snapshot saw of a job; a decision applies only
+// while the job is still there.
+type seenJob struct {
+	state   JobState
+	attempt int
+}
+
+// clusterGPUs is every GPU of the inventory: no curve or request the
+// policy sees is longer than this.
+func (d *Daemon) clusterGPUs() int {
+	n := 0
+	for _, s := range d.cfg.Servers {
+		n += s.GPUs
+	}
+	return max(n, 1)
+}
+
+// snapshot builds the scheduler's view (an immutable copy: the policy
+// reads it without the daemon's lock): usable servers, tenants, and every
+// queued, preempted or running job. The caller holds d.mu.
+func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
+	s := sched.Snapshot{Now: float64(d.now().UnixNano()) / 1e9, History: sched.TimerHistory{Obs: slices.Clone(d.history.Obs)}, SpineGBps: d.cfg.SpineGBps}
+	for i, info := range d.cfg.Servers {
+		sv := sched.Server{ID: info.Name, Rack: info.Rack, GPUs: info.GPUs, CPUs: info.CPUs, MemGB: info.MemGB}
+		if !d.usable(i) {
+			sv.GPUs, sv.CPUs, sv.MemGB = 0, 0, 0
+		}
+		s.Servers = append(s.Servers, sv)
+	}
+	for _, t := range d.cfg.Tenants {
+		s.Tenants = append(s.Tenants, sched.Tenant{Name: t.Name, QuotaGPUs: t.QuotaGPUs})
+	}
+	type entry struct {
+		at int64
+		id string
+	}
+	order := make([]entry, 0, len(d.jobs))
+	now := d.now()
+	for id, js := range d.jobs {
+		if js.stopping || now.Before(js.backoff) {
+			continue
+		}
+		if js.rec.State == StateQueued || js.rec.State == StatePreempted || js.rec.State == StateRunning {
+			order = append(order, entry{js.rec.SubmittedAt.UnixNano(), id})
+		}
+	}
+	slices.SortFunc(order, func(a, b entry) int {
+		if a.at != b.at {
+			return cmp.Compare(a.at, b.at)
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	ids := make([]string, len(order))
+	for k, e := range order {
+		ids[k] = e.id
+	}
+	seen := make(map[string]seenJob, len(ids))
+	total := d.clusterGPUs()
+	for _, id := range ids {
+		js := d.jobs[id]
+		seen[id] = seenJob{state: js.rec.State, attempt: js.rec.Attempt}
+		// A request larger than the cluster is clamped to it: no input
+		// makes the policy build a curve or enumerate plans beyond what
+		// the cluster can give.
+		req := min(js.spec.Request.GPUs, total)
+		sj := sched.Job{ID: id, Tenant: js.spec.Tenant, Model: d.snapModel(js.spec.Arch), ReqGPUs: req, ReqCPUs: js.spec.Request.CPUs,
+			ReqPlan: js.spec.Request.Plan, Submit: float64(js.rec.SubmittedAt.UnixNano()) / 1e9,
+			ItersDone: float64(js.iters), ItersTotal: float64(js.spec.Iterations), Restarts: js.rec.Restarts}
+		if js.spec.Class == jobspec.Guaranteed {
+			sj.Class = sched.Guaranteed
+		}
+		if !js.spec.Request.HasPlan {
+			sj.ReqPlan = defaultPlanFor(js.spec, req)
+		}
+		if js.rec.State != StateRunning {
+			sj.RunSeconds = js.ranFor.Seconds()
+			if !js.lastRun.IsZero() {
+				sj.LastRun = float64(js.lastRun.UnixNano()) / 1e9
+			}
+		}
+		if js.rec.State == StateRunning {
+			sj.Plan = js.plan
+			changed := js.changed
+			if changed.IsZero() {
+				changed = js.rec.StartedAt
+			}
+			sj.LastChange = float64(changed.UnixNano()) / 1e9
+			sj.LastRun = sj.Submit
+			if !js.runFrom.IsZero() {
+				sj.RunSeconds = (js.ranFor + now.Sub(js.runFrom)).Seconds()
+				sj.LastRun = float64(now.UnixNano()) / 1e9
+			}
+			if !js.phase.IsZero() {
+				sj.Phase = float64(js.phase.UnixNano()) / 1e9
+			}
+			for _, srv := range js.servers {
+				i := d.srvIdx[srv.Name]
+				sj.Alloc = append(sj.Alloc, sched.Alloc{Server: i, GPUs: len(srv.GPUs), CPUs: len(srv.CPUs)})
+			}
+		}
+		s.Jobs = append(s.Jobs, sj)
+	}
+	s.FillFree()
+	// Devices held by jobs outside the snapshot (being stopped after a
+	// cancel, a drain or a preemption) are not free either.
+	for i := range d.owner {
+		sv := &s.Servers[i]
+		for _, o := range d.owner[i].gpu {
+			if _, in := seen[o]; o != "" && !in {
+				sv.FreeGPUs = max(sv.FreeGPUs-1, 0)
+			}
+		}
+		for _, o := range d.owner[i].cpu {
+			if _, in := seen[o]; o != "" && !in {
+				sv.FreeCPUs = max(sv.FreeCPUs-1, 0)
+			}
+		}
+	}
+	return s, seen
+}
+
+// defaultPlanFor is the request plan of a job that named none on g GPUs.
+func defaultPlanFor(spec *jobspec.Spec, g int) perf.Plan {
+	g = max(g, 1)
+	mb := max(spec.GlobalBatch/g, 1)
+	return perf.Plan{DP: g, TP: 1, PP: 1, MicroBatch: mb, GA: 1}
+}
+
+// Round runs one scheduling round: it copies a snapshot under the lock,
+// runs the policy without it, then applies the decisions one by one, each
+// re-checked against the state of that moment (the job is where the
+// snapshot saw it, the devices are free, the servers usable). A decision
+// that no longer holds is dropped and counted; the next round retries.
+// Submits, cancels, holds, drains and reads never wait for a round.
+func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
+	d.roundMu.Lock()
+	defer d.roundMu.Unlock()
+	began := time.Now()
+	d.mu.Lock()
+	snap, seen := d.snapshot()
+	d.mu.Unlock()
+	t0 := time.Now()
+	dec := d.cfg.Policy.Schedule(snap)
+	planned := time.Since(t0)
+	var errs []error
+	pinned := map[string]string{}
+	applied, dropped := 0, 0
+	for _, a := range dec.Actions {
+		ok, err := d.applyDecision(ctx, a, seen[a.Job], pinned)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", a.Kind, a.Job, err))
+		}
+		switch {
+		case ok:
+			applied++
+		case pinned[a.Job] == "":
+			dropped++
+			d.dropped.Add(1)
+		}
+	}
+	for id, why := range pinned {
+		dec.Waiting = append(dec.Waiting, sched.Wait{Job: id, Reason: why})
+	}
+	errs = append(errs, d.recordWaits(ctx, dec.Waiting)...)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.links = dec.Links
+	d.timers = map[string]sched.JobTimers{}
+	for _, t := range dec.Timers {
+		d.timers[t.Job] = t
+	}
+	if len(dec.Observed) > 0 {
+		var b Batch
+		for _, o := range dec.Observed {
+			at := time.Unix(0, int64(o.At*1e9)).UTC()
+			b.TimerWaits = append(b.TimerWaits, TimerWait{Tier: o.Tier.String(), GPUs: o.GPUs, Wait: time.Duration(o.Wait * float64(time.Second)), At: at})
+		}
+		if err := d.write(ctx, nil, b, func() { d.history.Add(dec.Observed...) }); err != nil {
+			errs = append(errs, fmt.Errorf("round: timer history: %w", err))
+		}
+	}
+	d.history.Prune(snap.Now, d.cfg.TimerWindow.Seconds())
+	d.lastRound = RoundStats{At: d.now(), Duration: time.Since(began), PlanDuration: planned, Actions: len(dec.Actions), Waiting: len(dec.Waiting), Applied: applied, Dropped: dropped}
+	d.publish()
+	return d.lastRound, errors.Join(errs...)
+}
+
+// recordWaits stores the reason of every waiting job whose reason changed,
+// in transactions of at most waitBatch jobs (the lock is let go between
+// them, so a round with thousands of new reasons does not stall submits).
+func (d *Daemon) recordWaits(ctx context.Context, waits []sched.Wait) []error {
+	const waitBatch = 256
+	var errs []error
+	waiting := make(map[string]bool, len(waits))
+	for _, w := range waits {
+		waiting[w.Job] = true
+	}
+	for lo := 0; lo < len(waits); lo += waitBatch {
+		chunk := waits[lo:min(lo+waitBatch, len(waits))]
+		d.mu.Lock()
+		var ups []jobUpdate
+		var b Batch
+		var reasons []sched.Wait
+		for _, w := range chunk {
+			js := d.jobs[w.Job]
+			if js == nil || js.stopping || js.rec.State == StateRunning || js.rec.State == StateHeld || d.waits[w.Job] == w.Reason {
+				continue
+			}
+			rec := js.rec
+			rec.Reason = w.Reason
+			ups = append(ups, jobUpdate{js, rec, "wait"})
+			b.Decisions = append(b.Decisions, DecisionRecord{JobID: w.Job, Kind: "wait", Reason: w.Reason, At: d.now()})
+			reasons = append(reasons, w)
+		}
+		err := d.write(ctx, ups, b, func() {
+			for _, w := range reasons {
+				d.waits[w.Job] = w.Reason
+			}
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("round: wait reasons: %w", err))
+		}
+		d.mu.Unlock()
+	}
+	d.mu.Lock()
+	for id := range d.waits {
+		if !waiting[id] {
+			delete(d.waits, id)
+		}
+	}
+	d.mu.Unlock()
+	return errs
+}
+
+// applyDecision re-checks decision a against the current state and, when
+// it still holds, carries it out (store first). It reports whether it was
+// applied; a decision that breaks a pin is recorded in pinned instead.
+func (d *Daemon) applyDecision(ctx context.Context, a sched.Decision, seen seenJob, pinned map[string]string) (bool, error) {
+	d.mu.Lock()
+	js := d.jobs[a.Job]
+	if js == nil || js.stopping || seen.state == "" || js.rec.State != seen.state || js.rec.Attempt != seen.attempt {
+		d.mu.Unlock()
+		return false, nil
+	}
+	if why := d.breaksPin(a); why != "" {
+		fixed, ok := d.pinnedStart(a)
+		if !ok {
+			if js.rec.State != StateRunning {
+				pinned[a.Job] = why
+			}
+			d.mu.Unlock()
+			return false, nil
+		}
+		a = fixed
+	}
+	switch a.Kind {
+	case sched.Preempt:
+		if js.rec.State != StateRunning {
+			d.mu.Unlock()
+			return false, nil
+		}
+		id := js.rec.ID
+		rec := js.rec
+		rec.State, rec.Reason, rec.Placement = StatePreempted, a.Why, nil
+		b := Batch{Decisions: []DecisionRecord{{JobID: id, Kind: "preempt", Reason: a.Why, At: d.now()}}, Events: []Event{d.ev("preempt", id, "", a.Why, nil)}}
+		err := d.write(ctx, []jobUpdate{{js, rec, "preempt: " + a.Why}}, b, func() {
+			d.stopRun(js)
+			js.servers = nil
+			js.stopping = true
+		})
+		d.publishSoon()
+		d.mu.Unlock()
+		if err != nil {
+			return false, err
+		}
+		return true, d.stopAndRelease(context.WithoutCancel(ctx), js, id, true)
+	case sched.Start, sched.Reconfigure:
+		if (a.Kind == sched.Start) == (js.rec.State == StateRunning) {
+			d.mu.Unlock()
+			return false, nil
+		}
+		for _, al := range a.Alloc {
+			if al.Server < 0 || al.Server >= len(d.nodes) || (al.GPUs > 0 && !d.usable(al.Server)) {
+				d.mu.Unlock()
+				return false, nil
+			}
+		}
+		servers, err := d.devicesFor(a.Alloc, js.rec.ID)
+		if err != nil {
+			d.mu.Unlock()
+			return false, nil // the devices went to another job since the snapshot
+		}
+		return true, d.launch(ctx, js, a, servers)
+	}
+	d.mu.Unlock()
+	return false, fmt.Errorf("unknown decision kind %v", a.Kind)
+}
+
+// launch stores a start or reconfiguration of js on servers, takes the
+// devices, lets go of the lock and has the executor carry it out. The
+// caller holds d.mu; launch releases it.
+func (d *Daemon) launch(ctx context.Context, js *jobState, a sched.Decision, servers []launch.Server) error {
+	id := js.rec.ID
+	old := Launch{JobID: id, Spec: js.spec, Plan: js.plan, Servers: js.servers, Attempt: max(js.rec.Attempt-1, 0)}
+	wasRunning := js.rec.State == StateRunning
+	placement, _ := json.Marshal(servers)
+	plan, _ := json.Marshal(a.Plan)
+	rec := js.rec
+	rec.Plan, rec.Placement, rec.Reason = plan, placement, ""
+	rec.State = StateRunning
+	if rec.StartedAt.IsZero() {
+		rec.StartedAt = d.now()
+	}
+	rec.Checkpoint = max(rec.Checkpoint, js.ckpt)
+	resume := rec.Checkpoint > 0 || rec.Attempt > 0
+	if a.Kind == sched.Reconfigure || rec.Attempt > 0 {
+		rec.Restarts++
+	}
+	rec.Attempt++
+	attempt := rec.Attempt
+	detail, _ := json.Marshal(map[string]any{"plan": a.Plan, "placement": a.Placement, "throughput": a.Throughput})
+	b := Batch{
+		Decisions: []DecisionRecord{{JobID: id, Kind: a.Kind.String(), Detail: detail, Reason: a.Why, At: d.now()}},
+		Events: []Event{d.ev(a.Kind.String(), id, "", fmt.Sprintf("%s on %s with %s (%.2f samples/s predicted)", js.spec.Name, a.Placement, a.Plan, a.Throughput),
+			map[string]any{"plan": a.Plan.String(), "placement": a.Placement.String()})},
+	}
+	var next Launch
+	err := d.write(ctx, []jobUpdate{{js, rec, fmt.Sprintf("%s: %s", a.Kind, a.Why)}}, b, func() {
+		d.release(id)
+		d.take(id, servers)
+		js.plan, js.servers, js.changed = a.Plan, servers, d.now()
+		js.ckpt = rec.Checkpoint
+		if js.runFrom.IsZero() {
+			js.runFrom = d.now()
+		}
+		js.phase = d.now().Add(time.Duration(a.Shift * float64(time.Second)))
+		js.predSPS, js.measSPS, js.shift = a.Throughput, 0, a.Shift
+		delete(d.waits, id)
+		next = Launch{JobID: id, Spec: js.spec, Plan: a.Plan, Servers: servers, Attempt: attempt - 1, Resume: resume, From: rec.Checkpoint, Shift: a.Shift}
+		if resume && js.ckPlan != a.Plan {
+			next.CheckpointPlan = js.ckPlan
+		}
+	})
+	d.publishSoon()
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	// The executor works without the daemon's lock. A cancel or drain
+	// that came in meanwhile has stored the job's new state: then nothing
+	// is launched, and the one who changed it stops what runs.
+	js.exec.Lock()
+	d.mu.Lock()
+	still := d.jobs[id] == js && !js.stopping && js.rec.State == StateRunning && js.rec.Attempt == attempt
+	last := js.iters
+	d.mu.Unlock()
+	if !still {
+		js.exec.Unlock()
+		return nil
+	}
+	if a.Kind == sched.Reconfigure && wasRunning {
+		err = d.cfg.Exec.Reconfigure(ctx, old, next, last)
+	} else {
+		err = d.cfg.Exec.Start(ctx, next)
+	}
+	js.exec.Unlock()
+	if err == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer d.publishSoon()
+	if d.jobs[id] != js || js.rec.State != StateRunning || js.rec.Attempt != attempt {
+		return err // cancelled or moved meanwhile; that path cleans up
+	}
+	if ferr := d.launchFailed(ctx, js, servers, err); ferr != nil {
+		return errors.Join(err, ferr)
+	}
+	return err
+}
+
+// requeue returns a job to the queue (from its last checkpoint), or fails
+// it when it has failed more than MaxRestarts times (countFailure adds
+// this failure to its budget). The caller holds d.mu and stops whatever
+// still runs of the job.
+func (d *Daemon) requeue(ctx context.Context, js *jobState, why string, countFailure bool) error {
+	up, e, final := d.requeueChange(js, why, countFailure)
+	return d.write(ctx, []jobUpdate{up}, Batch{Events: []Event{e}}, func() { d.afterRequeue(js, final, false) })
+}
+
+func (d *Daemon) requeueChange(js *jobState, why string, countFailure bool) (jobUpdate, Event, bool) {
+	rec := js.rec
+	rec.Placement = nil
+	rec.Checkpoint = max(rec.Checkpoint, js.ckpt)
+	rec.Iterations = rec.Checkpoint
+	if countFailure {
+		rec.Failures++
+	}
+	if rec.Failures > d.cfg.MaxRestarts {
+		rec.State, rec.Reason, rec.FinishedAt = StateFailed, why+fmt.Sprintf(" (failed %d times, restart limit %d)", rec.Failures, d.cfg.MaxRestarts), d.now()
+		return jobUpdate{js, rec, "failed: " + why}, d.ev("fail", rec.ID, "", rec.Reason, nil), true
+	}
+	rec.State, rec.Reason = StatePreempted, why
+	return jobUpdate{js, rec, "requeue: " + why}, d.ev("requeue", rec.ID, "", why, nil), false
+}
+
+// afterRequeue is the change in memory of a stored requeue; with
+// keepDevices the devices stay held until the job's stop returns.
+func (d *Daemon) afterRequeue(js *jobState, final, keepDevices bool) {
+	d.stopRun(js)
+	if keepDevices {
+		js.stopping = true
+	} else {
+		d.release(js.rec.ID)
+	}
+	js.servers = nil
+	js.iters, js.ckpt = js.rec.Iterations, js.rec.Checkpoint
+	delete(d.requeues, js.rec.ID)
+	if final {
+		delete(d.jobs, js.rec.ID)
+	}
+}
+
+// stopAndRelease has the executor stop job id (with a checkpoint when
+// asked) after its new state was stored, then frees its devices and
+// stores a newer checkpoint. It takes d.mu; the caller must not hold it.
+func (d *Daemon) stopAndRelease(ctx context.Context, js *jobState, id string, checkpoint bool) error {
+	js.exec.Lock()
+	ckpt, err := d.cfg.Exec.Stop(ctx, id, checkpoint)
+	js.exec.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer d.publishSoon()
+	d.release(id)
+	js.stopping = false
+	if err != nil {
+		return fmt.Errorf("stop %s: %w", id, err)
+	}
+	if checkpoint && ckpt > js.rec.Checkpoint && d.jobs[id] == js && js.rec.State != StateRunning {
+		rec := js.rec
+		rec.Checkpoint, rec.Iterations = ckpt, ckpt
+		if werr := d.write(ctx, []jobUpdate{{js, rec, "checkpoint"}}, Batch{}, func() { js.iters, js.ckpt = ckpt, ckpt }); werr != nil {
+			return fmt.Errorf("stop %s: checkpoint %d: %w", id, ckpt, werr)
+		}
+	}
+	return nil
+}

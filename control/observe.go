@@ -1,0 +1,214 @@
+package control
+
+// Observe: the executor's news applied store first.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/replan/replan/perf"
+)
+
+// Observe asks the executor for news and applies it: progress, finished
+// and failed jobs, throughput samples (refitting models that are more than
+// 10% off), and server heartbeats. Every change is stored before memory
+// changes; news whose store write failed (a finish during a full disk) is
+// kept and applied again at the next Observe.
+func (d *Daemon) Observe(ctx context.Context) error {
+	obs, err := d.cfg.Exec.Observe(ctx)
+	if err != nil {
+		return fmt.Errorf("observe: %w", err)
+	}
+	var errs []error
+	type stopReq struct {
+		js *jobState
+		id string
+	}
+	var stops []stopReq
+	d.mu.Lock()
+	for _, n := range obs.Nodes {
+		i, ok := d.srvIdx[n.Name]
+		if !ok {
+			continue
+		}
+		ns := d.nodes[i]
+		next := ns
+		var b Batch
+		var ups []jobUpdate
+		var down []*jobState
+		var finals []bool
+		if n.Reachable {
+			next.missed, next.reachable = 0, true
+			if ns.missed >= d.cfg.HeartbeatMisses {
+				b.Events = append(b.Events, d.ev("node-up", "", n.Name, n.Name+" answers again", nil))
+			}
+		} else {
+			next.missed++
+			next.reachable = false
+			if next.missed == d.cfg.HeartbeatMisses {
+				b.Events = append(b.Events, d.ev("node-down", "", n.Name, fmt.Sprintf("%s missed %d heartbeats: %s", n.Name, next.missed, n.Err), nil))
+				for _, js := range d.jobsOn(n.Name) {
+					up, e, final := d.requeueChange(js, fmt.Sprintf("server %s stopped answering; back to the queue from checkpoint %d", n.Name, max(js.rec.Checkpoint, js.ckpt)), false)
+					ups = append(ups, up)
+					b.Events = append(b.Events, e)
+					down = append(down, js)
+					finals = append(finals, final)
+				}
+			}
+		}
+		if next == ns && len(b.Events) == 0 {
+			continue // nothing to store: heartbeats that change nothing are not written
+		}
+		b.Nodes = []NodeRecord{{Name: n.Name, Reachable: n.Reachable, Drained: ns.drained, Missed: next.missed, Suspect: ns.suspect, SuspectWhy: ns.suspectWhy, UpdatedAt: d.now()}}
+		err := d.write(ctx, ups, b, func() {
+			d.nodes[i] = next
+			for k, js := range down {
+				d.afterRequeue(js, finals[k], true)
+				stops = append(stops, stopReq{js, js.rec.ID})
+			}
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("observe %s: %w", n.Name, err))
+		}
+	}
+	// News whose write failed last time comes again (the executor may not
+	// repeat it: a finished job is reported once).
+	jobs := obs.Jobs
+	for id, p := range d.pending {
+		k := slices.IndexFunc(jobs, func(o JobObservation) bool { return o.JobID == id })
+		if k < 0 {
+			jobs = append(jobs, p)
+		} else if p.Exited && !jobs[k].Exited {
+			jobs[k] = p
+		}
+	}
+	for _, o := range jobs {
+		js := d.jobs[o.JobID]
+		if js == nil || js.stopping || js.rec.State != StateRunning {
+			delete(d.pending, o.JobID)
+			continue
+		}
+		iters := max(js.iters, o.Iterations)
+		ckpt := max(js.ckpt, o.Checkpoint)
+		if o.SamplesPerSec > 0 {
+			js.launchFails = 0 // it runs: its launches succeed again
+			js.measSPS = o.SamplesPerSec
+			if err := d.refit(ctx, js, o.SamplesPerSec); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		id := js.rec.ID
+		switch {
+		case iters >= js.spec.Iterations || (o.Exited && o.ExitCode == 0):
+			rec := js.rec
+			rec.State, rec.FinishedAt, rec.Reason = StateFinished, d.now(), ""
+			rec.Placement = nil
+			rec.Iterations, rec.Checkpoint = iters, ckpt
+			b := Batch{Events: []Event{d.ev("finish", id, "", fmt.Sprintf("%s finished after %d iterations", js.spec.Name, iters), nil)}}
+			err := d.write(ctx, []jobUpdate{{js, rec, "finished"}}, b, func() {
+				d.release(id)
+				delete(d.jobs, id)
+				delete(d.pending, id)
+				delete(d.requeues, id)
+			})
+			if err != nil {
+				o.Iterations, o.Checkpoint, o.Exited = iters, ckpt, true
+				d.pending[id] = o
+				errs = append(errs, fmt.Errorf("observe: finish %s: %w", id, err))
+			}
+		case o.Exited:
+			js.iters, js.ckpt = iters, ckpt
+			if err := d.requeue(ctx, js, fmt.Sprintf("exited with code %d%s; restarting from checkpoint %d", o.ExitCode, suffix(o.Err), ckpt), true); err != nil {
+				o.Iterations, o.Checkpoint = iters, ckpt
+				d.pending[id] = o
+				errs = append(errs, fmt.Errorf("observe: requeue %s: %w", id, err))
+			} else {
+				delete(d.pending, id)
+			}
+		default:
+			js.iters, js.ckpt = iters, ckpt
+			delete(d.pending, id)
+			// A new checkpoint is written at once (it is what a restart
+			// resumes from); plain progress at most every ProgressEvery.
+			since := d.now().Sub(js.saved)
+			if ckpt != js.rec.Checkpoint && since >= d.cfg.ProgressEvery || since >= 4*d.cfg.ProgressEvery && iters != js.rec.Iterations {
+				rec := js.rec
+				rec.Iterations, rec.Checkpoint = iters, ckpt
+				if err := d.write(ctx, []jobUpdate{{js, rec, "progress"}}, Batch{}, func() { js.saved = d.now() }); err != nil {
+					errs = append(errs, fmt.Errorf("observe: progress of %s: %w", id, err))
+				}
+			}
+		}
+	}
+	// Failed launches whose requeue could not be stored.
+	for id, p := range d.requeues {
+		js := d.jobs[id]
+		if js == nil || js.rec.State != StateRunning {
+			delete(d.requeues, id)
+			continue
+		}
+		if err := d.requeue(ctx, js, p.why, p.count); err != nil {
+			errs = append(errs, fmt.Errorf("observe: requeue %s: %w", id, err))
+		}
+	}
+	d.publish()
+	d.mu.Unlock()
+	for _, s := range stops {
+		if err := d.stopAndRelease(ctx, s.js, s.id, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(stops) > 0 {
+		d.publishNow()
+	}
+	if err := d.healthChecks(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// refit feeds a measured throughput to the job's model type; a refitted
+// model is stored before it replaces the one in memory. The caller holds
+// d.mu.
+func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) error {
+	o := d.model(js.spec.Arch)
+	pl := make(perf.Placement, 0, len(js.servers))
+	cpus, gpus := 0, 0
+	for _, s := range js.servers {
+		pl = append(pl, len(s.GPUs))
+		cpus += len(s.CPUs)
+		gpus += len(s.GPUs)
+	}
+	if gpus == 0 {
+		return nil
+	}
+	slices.SortFunc(pl, func(a, b int) int { return b - a })
+	sample := perf.Sample{Plan: js.plan, Resources: perf.Resources{Placement: pl, CPUsPerGPU: float64(cpus) / float64(gpus)}, IterS: float64(js.spec.GlobalBatch) / sps}
+	c := *o
+	c.Samples = slices.Clone(o.Samples)
+	refitted, err := c.Observe(sample)
+	if err != nil {
+		d.log.Warn("refit", "job", js.rec.ID, "err", err)
+		return nil
+	}
+	if !refitted {
+		*o = c
+		return nil
+	}
+	raw, err := json.Marshal(&c)
+	if err != nil {
+		return fmt.Errorf("refit %s: %w", js.spec.Arch.Name, err)
+	}
+	b := Batch{Models: []ModelWrite{{Type: js.spec.Arch.Name, Data: raw, At: d.now()}},
+		Events: []Event{d.ev("refit", js.rec.ID, "", fmt.Sprintf("model %s refitted (measured %.2f samples/s)", js.spec.Arch.Name, sps), nil)}}
+	if err := d.write(ctx, nil, b, func() {
+		*o = c
+		delete(d.snapModels, modelKey(js.spec.Arch))
+	}); err != nil {
+		return fmt.Errorf("refit %s: %w", js.spec.Arch.Name, err)
+	}
+	return nil
+}
