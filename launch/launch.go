@@ -290,6 +290,13 @@ func megatron(in Input, rank int, s Server, port int) ServerLaunch {
 		"--node_rank", itoa(rank),
 		"--master_addr", in.Servers[0].Address,
 		"--master_port", itoa(port),
+		// torch 1.13's torchrun on Python >= 3.11 (Debian 12's) crashes
+		// parsing the default "0" of --redirects and --tee (Std.from_str
+		// iterates an IntFlag, which no longer yields NONE): give values
+		// that parse everywhere. Workers' stdout goes to a per-rank file
+		// and is copied to torchrun's stdout as "[default<rank>]:<line>".
+		"--redirects", "1",
+		"--tee", "1",
 		j.Entrypoint}
 	argv = append(argv, j.Args...)
 	argv = append(argv, megatronArchArgs(j.Arch, j.Args)...)

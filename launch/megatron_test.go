@@ -56,8 +56,11 @@ func TestRenderedTorchrunParses(t *testing.T) {
 	argv, _ := json.Marshal(r.Servers[1].Argv[1:])
 	script := `import json, sys
 from torch.distributed.run import get_args_parser
+from torch.distributed.elastic.multiprocessing.api import Std
 a = get_args_parser().parse_args(json.loads(sys.argv[1]))
-print(json.dumps({"nnodes": a.nnodes, "nproc_per_node": a.nproc_per_node, "node_rank": a.node_rank,
+# what torchrun does next with them (None: the crash of torch 1.13 on Python 3.11)
+r, t = Std.from_str(a.redirects), Std.from_str(a.tee)
+print(json.dumps({"redirects": None if r is None else int(r), "tee": None if t is None else int(t), "nnodes": a.nnodes, "nproc_per_node": a.nproc_per_node, "node_rank": a.node_rank,
   "master_addr": a.master_addr, "master_port": a.master_port, "script": a.training_script, "args": a.training_script_args}))
 `
 	out, err := exec.Command(py, "-c", script, string(argv)).CombinedOutput()
@@ -72,9 +75,14 @@ print(json.dumps({"nnodes": a.nnodes, "nproc_per_node": a.nproc_per_node, "node_
 		MasterPort   int      `json:"master_port"`
 		Script       string   `json:"script"`
 		Args         []string `json:"args"`
+		Redirects    int      `json:"redirects"`
+		Tee          int      `json:"tee"`
 	}
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("%v: %s", err, out)
+	}
+	if got.Redirects != 1 || got.Tee != 1 {
+		t.Errorf("redirects %d, tee %d: want 1 (the default 0 crashes torch 1.13 on Python 3.11)", got.Redirects, got.Tee)
 	}
 	if got.NNodes != "2" || got.NProcPerNode != "4" || got.NodeRank != 1 || got.MasterAddr != "10.0.0.1" || got.MasterPort != 29500 || got.Script != "train.py" {
 		t.Errorf("torchrun understood %+v", got)
