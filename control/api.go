@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/replan/replan/jobspec"
+	"github.com/replan/replan/launch"
 	"github.com/replan/replan/perf"
 )
 
@@ -204,6 +205,14 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusBadRequest, body)
 		return
+	}
+	// Issue 13: a Megatron job's args that contradict its model type (or
+	// give flags replan renders) are refused at submit, naming the flag.
+	if spec.Framework == jobspec.Megatron {
+		if err := launch.CheckMegatronArgs(spec.Arch, spec.Args); err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%s: %w", req.File, err))
+			return
+		}
 	}
 	rec, err := a.D.Submit(r.Context(), spec)
 	if err != nil {

@@ -101,6 +101,9 @@ func Render(in Input) (Rendered, error) {
 		return Rendered{}, fmt.Errorf("render %s: plan %s on %s: %w", j.Name, in.Plan, pl, err)
 	}
 	if j.Framework == jobspec.Megatron {
+		if err := CheckMegatronArgs(j.Arch, j.Args); err != nil {
+			return Rendered{}, fmt.Errorf("render %s: %w", j.Name, err)
+		}
 		if in.Plan.ZeRO > 1 || in.Plan.Offload {
 			return Rendered{}, fmt.Errorf("render %s: megatron runs ZeRO-0/1 without offload, plan is %s", j.Name, in.Plan)
 		}
@@ -274,16 +277,29 @@ func deepSpeed(in Input, rank int, s Server, port int, runDir string) ServerLaun
 // with --exit-signal-handler).
 const MegatronSaveInterval = 1000
 
+// TorchrunFlags are the flags replan gives torchrun, in the underscore
+// forms every torch from 1.13 on accepts (1.13's torchrun knows no
+// hyphenated --nproc-per-node, --node-rank, --master-addr, --master-port).
+var TorchrunFlags = []string{"--nnodes", "--nproc_per_node", "--node_rank", "--master_addr", "--master_port"}
+
 func megatron(in Input, rank int, s Server, port int) ServerLaunch {
 	j, p := in.Job, in.Plan
 	argv := []string{"torchrun",
 		"--nnodes", itoa(len(in.Servers)),
-		"--nproc-per-node", itoa(len(s.GPUs)),
-		"--node-rank", itoa(rank),
-		"--master-addr", in.Servers[0].Address,
-		"--master-port", itoa(port),
+		"--nproc_per_node", itoa(len(s.GPUs)),
+		"--node_rank", itoa(rank),
+		"--master_addr", in.Servers[0].Address,
+		"--master_port", itoa(port),
+		// torch 1.13's torchrun on Python >= 3.11 (Debian 12's) crashes
+		// parsing the default "0" of --redirects and --tee (Std.from_str
+		// iterates an IntFlag, which no longer yields NONE): give values
+		// that parse everywhere. Workers' stdout goes to a per-rank file
+		// and is copied to torchrun's stdout as "[default<rank>]:<line>".
+		"--redirects", "1",
+		"--tee", "1",
 		j.Entrypoint}
 	argv = append(argv, j.Args...)
+	argv = append(argv, megatronArchArgs(j.Arch, j.Args)...)
 	argv = append(argv,
 		"--tensor-model-parallel-size", itoa(p.TP),
 		"--pipeline-model-parallel-size", itoa(p.PP),

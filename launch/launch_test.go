@@ -125,7 +125,7 @@ func TestRenderMegatron(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := r.Servers[1].Argv
-	want := map[string]string{"--nnodes": "2", "--nproc-per-node": "4", "--node-rank": "1", "--master-addr": "10.0.0.1", "--master-port": "29500",
+	want := map[string]string{"--nnodes": "2", "--nproc_per_node": "4", "--node_rank": "1", "--master_addr": "10.0.0.1", "--master_port": "29500",
 		"--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "4", "--micro-batch-size": "2", "--global-batch-size": "16",
 		"--save": "/ckpt/j1", "--load": "/ckpt/j1", "--log-interval": "1", "--recompute-granularity": "full"}
 	for f, v := range want {
