@@ -1,0 +1,85 @@
+package sim_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replan/replan/perf"
+	"github.com/replan/replan/sched"
+	"github.com/replan/replan/sim"
+)
+
+// TestCoresNeverOverCommitted is issue 15's first defect: synergy's CPU
+// pass undid a job's core growth by putting back the snapshot's cores
+// without checking what was free, so 101 of 96 cores of s0 were in use
+// (the simulator aborted). Each policy must run the trace to the end.
+func TestCoresNeverOverCommitted(t *testing.T) {
+	jobs, err := sim.Generate(sim.GenConfig{Jobs: 200, Servers: 8, Seed: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"synergy", "resources-only", "morphling", "replan"} {
+		p, _ := sched.New(name)
+		r, err := sim.Run(context.Background(), jobs, sim.DefaultModels(perf.A800), p, sim.Config{})
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if r.Finished != len(jobs) {
+			t.Errorf("%s: %d of %d finished", name, r.Finished, len(jobs))
+		}
+	}
+}
+
+// TestRoundIntervalDoesNotHang is the second: with --round-interval a
+// policy wake-up that fell before an already pending round was never
+// cleared, and the simulator spun at that instant forever (replan and
+// dally). Each run must end well inside its deadline.
+func TestRoundIntervalDoesNotHang(t *testing.T) {
+	jobs, err := sim.Generate(sim.GenConfig{Jobs: 16, Servers: 4, Seed: 1014, Load: 1.2, MedianMinutes: 15, SLAShare: 0.3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"replan", "dally", "morphling"} {
+		p, _ := sched.New(name)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		r, err := sim.Run(ctx, jobs, sim.DefaultModels(perf.A800), p, sim.Config{Servers: 4, ServersPerRack: 3, CPUsPerServer: 16, RoundInterval: 60})
+		cancel()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if r.Finished != len(jobs) {
+			t.Errorf("%s: %d of %d finished", name, r.Finished, len(jobs))
+		}
+	}
+}
+
+// TestImpossibleInputRefusedUpFront: a guaranteed job asking for more
+// GPUs than its tenant's quota can never start; the simulator says so
+// before it runs, not after replaying the whole trace.
+func TestImpossibleInputRefusedUpFront(t *testing.T) {
+	jobs, err := sim.Generate(sim.GenConfig{Jobs: 40, Servers: 4, Seed: 5, SLAShare: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := 0
+	for _, j := range jobs {
+		big = max(big, j.GPUs)
+	}
+	if big < 2 {
+		t.Fatalf("trace has no multi-GPU job")
+	}
+	p, _ := sched.New("static")
+	rounds := 0
+	_, err = sim.Run(context.Background(), jobs, sim.DefaultModels(perf.A800), p, sim.Config{Servers: 4, QuotaGPUs: big - 1,
+		OnEvent: func(sim.Event) { rounds++ }})
+	if err == nil || !strings.Contains(err.Error(), "quota") {
+		t.Fatalf("want a quota error up front, got %v", err)
+	}
+	if rounds > 0 {
+		t.Errorf("the simulator ran %d events before refusing the trace", rounds)
+	}
+}
