@@ -141,15 +141,22 @@ type MinRes struct {
 }
 
 // MinRes computes j's minimum demand as Schedule does, with servers of
-// perServer GPUs.
+// perServer GPUs in one rack.
 func (p *Morphling) MinRes(j *Job, perServer int) MinRes {
+	return p.MinResRacks(j, perServer, 0)
+}
+
+// MinResRacks is MinRes on racks of rackGPUs GPUs (0: one rack): a
+// request larger than a rack is promised what it gets packed across
+// racks.
+func (p *Morphling) MinResRacks(j *Job, perServer, rackGPUs int) MinRes {
 	var js jstate
 	js.job = j
 	js.cpg = 1
 	if j.ReqGPUs > 0 && j.ReqCPUs > 0 {
 		js.cpg = max(1, j.ReqCPUs/j.ReqGPUs)
 	}
-	p.prepare(&js, perServer)
+	p.prepare(&js, perServer, rackGPUs)
 	return MinRes{GPUs: js.minG, CPUs: js.minCPUs, Plan: js.minPlan, Promise: js.ref, Fallback: js.fallback}
 }
 
@@ -161,6 +168,7 @@ type prepared struct {
 	reqPlan  perf.Plan
 	promise  float64
 	cpg      int
+	rackGPUs int
 	cv       *curve
 	fam      family
 	ref      float64
@@ -172,7 +180,7 @@ type prepared struct {
 
 // prepare fills a job's curve, reference throughput, normalisation and
 // minRes.
-func (p *Morphling) prepare(js *jstate, perServer int) {
+func (p *Morphling) prepare(js *jstate, perServer, rackGPUs int) {
 	j := js.job
 	if j.Model == nil {
 		return
@@ -189,8 +197,8 @@ func (p *Morphling) prepare(js *jstate, perServer int) {
 	if j.ReqGPUs > 0 {
 		cpg = max(cpg, j.ReqCPUs/j.ReqGPUs)
 	}
-	if !ok || pr.model != j.Model || pr.reqGPUs != j.ReqGPUs || pr.reqPlan != j.ReqPlan || pr.promise != j.Promise || pr.cpg != cpg {
-		pr = p.compute(j, cpg, perServer)
+	if !ok || pr.model != j.Model || pr.reqGPUs != j.ReqGPUs || pr.reqPlan != j.ReqPlan || pr.promise != j.Promise || pr.cpg != cpg || pr.rackGPUs != rackGPUs {
+		pr = p.compute(j, cpg, perServer, rackGPUs)
 		p.c.mu.Lock()
 		p.c.prep[j.ID] = pr
 		p.c.mu.Unlock()
@@ -202,8 +210,12 @@ func (p *Morphling) prepare(js *jstate, perServer int) {
 	}
 }
 
-func (p *Morphling) compute(j *Job, cpg, perServer int) prepared {
-	pr := prepared{model: j.Model, reqGPUs: j.ReqGPUs, reqPlan: j.ReqPlan, promise: j.Promise, cpg: cpg}
+// spansRacks reports whether g GPUs packed need more than one rack of
+// rackGPUs GPUs (0: one rack).
+func spansRacks(g, rackGPUs int) bool { return rackGPUs > 0 && g > rackGPUs }
+
+func (p *Morphling) compute(j *Job, cpg, perServer, rackGPUs int) prepared {
+	pr := prepared{model: j.Model, reqGPUs: j.ReqGPUs, reqPlan: j.ReqPlan, promise: j.Promise, cpg: cpg, rackGPUs: rackGPUs}
 	if p.opt.KeepPlanFamily {
 		pr.fam = familyOf(j.ReqPlan)
 	}
@@ -213,10 +225,14 @@ func (p *Morphling) compute(j *Job, cpg, perServer int) prepared {
 		pr.fam = family{fixed: true, pinned: true, plan: j.ReqPlan}
 		pr.cv = p.c.curve(j.Model, pr.fam, maxG, perServer, cpg)
 	}
+	// The promise is the request packed onto as few servers as possible:
+	// inside one rack when it fits, else across racks (priced at the
+	// spine share the model sees), so a request larger than a rack can
+	// be placed at all (the cross-rack check below prices it the same).
 	reqPl := perf.PackedPlacement(max(j.ReqGPUs, 1), perServer)
 	pr.ref = j.Promise
 	if pr.ref <= 0 {
-		pr.ref = p.c.predict(j.Model, j.ReqPlan, reqPl, false, cpg)
+		pr.ref = p.c.predict(j.Model, j.ReqPlan, reqPl, spansRacks(j.ReqGPUs, rackGPUs), cpg)
 	}
 	if pr.ref <= 0 {
 		pr.ref = pr.cv.at(j.ReqGPUs)
@@ -231,7 +247,7 @@ func (p *Morphling) compute(j *Job, cpg, perServer int) prepared {
 			break
 		}
 		if pr.cv.thr[g] >= target {
-			if v := p.c.best(j.Model, pr.fam, perf.PackedPlacement(g, perServer), false, cpg); v.ok && v.thr >= target {
+			if v := p.c.best(j.Model, pr.fam, perf.PackedPlacement(g, perServer), spansRacks(g, rackGPUs), cpg); v.ok && v.thr >= target {
 				pr.minG, pr.minCPUs, pr.minPlan, pr.fallback = g, min(g*cpg, max(j.ReqCPUs, g)), v.plan, false
 				break
 			}
@@ -275,9 +291,10 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 	if len(s.Servers) > 0 && s.Servers[0].GPUs > 0 {
 		perServer = s.Servers[0].GPUs
 	}
+	rackGPUs := st.rackGPUs()
 	for i := range st.jobs {
 		js := &st.jobs[i]
-		p.prepare(js, perServer)
+		p.prepare(js, perServer, rackGPUs)
 		if js.orig > 0 {
 			pl := placementOf(js.job.Alloc)
 			js.origThr = p.c.predict(js.job.Model, js.job.Plan, pl, crossRack(s.Servers, js.job.Alloc), js.cpg)

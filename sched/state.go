@@ -120,6 +120,22 @@ func newState(s *Snapshot) *state {
 	return st
 }
 
+// rackGPUs is the GPU capacity of the largest rack; 0 with one rack.
+func (st *state) rackGPUs() int {
+	if len(st.racks) < 2 {
+		return 0
+	}
+	best := 0
+	for _, r := range st.racks {
+		n := 0
+		for _, sv := range r {
+			n += st.snap.Servers[sv].GPUs
+		}
+		best = max(best, n)
+	}
+	return best
+}
+
 // placement is the job's tentative placement, fullest server first.
 func (st *state) placement(j int) perf.Placement { return placementOf(st.jobs[j].alloc) }
 

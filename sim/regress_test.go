@@ -2,10 +2,12 @@ package sim_test
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/replan/replan/dataset"
 	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
 	"github.com/replan/replan/sim"
@@ -81,5 +83,44 @@ func TestImpossibleInputRefusedUpFront(t *testing.T) {
 	}
 	if rounds > 0 {
 		t.Errorf("the simulator ran %d events before refusing the trace", rounds)
+	}
+}
+
+// TestMultiTenantTraceOnRacks: the mt trace on racks of 2 servers (its
+// 40- and 48-GPU guaranteed requests span racks) finishes under every
+// curve-driven policy with no guarantee broken. Before the fix the
+// guaranteed llama30 jobs waited forever.
+func TestMultiTenantTraceOnRacks(t *testing.T) {
+	dir := dataDir(t)
+	ctx := context.Background()
+	jobs, err := dataset.LoadWorkload(ctx, filepath.Join(dir, "workloads", "workload-mt.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apps := make([]string, 0, len(jobs))
+	for _, j := range jobs {
+		apps = append(apps, j.Application)
+	}
+	models, err := sim.LoadModels(ctx, dir, perf.A800, apps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	models.SetSpine(200, 2)
+	var ps []sched.Policy
+	for _, n := range []string{"morphling", "resources-only", "replan"} {
+		p, _ := sched.New(n)
+		ps = append(ps, p)
+	}
+	rs, err := sim.RunAll(ctx, jobs, models, ps, sim.Config{ServersPerRack: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Finished != len(jobs) {
+			t.Errorf("%s: %d of %d finished", r.Policy, r.Finished, len(jobs))
+		}
+		if r.SLAViolation > 0 {
+			t.Errorf("%s: guarantees broken for %.0f job-seconds", r.Policy, r.SLAViolation)
+		}
 	}
 }

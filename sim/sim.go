@@ -266,7 +266,18 @@ func (s *simulator) init(trace []dataset.WorkloadJob) error {
 			cpg = max(1, c.CPUsPerServer/c.GPUsPerServer)
 		}
 		j.cpg = cpg
-		if it, _ := s.r.iter(name, plan, perf.PackedPlacement(w.GPUs, c.GPUsPerServer), false, cpg); it > 0 {
+		// The promise is the request packed onto as few servers as
+		// possible: inside one rack when it fits (measured when the table
+		// has it); a request larger than a rack spans racks and is
+		// promised its guaranteed share of the spine (the
+		// oversubscription share the policies price), not the speed of a
+		// job alone on the uplink.
+		reqPl := perf.PackedPlacement(w.GPUs, c.GPUsPerServer)
+		if c.ServersPerRack > 0 && w.GPUs > c.ServersPerRack*c.GPUsPerServer {
+			if b, err := m.Predict(plan, perf.Resources{Placement: reqPl, CrossRack: true, CPUsPerGPU: float64(cpg)}); err == nil && b.Iter > 0 {
+				j.promise = 1 / b.Iter
+			}
+		} else if it, _ := s.r.iter(name, plan, reqPl, false, cpg); it > 0 {
 			j.promise = 1 / it
 		}
 		s.jobs = append(s.jobs, j)
