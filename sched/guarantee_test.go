@@ -49,3 +49,33 @@ func TestGuaranteedAcrossRacksIsPlaced(t *testing.T) {
 		}
 	}
 }
+
+// TestGuaranteedShrinksUntilItFits is issue 15's fourth defect: each
+// victim was banned after one shrink step, so a guaranteed job within its
+// quota on a cluster full of best-effort jobs could not reach its minRes
+// (Algorithm 1 shrinks "repeatedly until further reallocation is not
+// allowed"). The freed GPUs must also form a placement the guarantee
+// accepts: packed on one server here.
+func TestGuaranteedShrinksUntilItFits(t *testing.T) {
+	bert := model(t, "bert")
+	a := running(t, waiting(t, "a", bert, 8, 0), 0, 8)
+	b := running(t, waiting(t, "b", bert, 8, 1), 1, 8)
+	g := waiting(t, "g", bert, 8, 5)
+	g.Class, g.Tenant = sched.Guaranteed, "A"
+	for _, p := range []sched.Policy{sched.NewMorphling(cheap()), sched.NewReplan(cheap(), sched.DefaultNetOptions())} {
+		s := snapshot(servers(2, 8), a, b, g)
+		s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: 8}, {Name: "B"}}
+		d := p.Schedule(s)
+		st, ok := find(d, "g")
+		if !ok || st.Kind != sched.Start {
+			t.Errorf("%s: guaranteed job within quota not started: %q", p.Name(), reason(d, "g"))
+			continue
+		}
+		if mr := p.(*sched.Morphling).MinRes(&g, 8); st.Placement.GPUs() < mr.GPUs || len(st.Placement) != (mr.GPUs+7)/8 {
+			t.Errorf("%s: started on %s, want its minRes %d packed", p.Name(), st.Placement, mr.GPUs)
+		}
+		if err := sched.CheckInvariants(s, d); err != nil {
+			t.Error(err)
+		}
+	}
+}

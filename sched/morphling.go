@@ -673,6 +673,21 @@ func (p *Morphling) grow(st *state, i, target int, slope float64, must, freeOnly
 	if need <= 0 {
 		return true
 	}
+	if must && js.total == 0 {
+		// A waiting guaranteed job: free GPUs when they form a packed
+		// placement, else Algorithm 1's node-by-node shrinking on the
+		// servers that can hold it packed; only then anything (which
+		// finish rejects when too spread for the promise).
+		mark := len(st.journal)
+		if st.takeFree(i, need) == need && p.packed(st.placement(i), st) && (!st.cross(i) || spansRacks(target, st.rackGPUs())) {
+			return true
+		}
+		st.rollback(mark)
+		if p.packedGrow(st, i, target) {
+			return true
+		}
+		st.rollback(mark)
+	}
 	if target <= st.maxPer && js.total > 0 {
 		// A job that fits one server grows onto one server when it can
 		// (its own, or the best-fitting free one), not across servers.
@@ -691,6 +706,10 @@ func (p *Morphling) grow(st *state, i, target int, slope float64, must, freeOnly
 	if need > 0 && freeOnly {
 		return false
 	}
+	// Algorithm 1 shrinks until the job fits: a victim may give several
+	// steps (it is re-ranked by its new loss after each); only a victim
+	// whose shrink is refused (a guaranteed job that would fall below its
+	// promise) is banned for the rest of this growth.
 	banned := map[int]bool{}
 	for need > 0 {
 		v, to := p.victim(st, i, slope, must, banned)
@@ -701,6 +720,7 @@ func (p *Morphling) grow(st *state, i, target int, slope float64, must, freeOnly
 		p.shrink(st, v, to, i)
 		if vs := &st.jobs[v]; vs.total > 0 && vs.job.Class == Guaranteed && !vs.meets(p.planFor(st, v)) {
 			st.rollback(before)
+			banned[v] = true
 			continue
 		}
 		need -= st.takeFree(i, need)
@@ -789,9 +809,6 @@ func (p *Morphling) victim(st *state, i int, slope float64, must bool, banned ma
 			break
 		}
 	}
-	if best >= 0 {
-		banned[best] = true
-	}
 	return best, bestTo
 }
 
@@ -827,10 +844,144 @@ func (p *Morphling) lossOf(st *state, k int) (int, float64, bool) {
 	return to, (cur - v.u(v.cv.at(to))) / float64(v.total-to), true
 }
 
+// packedGrow places waiting job i on target GPUs over the fewest servers
+// that count allows, as Algorithm 1's ScheduleJob does node by node: it
+// picks the servers with the most GPUs that are free or held by jobs
+// above their minRes (inside one rack when a rack can hold the job),
+// takes their free GPUs, then shrinks the jobs on them, lowest loss
+// first, until the job has its share of each. A guaranteed victim that
+// would fall below its promise is left alone. It returns false (the
+// caller rolls back) when those servers cannot supply target.
+func (p *Morphling) packedGrow(st *state, i, target int) bool {
+	js := &st.jobs[i]
+	per := max(st.maxPer, 1)
+	k := (target + per - 1) / per
+	cpg := max(js.cpg, 1)
+	avail := make(map[int]int)
+	room := func(s int) int {
+		if n, ok := avail[s]; ok {
+			return n
+		}
+		n := max(st.free[s], 0)
+		for _, j := range st.on[s] {
+			if v := &st.jobs[j]; j != i && v.cv != nil && v.total > v.minG {
+				for _, a := range v.alloc {
+					if a.Server == s {
+						n += a.GPUs
+					}
+				}
+			}
+		}
+		n = min(n, st.snap.Servers[s].GPUs, st.snap.Servers[s].CPUs/cpg)
+		avail[s] = n
+		return n
+	}
+	// The k roomiest servers of a group, roomiest first, and their room.
+	pick := func(group []int) ([]int, int) {
+		top := make([]int, 0, k+1)
+		for _, s := range group {
+			r := room(s)
+			if r == 0 {
+				continue
+			}
+			n := len(top)
+			if n == k && room(top[n-1]) >= r {
+				continue
+			}
+			top = append(top, s)
+			for x := len(top) - 1; x > 0 && (room(top[x]) > room(top[x-1]) || room(top[x]) == room(top[x-1]) && top[x] < top[x-1]); x-- {
+				top[x], top[x-1] = top[x-1], top[x]
+			}
+			if len(top) > k {
+				top = top[:k]
+			}
+		}
+		sum := 0
+		for _, s := range top {
+			sum += room(s)
+		}
+		return top, sum
+	}
+	var chosen []int
+	if rg := st.rackGPUs(); rg > 0 && target <= rg {
+		bestFree := -1
+		for _, r := range st.racks {
+			top, sum := pick(r)
+			if sum < target {
+				continue
+			}
+			free := 0
+			for _, s := range top {
+				free += max(st.free[s], 0)
+			}
+			if free > bestFree {
+				chosen, bestFree = top, free
+			}
+		}
+	} else {
+		all := make([]int, len(st.snap.Servers))
+		for s := range all {
+			all[s] = s
+		}
+		var sum int
+		chosen, sum = pick(all)
+		if sum < target {
+			chosen = nil
+		}
+	}
+	if len(chosen) == 0 {
+		return false
+	}
+	// Shares: the packed placement, fullest share on the roomiest server.
+	left := target
+	banned := map[int]bool{}
+	for _, s := range chosen {
+		want := min(per, left, room(s))
+		got := 0
+		take := func() {
+			if n := min(want-got, max(st.free[s], 0), st.freeCPU[s]/cpg); n > 0 {
+				st.move(i, s, n)
+				got += n
+			}
+		}
+		take()
+		for got < want {
+			v, to, best := -1, 0, math.Inf(1)
+			for _, j := range st.on[s] {
+				if j == i || banned[j] {
+					continue
+				}
+				if t, l, ok := p.lossOf(st, j); ok && (l < best || l == best && v >= 0 && st.jobs[j].job.Submit > st.jobs[v].job.Submit) {
+					v, to, best = j, t, l
+				}
+			}
+			if v < 0 {
+				return false
+			}
+			before := len(st.journal)
+			p.shrinkOn(st, v, to, s)
+			if vs := &st.jobs[v]; vs.total > 0 && vs.job.Class == Guaranteed && !vs.meets(p.planFor(st, v)) {
+				st.rollback(before)
+				banned[v] = true
+				continue
+			}
+			take()
+		}
+		left -= got
+	}
+	sortAlloc(js.alloc)
+	return left == 0
+}
+
 // shrink takes victim v down to `to` GPUs, releasing first on the servers
 // job i already uses, then where v holds the most. A guaranteed victim
 // whose spread placement would fall below its promise is not shrunk.
-func (p *Morphling) shrink(st *state, v, to, forJob int) {
+func (p *Morphling) shrink(st *state, v, to, forJob int) { p.shrinkFrom(st, v, to, forJob, -1) }
+
+// shrinkOn is shrink releasing on server first before any other.
+func (p *Morphling) shrinkOn(st *state, v, to, first int) { p.shrinkFrom(st, v, to, -1, first) }
+
+func (p *Morphling) shrinkFrom(st *state, v, to, forJob, first int) {
 	vs := &st.jobs[v]
 	give := vs.total - to
 	if to == 0 {
@@ -844,8 +995,13 @@ func (p *Morphling) shrink(st *state, v, to, forJob int) {
 		return
 	}
 	mine := map[int]bool{}
-	for _, a := range st.jobs[forJob].alloc {
-		mine[a.Server] = true
+	if forJob >= 0 {
+		for _, a := range st.jobs[forJob].alloc {
+			mine[a.Server] = true
+		}
+	}
+	if first >= 0 {
+		mine[first] = true
 	}
 	servers := make([]Alloc, len(vs.alloc))
 	copy(servers, vs.alloc)
