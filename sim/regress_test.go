@@ -162,3 +162,41 @@ func TestMultiTenantGuaranteedNotLast(t *testing.T) {
 		t.Errorf("morphling only %.2f× static on avg JCT", r)
 	}
 }
+
+// broken starts every waiting job on server 0 with all its GPUs at once:
+// it over-commits as soon as two jobs wait.
+type broken struct{}
+
+func (broken) Name() string { return "broken" }
+func (broken) Schedule(s sched.Snapshot) sched.Decisions {
+	var d sched.Decisions
+	for i, j := range s.Jobs {
+		if !j.Running() {
+			d.Actions = append(d.Actions, sched.Decision{Kind: sched.Start, Job: j.ID, Index: i, Plan: j.ReqPlan,
+				Alloc: []sched.Alloc{{Server: 0, GPUs: s.Servers[0].GPUs}}})
+		}
+	}
+	return d
+}
+
+// TestOneFailingPolicyKeepsTheOthers is the fifth defect: RunAll threw
+// away every policy's result when one failed. Now each policy gets its
+// result or its error.
+func TestOneFailingPolicyKeepsTheOthers(t *testing.T) {
+	jobs := smallTrace(t, 0)
+	good, _ := sched.New("static")
+	rs, err := sim.RunAll(context.Background(), jobs, sim.DefaultModels(perf.A800), []sched.Policy{good, broken{}}, sim.Config{Servers: 2})
+	if err == nil || !strings.Contains(err.Error(), "broken") {
+		t.Fatalf("want the broken policy's error, got %v", err)
+	}
+	if len(rs) != 2 || rs[0] == nil || rs[0].Finished != len(jobs) || rs[0].Error != "" {
+		t.Fatalf("the good policy's result is lost: %+v", rs)
+	}
+	if rs[1] == nil || rs[1].Policy != "broken" || !strings.Contains(rs[1].Error, "invariant violated") {
+		t.Fatalf("the broken policy's row: %+v", rs[1])
+	}
+	var sb strings.Builder
+	if err := sim.WriteTable(&sb, rs); err != nil || !strings.Contains(sb.String(), "failed:") {
+		t.Errorf("table does not show the failure: %v\n%s", err, sb.String())
+	}
+}

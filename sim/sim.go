@@ -126,6 +126,9 @@ type Result struct {
 	LinkInflation float64 `json:"link_inflation"`
 	// LinkSharing counts those jobs.
 	LinkSharing int `json:"link_sharing_jobs"`
+	// Error, when set, is why this policy's run failed (RunAll); the
+	// other fields are then empty.
+	Error string `json:"error,omitempty"`
 }
 
 type jstate int
