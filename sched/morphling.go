@@ -409,16 +409,34 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		_, js.slope = js.next(len(js.cv.env) - 1)
 		order = append(order, i)
 	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		x, y := &st.jobs[a], &st.jobs[b]
+	// Sort keys copied out once (the comparator runs n log n times);
+	// the index breaks the last tie, so the order is the stable one.
+	type okey struct {
+		slope, nw, submit float64
+		i                 int
+	}
+	keys := make([]okey, len(order))
+	for n, i := range order {
+		keys[n] = okey{slope: st.jobs[i].slope, submit: st.jobs[i].job.Submit, i: i}
+		if nr != nil {
+			keys[n].nw = nr.jobs[i].nw // Dally: lowest Nw_sens first
+		}
+	}
+	slices.SortFunc(keys, func(x, y okey) int {
 		if x.slope != y.slope {
 			return cmp.Compare(y.slope, x.slope)
 		}
-		if nr != nil && nr.jobs[a].nw != nr.jobs[b].nw {
-			return cmp.Compare(nr.jobs[a].nw, nr.jobs[b].nw) // Dally: lowest Nw_sens first
+		if x.nw != y.nw {
+			return cmp.Compare(x.nw, y.nw)
 		}
-		return cmp.Compare(x.job.Submit, y.job.Submit)
+		if x.submit != y.submit {
+			return cmp.Compare(x.submit, y.submit)
+		}
+		return cmp.Compare(x.i, y.i)
 	})
+	for n := range keys {
+		order[n] = keys[n].i
+	}
 	// With nobody waiting, free GPUs help nobody else: grow while any step
 	// still adds IdleMinSlope (Algorithm 1's "take the free resources").
 	minSlope := p.opt.MinSlope
@@ -687,6 +705,12 @@ func (p *Morphling) grow(st *state, i, target int, slope float64, must, freeOnly
 			return true
 		}
 		st.rollback(mark)
+		// Free GPUs and those of jobs above their minRes only shrink
+		// during the privileged pass: a target that found too few of them
+		// anywhere will not find more for a larger one.
+		if f, ok := st.mustFail[js.cpg]; ok && target >= f {
+			return false
+		}
 	}
 	if target <= st.maxPer && js.total > 0 {
 		// A job that fits one server grows onto one server when it can
@@ -714,6 +738,14 @@ func (p *Morphling) grow(st *state, i, target int, slope float64, must, freeOnly
 	for need > 0 {
 		v, to := p.victim(st, i, slope, must, banned)
 		if v < 0 {
+			if must && js.orig == 0 {
+				if st.mustFail == nil {
+					st.mustFail = map[int]int{}
+				}
+				if f, ok := st.mustFail[js.cpg]; !ok || target < f {
+					st.mustFail[js.cpg] = target
+				}
+			}
 			return false
 		}
 		before := len(st.journal)
@@ -755,7 +787,12 @@ func (p *Morphling) victim(st *state, i int, slope float64, must bool, banned ma
 		st.vlist = make([]vcand, 0, len(st.jobs))
 		for k := range st.jobs {
 			if to, loss, ok := p.lossOf(st, k); ok {
-				st.vlist = append(st.vlist, vcand{job: k, to: to, loss: loss})
+				v := &st.jobs[k]
+				c := vcand{job: k, to: to, loss: loss, give: v.total - to, settling: p.settling(st, v)}
+				if !v.touched && v.total == v.orig && v.orig > 0 {
+					c.cost = p.opt.GainFactor * v.u(v.origThr) * p.opt.RestartCost
+				}
+				st.vlist = append(st.vlist, c)
 			}
 		}
 		slices.SortStableFunc(st.vlist, func(x, y vcand) int {
@@ -794,16 +831,37 @@ func (p *Morphling) victim(st *state, i int, slope float64, must bool, banned ma
 		return true
 	}
 	for _, k := range st.dirty {
+		if v := &st.jobs[k]; v.total <= v.minG || v.cv == nil || banned[k] || k == i {
+			continue // cannot be shrunk: skip before pricing it
+		}
 		if to, loss, ok := p.lossOf(st, k); ok {
 			consider(k, to, loss)
 		}
 	}
-	for _, c := range st.vlist {
+	// The unchanged victims, lowest loss first: their eligibility is
+	// read from the list (settling and the restart cost do not change
+	// while they stay unchanged), so the scan touches no job state.
+	for n := range st.vlist {
+		c := &st.vlist[n]
 		if c.loss > bestLoss || (!must && slope <= c.loss*1.05) {
 			break
 		}
-		if st.isDirty[c.job] {
+		if st.isDirty[c.job] || c.job == i || len(banned) > 0 && banned[c.job] {
 			continue
+		}
+		if !must {
+			if c.settling {
+				continue
+			}
+			if c.cost > 0 {
+				h := p.opt.Horizon
+				if thr := js.cv.at(js.total + c.give); thr > 0 && js.remaining > 0 {
+					h = math.Min(h, js.remaining/(thr/float64(js.job.Model.Arch.GlobalBatch)))
+				}
+				if (slope-c.loss)*float64(c.give)*h <= c.cost {
+					continue
+				}
+			}
 		}
 		if consider(c.job, c.to, c.loss) {
 			break
@@ -817,6 +875,12 @@ func (p *Morphling) victim(st *state, i int, slope float64, must bool, banned ma
 type vcand struct {
 	job, to int
 	loss    float64
+	// Fixed while the job is unchanged this round: the GPUs the step
+	// frees, whether it is settling (MinDwell), and GainFactor times the
+	// normalised work its restart loses (0: no restart to pay for).
+	give     int
+	settling bool
+	cost     float64
 }
 
 // lossOf is what shrinking job k by one step costs: the count it would
@@ -857,10 +921,29 @@ func (p *Morphling) packedGrow(st *state, i, target int) bool {
 	per := max(st.maxPer, 1)
 	k := (target + per - 1) / per
 	cpg := max(js.cpg, 1)
-	avail := make(map[int]int)
+	// Room (free GPUs plus those of jobs above their minRes) only shrinks
+	// during the privileged pass: once target GPUs at cpg cores found no
+	// servers, no larger target will this round.
+	if st.packFail == nil {
+		st.packFail = map[int]int{}
+	}
+	if f, ok := st.packFail[cpg]; ok && target >= f {
+		return false
+	}
+	if st.roomOK == nil {
+		st.roomAt = make([]int, len(st.snap.Servers))
+		st.roomOK = make([]bool, len(st.snap.Servers))
+	}
+	defer func() {
+		if js.total < target {
+			if f, ok := st.packFail[cpg]; !ok || target < f {
+				st.packFail[cpg] = target
+			}
+		}
+	}()
 	room := func(s int) int {
-		if n, ok := avail[s]; ok {
-			return n
+		if st.roomOK[s] {
+			return min(st.roomAt[s], st.snap.Servers[s].CPUs/cpg)
 		}
 		n := max(st.free[s], 0)
 		for _, j := range st.on[s] {
@@ -872,9 +955,9 @@ func (p *Morphling) packedGrow(st *state, i, target int) bool {
 				}
 			}
 		}
-		n = min(n, st.snap.Servers[s].GPUs, st.snap.Servers[s].CPUs/cpg)
-		avail[s] = n
-		return n
+		n = min(n, st.snap.Servers[s].GPUs)
+		st.roomAt[s], st.roomOK[s] = n, true
+		return min(n, st.snap.Servers[s].CPUs/cpg)
 	}
 	// The k roomiest servers of a group, roomiest first, and their room.
 	pick := func(group []int) ([]int, int) {
