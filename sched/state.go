@@ -42,7 +42,7 @@ type state struct {
 	// mustFail: per cores per GPU, the smallest minRes that found too few
 	// GPUs even by shrinking (privileged pass).
 	mustFail map[int]int
-	rackCap           int
+	rackCap  int
 }
 
 // op is one journal entry: job took (gpus > 0) or gave back GPUs and cores
