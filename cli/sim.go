@@ -48,18 +48,23 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			results, err := sim.RunAll(ctx, jobs, models, ps, cfg)
-			if err != nil {
-				return err
-			}
+			// A failing policy is reported in its row (and the exit
+			// status), not at the cost of the others' results.
+			results, runErr := sim.RunAll(ctx, jobs, models, ps, cfg)
 			if asJSON {
-				return writeJSON(stdout, sim.Report{Policies: results})
+				if err := writeJSON(stdout, sim.Report{Policies: results}); err != nil {
+					return err
+				}
+				return runErr
 			}
 			fmt.Fprintf(stdout, "%s: %d jobs, %d servers × %d GPUs, restart cost %.0f s\n", trace, len(jobs), cfg.Servers, cfg.GPUsPerServer, cfg.RestartCost)
 			if cfg.ServersPerRack > 0 && cfg.ServersPerRack < cfg.Servers {
 				fmt.Fprintf(stdout, "%d racks of %d servers, spine %.0f GB/s per rack (the policies price cross-rack bandwidth ×%.2f)\n", (cfg.Servers+cfg.ServersPerRack-1)/cfg.ServersPerRack, cfg.ServersPerRack, spine, sim.SpineFactor(spine, cfg.ServersPerRack))
 			}
-			return sim.WriteTable(stdout, results)
+			if err := sim.WriteTable(stdout, results); err != nil {
+				return err
+			}
+			return runErr
 		},
 	}
 	f := cmd.Flags()

@@ -30,3 +30,25 @@ func BenchmarkStaticRound(b *testing.B) {
 		p.Schedule(s)
 	}
 }
+
+func benchReplan(b *testing.B, servers, waiting int) {
+	s := sim.LargeSnapshot(servers, waiting, 0.75, 7)
+	p := sched.NewReplan(sched.DefaultOptions(), sched.DefaultNetOptions())
+	p.Schedule(s)
+	b.ResetTimer()
+	c0 := sim.CPUTime()
+	for b.Loop() {
+		p.Schedule(s)
+	}
+	// CPU time is what a busy shared machine does not distort.
+	b.ReportMetric(float64((sim.CPUTime()-c0).Microseconds())/1e3/float64(b.N), "cpu-ms/op")
+}
+
+// BenchmarkReplanRound8k is one replan round (the default policy) at
+// 1,024 servers in racks of 32 (8,192 GPUs) with 5,000 waiting jobs,
+// caches warm (target: <= 30 ms; `replan sim bench` prints the table).
+func BenchmarkReplanRound8k(b *testing.B) { benchReplan(b, 1024, 5000) }
+
+// BenchmarkReplanRound32k is the same at 4,096 servers (32,768 GPUs) with
+// 20,000 waiting jobs (target: <= 150 ms).
+func BenchmarkReplanRound32k(b *testing.B) { benchReplan(b, 4096, 20000) }

@@ -301,6 +301,7 @@ func (t *cpuTuner) run() {
 		if t.settling(i) {
 			continue
 		}
+		saved := t.saveAround(i)
 		for {
 			limit := t.cap(i)
 			c, slope := t.step(i, limit)
@@ -319,7 +320,7 @@ func (t *cpuTuner) run() {
 			// A running job that changes only its cores restarts: the
 			// gain must pay for it.
 			if t.unchangedBut(i) && !t.pays(i, t.at(i, from), t.at(i, js.cpg)) {
-				t.undoAll(i)
+				t.restoreSaved(saved)
 			}
 		}
 	}
@@ -445,65 +446,50 @@ func (t *cpuTuner) victim(i, s, short int, slope float64, must bool, gainThr flo
 	return best, bestTo
 }
 
-// undoAll returns job i to the cores it had at the start of the round,
-// taking back only free cores (victims keep what they gave up only if
-// some other grower used them; otherwise they are restored too).
-func (t *cpuTuner) undoAll(i int) {
+// saveAround records the cores of job i and of every job sharing one of
+// its servers (the only jobs its growth can take cores from), so that
+// restoreSaved can put the round back exactly as it was before i grew.
+func (t *cpuTuner) saveAround(i int) []cpuSave {
 	st := t.st
-	js := &st.jobs[i]
-	orig := 0
-	for _, a := range js.job.Alloc {
-		if a.GPUs > 0 {
-			orig = a.CPUs / a.GPUs
-			break
+	var saved []cpuSave
+	seen := map[int]bool{}
+	add := func(k int) {
+		if seen[k] {
+			return
 		}
-	}
-	t.setCPG(i, max(orig, 1))
-	for n := range js.alloc {
-		for _, a := range js.job.Alloc {
-			if a.Server == js.alloc[n].Server {
-				d := a.CPUs - js.alloc[n].CPUs
-				js.alloc[n].CPUs += d
-				st.freeCPU[a.Server] -= d
-			}
-		}
-	}
-	js.cpuSet = false
-	// Victims that shrank for i get their cores back where they are free.
-	for k := range st.jobs {
+		seen[k] = true
 		v := &st.jobs[k]
-		if k == i || !v.cpuSet || !t.unchangedBut(k) {
-			continue
+		cs := make([]int, len(v.alloc))
+		for n, a := range v.alloc {
+			cs[n] = a.CPUs
 		}
-		t.restore(k)
+		saved = append(saved, cpuSave{job: k, cpg: v.cpg, cpus: cs, cpuSet: v.cpuSet})
 	}
+	add(i)
+	for _, a := range st.jobs[i].alloc {
+		for _, k := range st.on[a.Server] {
+			add(k)
+		}
+	}
+	return saved
 }
 
-// restore gives job k back its original cores when they are free.
-func (t *cpuTuner) restore(k int) {
+// restoreSaved undoes a job's CPU growth: every job saveAround recorded
+// gets back exactly the cores it had, so every server's free cores are
+// what they were before (never more in use than before; the old undo
+// put back the snapshot's cores without looking at what was free and
+// over-committed servers).
+func (t *cpuTuner) restoreSaved(saved []cpuSave) {
 	st := t.st
-	v := &st.jobs[k]
-	for n := range v.alloc {
-		for _, a := range v.job.Alloc {
-			if a.Server == v.alloc[n].Server {
-				d := a.CPUs - v.alloc[n].CPUs
-				if d > st.freeCPU[a.Server] {
-					return
-				}
-			}
+	for _, s := range saved {
+		v := &st.jobs[s.job]
+		for m := range v.alloc {
+			d := s.cpus[m] - v.alloc[m].CPUs
+			v.alloc[m].CPUs += d
+			st.freeCPU[v.alloc[m].Server] -= d
 		}
+		v.cpg, v.cpuSet = s.cpg, s.cpuSet
 	}
-	for n := range v.alloc {
-		for _, a := range v.job.Alloc {
-			if a.Server == v.alloc[n].Server {
-				d := a.CPUs - v.alloc[n].CPUs
-				v.alloc[n].CPUs += d
-				st.freeCPU[a.Server] -= d
-			}
-		}
-	}
-	v.cpg = cpgOf(v.alloc)
-	v.cpuSet = false
 }
 
 // cpuWhy describes a CPU-only change of a running job.

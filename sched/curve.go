@@ -105,6 +105,7 @@ type cache struct {
 	plans  map[planKey]planVal
 	preds  map[predKey]float64
 	prep   map[string]prepared
+	tiers  map[tierKey][3]float64
 	perf   perf.CurveCache
 	known  Known
 }
@@ -122,10 +123,11 @@ func (c *cache) use(k Known) {
 	c.plans = map[planKey]planVal{}
 	c.preds = map[predKey]float64{}
 	c.prep = map[string]prepared{}
+	c.tiers = map[tierKey][3]float64{}
 }
 
 func newCache() *cache {
-	return &cache{curves: map[curveKey]*curve{}, plans: map[planKey]planVal{}, preds: map[predKey]float64{}, prep: map[string]prepared{}}
+	return &cache{curves: map[curveKey]*curve{}, plans: map[planKey]planVal{}, preds: map[predKey]float64{}, prep: map[string]prepared{}, tiers: map[tierKey][3]float64{}}
 }
 
 func resources(pl perf.Placement, cross bool, cpg int) perf.Resources {

@@ -17,6 +17,13 @@ type planFunc func(i int) (perf.Plan, float64, perf.Memory, bool)
 func emitState(st *state, plan planFunc) Decisions {
 	var d Decisions
 	var shrinks, grows, starts []Decision
+	waiting := 0
+	for i := range st.jobs {
+		if st.jobs[i].orig == 0 && st.jobs[i].total == 0 {
+			waiting++
+		}
+	}
+	d.Waiting = make([]Wait, 0, waiting)
 	for i := range st.jobs {
 		js := &st.jobs[i]
 		j := js.job

@@ -141,15 +141,22 @@ type MinRes struct {
 }
 
 // MinRes computes j's minimum demand as Schedule does, with servers of
-// perServer GPUs.
+// perServer GPUs in one rack.
 func (p *Morphling) MinRes(j *Job, perServer int) MinRes {
+	return p.MinResRacks(j, perServer, 0)
+}
+
+// MinResRacks is MinRes on racks of rackGPUs GPUs (0: one rack): a
+// request larger than a rack is promised what it gets packed across
+// racks.
+func (p *Morphling) MinResRacks(j *Job, perServer, rackGPUs int) MinRes {
 	var js jstate
 	js.job = j
 	js.cpg = 1
 	if j.ReqGPUs > 0 && j.ReqCPUs > 0 {
 		js.cpg = max(1, j.ReqCPUs/j.ReqGPUs)
 	}
-	p.prepare(&js, perServer)
+	p.prepare(&js, perServer, rackGPUs)
 	return MinRes{GPUs: js.minG, CPUs: js.minCPUs, Plan: js.minPlan, Promise: js.ref, Fallback: js.fallback}
 }
 
@@ -161,6 +168,7 @@ type prepared struct {
 	reqPlan  perf.Plan
 	promise  float64
 	cpg      int
+	rackGPUs int
 	cv       *curve
 	fam      family
 	ref      float64
@@ -172,7 +180,7 @@ type prepared struct {
 
 // prepare fills a job's curve, reference throughput, normalisation and
 // minRes.
-func (p *Morphling) prepare(js *jstate, perServer int) {
+func (p *Morphling) prepare(js *jstate, perServer, rackGPUs int) {
 	j := js.job
 	if j.Model == nil {
 		return
@@ -189,8 +197,8 @@ func (p *Morphling) prepare(js *jstate, perServer int) {
 	if j.ReqGPUs > 0 {
 		cpg = max(cpg, j.ReqCPUs/j.ReqGPUs)
 	}
-	if !ok || pr.model != j.Model || pr.reqGPUs != j.ReqGPUs || pr.reqPlan != j.ReqPlan || pr.promise != j.Promise || pr.cpg != cpg {
-		pr = p.compute(j, cpg, perServer)
+	if !ok || pr.model != j.Model || pr.reqGPUs != j.ReqGPUs || pr.reqPlan != j.ReqPlan || pr.promise != j.Promise || pr.cpg != cpg || pr.rackGPUs != rackGPUs {
+		pr = p.compute(j, cpg, perServer, rackGPUs)
 		p.c.mu.Lock()
 		p.c.prep[j.ID] = pr
 		p.c.mu.Unlock()
@@ -202,8 +210,12 @@ func (p *Morphling) prepare(js *jstate, perServer int) {
 	}
 }
 
-func (p *Morphling) compute(j *Job, cpg, perServer int) prepared {
-	pr := prepared{model: j.Model, reqGPUs: j.ReqGPUs, reqPlan: j.ReqPlan, promise: j.Promise, cpg: cpg}
+// spansRacks reports whether g GPUs packed need more than one rack of
+// rackGPUs GPUs (0: one rack).
+func spansRacks(g, rackGPUs int) bool { return rackGPUs > 0 && g > rackGPUs }
+
+func (p *Morphling) compute(j *Job, cpg, perServer, rackGPUs int) prepared {
+	pr := prepared{model: j.Model, reqGPUs: j.ReqGPUs, reqPlan: j.ReqPlan, promise: j.Promise, cpg: cpg, rackGPUs: rackGPUs}
 	if p.opt.KeepPlanFamily {
 		pr.fam = familyOf(j.ReqPlan)
 	}
@@ -213,10 +225,14 @@ func (p *Morphling) compute(j *Job, cpg, perServer int) prepared {
 		pr.fam = family{fixed: true, pinned: true, plan: j.ReqPlan}
 		pr.cv = p.c.curve(j.Model, pr.fam, maxG, perServer, cpg)
 	}
+	// The promise is the request packed onto as few servers as possible:
+	// inside one rack when it fits, else across racks (priced at the
+	// spine share the model sees), so a request larger than a rack can
+	// be placed at all (the cross-rack check below prices it the same).
 	reqPl := perf.PackedPlacement(max(j.ReqGPUs, 1), perServer)
 	pr.ref = j.Promise
 	if pr.ref <= 0 {
-		pr.ref = p.c.predict(j.Model, j.ReqPlan, reqPl, false, cpg)
+		pr.ref = p.c.predict(j.Model, j.ReqPlan, reqPl, spansRacks(j.ReqGPUs, rackGPUs), cpg)
 	}
 	if pr.ref <= 0 {
 		pr.ref = pr.cv.at(j.ReqGPUs)
@@ -231,7 +247,7 @@ func (p *Morphling) compute(j *Job, cpg, perServer int) prepared {
 			break
 		}
 		if pr.cv.thr[g] >= target {
-			if v := p.c.best(j.Model, pr.fam, perf.PackedPlacement(g, perServer), false, cpg); v.ok && v.thr >= target {
+			if v := p.c.best(j.Model, pr.fam, perf.PackedPlacement(g, perServer), spansRacks(g, rackGPUs), cpg); v.ok && v.thr >= target {
 				pr.minG, pr.minCPUs, pr.minPlan, pr.fallback = g, min(g*cpg, max(j.ReqCPUs, g)), v.plan, false
 				break
 			}
@@ -275,9 +291,10 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 	if len(s.Servers) > 0 && s.Servers[0].GPUs > 0 {
 		perServer = s.Servers[0].GPUs
 	}
+	rackGPUs := st.rackGPUs()
 	for i := range st.jobs {
 		js := &st.jobs[i]
-		p.prepare(js, perServer)
+		p.prepare(js, perServer, rackGPUs)
 		if js.orig > 0 {
 			pl := placementOf(js.job.Alloc)
 			js.origThr = p.c.predict(js.job.Model, js.job.Plan, pl, crossRack(s.Servers, js.job.Alloc), js.cpg)
@@ -392,16 +409,34 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		_, js.slope = js.next(len(js.cv.env) - 1)
 		order = append(order, i)
 	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		x, y := &st.jobs[a], &st.jobs[b]
+	// Sort keys copied out once (the comparator runs n log n times);
+	// the index breaks the last tie, so the order is the stable one.
+	type okey struct {
+		slope, nw, submit float64
+		i                 int
+	}
+	keys := make([]okey, len(order))
+	for n, i := range order {
+		keys[n] = okey{slope: st.jobs[i].slope, submit: st.jobs[i].job.Submit, i: i}
+		if nr != nil {
+			keys[n].nw = nr.jobs[i].nw // Dally: lowest Nw_sens first
+		}
+	}
+	slices.SortFunc(keys, func(x, y okey) int {
 		if x.slope != y.slope {
 			return cmp.Compare(y.slope, x.slope)
 		}
-		if nr != nil && nr.jobs[a].nw != nr.jobs[b].nw {
-			return cmp.Compare(nr.jobs[a].nw, nr.jobs[b].nw) // Dally: lowest Nw_sens first
+		if x.nw != y.nw {
+			return cmp.Compare(x.nw, y.nw)
 		}
-		return cmp.Compare(x.job.Submit, y.job.Submit)
+		if x.submit != y.submit {
+			return cmp.Compare(x.submit, y.submit)
+		}
+		return cmp.Compare(x.i, y.i)
 	})
+	for n := range keys {
+		order[n] = keys[n].i
+	}
 	// With nobody waiting, free GPUs help nobody else: grow while any step
 	// still adds IdleMinSlope (Algorithm 1's "take the free resources").
 	minSlope := p.opt.MinSlope
@@ -656,6 +691,27 @@ func (p *Morphling) grow(st *state, i, target int, slope float64, must, freeOnly
 	if need <= 0 {
 		return true
 	}
+	if must && js.total == 0 {
+		// A waiting guaranteed job: free GPUs when they form a packed
+		// placement, else Algorithm 1's node-by-node shrinking on the
+		// servers that can hold it packed; only then anything (which
+		// finish rejects when too spread for the promise).
+		mark := len(st.journal)
+		if st.takeFree(i, need) == need && p.packed(st.placement(i), st) && (!st.cross(i) || spansRacks(target, st.rackGPUs())) {
+			return true
+		}
+		st.rollback(mark)
+		if p.packedGrow(st, i, target) {
+			return true
+		}
+		st.rollback(mark)
+		// Free GPUs and those of jobs above their minRes only shrink
+		// during the privileged pass: a target that found too few of them
+		// anywhere will not find more for a larger one.
+		if f, ok := st.mustFail[js.cpg]; ok && target >= f {
+			return false
+		}
+	}
 	if target <= st.maxPer && js.total > 0 {
 		// A job that fits one server grows onto one server when it can
 		// (its own, or the best-fitting free one), not across servers.
@@ -674,16 +730,29 @@ func (p *Morphling) grow(st *state, i, target int, slope float64, must, freeOnly
 	if need > 0 && freeOnly {
 		return false
 	}
+	// Algorithm 1 shrinks until the job fits: a victim may give several
+	// steps (it is re-ranked by its new loss after each); only a victim
+	// whose shrink is refused (a guaranteed job that would fall below its
+	// promise) is banned for the rest of this growth.
 	banned := map[int]bool{}
 	for need > 0 {
 		v, to := p.victim(st, i, slope, must, banned)
 		if v < 0 {
+			if must && js.orig == 0 {
+				if st.mustFail == nil {
+					st.mustFail = map[int]int{}
+				}
+				if f, ok := st.mustFail[js.cpg]; !ok || target < f {
+					st.mustFail[js.cpg] = target
+				}
+			}
 			return false
 		}
 		before := len(st.journal)
 		p.shrink(st, v, to, i)
 		if vs := &st.jobs[v]; vs.total > 0 && vs.job.Class == Guaranteed && !vs.meets(p.planFor(st, v)) {
 			st.rollback(before)
+			banned[v] = true
 			continue
 		}
 		need -= st.takeFree(i, need)
@@ -718,7 +787,12 @@ func (p *Morphling) victim(st *state, i int, slope float64, must bool, banned ma
 		st.vlist = make([]vcand, 0, len(st.jobs))
 		for k := range st.jobs {
 			if to, loss, ok := p.lossOf(st, k); ok {
-				st.vlist = append(st.vlist, vcand{job: k, to: to, loss: loss})
+				v := &st.jobs[k]
+				c := vcand{job: k, to: to, loss: loss, give: v.total - to, settling: p.settling(st, v)}
+				if !v.touched && v.total == v.orig && v.orig > 0 {
+					c.cost = p.opt.GainFactor * v.u(v.origThr) * p.opt.RestartCost
+				}
+				st.vlist = append(st.vlist, c)
 			}
 		}
 		slices.SortStableFunc(st.vlist, func(x, y vcand) int {
@@ -757,23 +831,41 @@ func (p *Morphling) victim(st *state, i int, slope float64, must bool, banned ma
 		return true
 	}
 	for _, k := range st.dirty {
+		if v := &st.jobs[k]; v.total <= v.minG || v.cv == nil || banned[k] || k == i {
+			continue // cannot be shrunk: skip before pricing it
+		}
 		if to, loss, ok := p.lossOf(st, k); ok {
 			consider(k, to, loss)
 		}
 	}
-	for _, c := range st.vlist {
+	// The unchanged victims, lowest loss first: their eligibility is
+	// read from the list (settling and the restart cost do not change
+	// while they stay unchanged), so the scan touches no job state.
+	for n := range st.vlist {
+		c := &st.vlist[n]
 		if c.loss > bestLoss || (!must && slope <= c.loss*1.05) {
 			break
 		}
-		if st.isDirty[c.job] {
+		if st.isDirty[c.job] || c.job == i || len(banned) > 0 && banned[c.job] {
 			continue
+		}
+		if !must {
+			if c.settling {
+				continue
+			}
+			if c.cost > 0 {
+				h := p.opt.Horizon
+				if thr := js.cv.at(js.total + c.give); thr > 0 && js.remaining > 0 {
+					h = math.Min(h, js.remaining/(thr/float64(js.job.Model.Arch.GlobalBatch)))
+				}
+				if (slope-c.loss)*float64(c.give)*h <= c.cost {
+					continue
+				}
+			}
 		}
 		if consider(c.job, c.to, c.loss) {
 			break
 		}
-	}
-	if best >= 0 {
-		banned[best] = true
 	}
 	return best, bestTo
 }
@@ -783,6 +875,12 @@ func (p *Morphling) victim(st *state, i int, slope float64, must bool, banned ma
 type vcand struct {
 	job, to int
 	loss    float64
+	// Fixed while the job is unchanged this round: the GPUs the step
+	// frees, whether it is settling (MinDwell), and GainFactor times the
+	// normalised work its restart loses (0: no restart to pay for).
+	give     int
+	settling bool
+	cost     float64
 }
 
 // lossOf is what shrinking job k by one step costs: the count it would
@@ -810,10 +908,163 @@ func (p *Morphling) lossOf(st *state, k int) (int, float64, bool) {
 	return to, (cur - v.u(v.cv.at(to))) / float64(v.total-to), true
 }
 
+// packedGrow places waiting job i on target GPUs over the fewest servers
+// that count allows, as Algorithm 1's ScheduleJob does node by node: it
+// picks the servers with the most GPUs that are free or held by jobs
+// above their minRes (inside one rack when a rack can hold the job),
+// takes their free GPUs, then shrinks the jobs on them, lowest loss
+// first, until the job has its share of each. A guaranteed victim that
+// would fall below its promise is left alone. It returns false (the
+// caller rolls back) when those servers cannot supply target.
+func (p *Morphling) packedGrow(st *state, i, target int) bool {
+	js := &st.jobs[i]
+	per := max(st.maxPer, 1)
+	k := (target + per - 1) / per
+	cpg := max(js.cpg, 1)
+	// Room (free GPUs plus those of jobs above their minRes) only shrinks
+	// during the privileged pass: once target GPUs at cpg cores found no
+	// servers, no larger target will this round.
+	if st.packFail == nil {
+		st.packFail = map[int]int{}
+	}
+	if f, ok := st.packFail[cpg]; ok && target >= f {
+		return false
+	}
+	if st.roomOK == nil {
+		st.roomAt = make([]int, len(st.snap.Servers))
+		st.roomOK = make([]bool, len(st.snap.Servers))
+	}
+	defer func() {
+		if js.total < target {
+			if f, ok := st.packFail[cpg]; !ok || target < f {
+				st.packFail[cpg] = target
+			}
+		}
+	}()
+	room := func(s int) int {
+		if st.roomOK[s] {
+			return min(st.roomAt[s], st.snap.Servers[s].CPUs/cpg)
+		}
+		n := max(st.free[s], 0)
+		for _, j := range st.on[s] {
+			if v := &st.jobs[j]; j != i && v.cv != nil && v.total > v.minG {
+				for _, a := range v.alloc {
+					if a.Server == s {
+						n += a.GPUs
+					}
+				}
+			}
+		}
+		n = min(n, st.snap.Servers[s].GPUs)
+		st.roomAt[s], st.roomOK[s] = n, true
+		return min(n, st.snap.Servers[s].CPUs/cpg)
+	}
+	// The k roomiest servers of a group, roomiest first, and their room.
+	pick := func(group []int) ([]int, int) {
+		top := make([]int, 0, k+1)
+		for _, s := range group {
+			r := room(s)
+			if r == 0 {
+				continue
+			}
+			n := len(top)
+			if n == k && room(top[n-1]) >= r {
+				continue
+			}
+			top = append(top, s)
+			for x := len(top) - 1; x > 0 && (room(top[x]) > room(top[x-1]) || room(top[x]) == room(top[x-1]) && top[x] < top[x-1]); x-- {
+				top[x], top[x-1] = top[x-1], top[x]
+			}
+			if len(top) > k {
+				top = top[:k]
+			}
+		}
+		sum := 0
+		for _, s := range top {
+			sum += room(s)
+		}
+		return top, sum
+	}
+	var chosen []int
+	if rg := st.rackGPUs(); rg > 0 && target <= rg {
+		bestFree := -1
+		for _, r := range st.racks {
+			top, sum := pick(r)
+			if sum < target {
+				continue
+			}
+			free := 0
+			for _, s := range top {
+				free += max(st.free[s], 0)
+			}
+			if free > bestFree {
+				chosen, bestFree = top, free
+			}
+		}
+	} else {
+		all := make([]int, len(st.snap.Servers))
+		for s := range all {
+			all[s] = s
+		}
+		var sum int
+		chosen, sum = pick(all)
+		if sum < target {
+			chosen = nil
+		}
+	}
+	if len(chosen) == 0 {
+		return false
+	}
+	// Shares: the packed placement, fullest share on the roomiest server.
+	left := target
+	banned := map[int]bool{}
+	for _, s := range chosen {
+		want := min(per, left, room(s))
+		got := 0
+		take := func() {
+			if n := min(want-got, max(st.free[s], 0), st.freeCPU[s]/cpg); n > 0 {
+				st.move(i, s, n)
+				got += n
+			}
+		}
+		take()
+		for got < want {
+			v, to, best := -1, 0, math.Inf(1)
+			for _, j := range st.on[s] {
+				if j == i || banned[j] {
+					continue
+				}
+				if t, l, ok := p.lossOf(st, j); ok && (l < best || l == best && v >= 0 && st.jobs[j].job.Submit > st.jobs[v].job.Submit) {
+					v, to, best = j, t, l
+				}
+			}
+			if v < 0 {
+				return false
+			}
+			before := len(st.journal)
+			p.shrinkOn(st, v, to, s)
+			if vs := &st.jobs[v]; vs.total > 0 && vs.job.Class == Guaranteed && !vs.meets(p.planFor(st, v)) {
+				st.rollback(before)
+				banned[v] = true
+				continue
+			}
+			take()
+		}
+		left -= got
+	}
+	sortAlloc(js.alloc)
+	return left == 0
+}
+
 // shrink takes victim v down to `to` GPUs, releasing first on the servers
 // job i already uses, then where v holds the most. A guaranteed victim
 // whose spread placement would fall below its promise is not shrunk.
-func (p *Morphling) shrink(st *state, v, to, forJob int) {
+func (p *Morphling) shrink(st *state, v, to, forJob int) { p.shrinkFrom(st, v, to, forJob, -1) }
+
+// shrinkOn is shrink releasing on server first before any other.
+func (p *Morphling) shrinkOn(st *state, v, to, first int) { p.shrinkFrom(st, v, to, -1, first) }
+
+func (p *Morphling) shrinkFrom(st *state, v, to, forJob, first int) {
 	vs := &st.jobs[v]
 	give := vs.total - to
 	if to == 0 {
@@ -827,8 +1078,13 @@ func (p *Morphling) shrink(st *state, v, to, forJob int) {
 		return
 	}
 	mine := map[int]bool{}
-	for _, a := range st.jobs[forJob].alloc {
-		mine[a.Server] = true
+	if forJob >= 0 {
+		for _, a := range st.jobs[forJob].alloc {
+			mine[a.Server] = true
+		}
+	}
+	if first >= 0 {
+		mine[first] = true
 	}
 	servers := make([]Alloc, len(vs.alloc))
 	copy(servers, vs.alloc)

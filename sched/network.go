@@ -320,6 +320,9 @@ func (nr *netRound) finish(s *Snapshot, d *Decisions) {
 			started[a.Index] = a.Alloc
 		}
 	}
+	if d.Timers == nil {
+		d.Timers = make([]JobTimers, 0, len(d.Waiting))
+	}
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
 		if j.Running() {
@@ -345,6 +348,28 @@ func tierLoss(c *cache, m *perf.Model, fam family, g, perServer, cpg int) (float
 	if m == nil || g <= 0 {
 		return 0, 0, 0
 	}
+	k := tierKey{m, fam, g, perServer, cpg}
+	c.mu.Lock()
+	v, ok := c.tiers[k]
+	c.mu.Unlock()
+	if !ok {
+		a, b, d := tierLossOf(c, m, fam, g, perServer, cpg)
+		v = [3]float64{a, b, d}
+		c.mu.Lock()
+		c.tiers[k] = v
+		c.mu.Unlock()
+	}
+	return v[0], v[1], v[2]
+}
+
+// tierKey memoises tierLoss: it depends only on these.
+type tierKey struct {
+	m                 *perf.Model
+	fam               family
+	g, perServer, cpg int
+}
+
+func tierLossOf(c *cache, m *perf.Model, fam family, g, perServer, cpg int) (float64, float64, float64) {
 	packed := perf.PackedPlacement(g, perServer)
 	best := c.best(m, fam, packed, false, cpg)
 	if !best.ok || best.thr <= 0 {

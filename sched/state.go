@@ -32,6 +32,17 @@ type state struct {
 	rackAware bool
 	rackOf    []int
 	racks     [][]int
+	// packedGrow's scratch: room per server (free GPUs plus those of jobs
+	// above their minRes; valid where roomOK, which every move of a job
+	// clears on its servers) and, per cores per GPU, the smallest target
+	// that found no servers this round.
+	roomAt   []int
+	roomOK   []bool
+	packFail map[int]int
+	// mustFail: per cores per GPU, the smallest minRes that found too few
+	// GPUs even by shrinking (privileged pass).
+	mustFail map[int]int
+	rackCap  int
 }
 
 // op is one journal entry: job took (gpus > 0) or gave back GPUs and cores
@@ -95,13 +106,25 @@ func newState(s *Snapshot) *state {
 		st.rackOf[i] = r
 		st.racks[r] = append(st.racks[r], i)
 	}
+	st.idx.initRacks(st.rackOf, len(st.racks))
 	st.jobs = make([]jstate, len(s.Jobs))
 	st.isDirty = make([]bool, len(s.Jobs))
+	// One backing array for every job's working copy of its allocation
+	// (full slice expressions: a job that grows reallocates its own).
+	nalloc := 0
+	for i := range s.Jobs {
+		nalloc += len(s.Jobs[i].Alloc)
+	}
+	slab := make([]Alloc, 0, nalloc)
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
 		js := &st.jobs[i]
 		js.job = j
-		js.alloc = append([]Alloc(nil), j.Alloc...)
+		if len(j.Alloc) > 0 {
+			k := len(slab)
+			slab = append(slab, j.Alloc...)
+			js.alloc = slab[k:len(slab):len(slab)]
+		}
 		js.total = j.GPUs()
 		js.orig = js.total
 		js.cpg = 1
@@ -120,6 +143,26 @@ func newState(s *Snapshot) *state {
 	return st
 }
 
+// rackGPUs is the GPU capacity of the largest rack; 0 with one rack.
+func (st *state) rackGPUs() int {
+	if len(st.racks) < 2 {
+		return 0
+	}
+	if st.rackCap > 0 {
+		return st.rackCap
+	}
+	best := 0
+	for _, r := range st.racks {
+		n := 0
+		for _, sv := range r {
+			n += st.snap.Servers[sv].GPUs
+		}
+		best = max(best, n)
+	}
+	st.rackCap = best
+	return best
+}
+
 // placement is the job's tentative placement, fullest server first.
 func (st *state) placement(j int) perf.Placement { return placementOf(st.jobs[j].alloc) }
 
@@ -132,6 +175,7 @@ func (st *state) cross(j int) bool {
 // with cpg cores per GPU, and records it in the journal.
 func (st *state) move(j, s, delta int) {
 	js := &st.jobs[j]
+	st.unroom(j, s)
 	cpus := delta * js.cpg
 	k := -1
 	for i := range js.alloc {
@@ -167,6 +211,18 @@ func (st *state) move(j, s, delta int) {
 	st.journal = append(st.journal, op{job: j, server: s, gpus: delta, cpus: cpus})
 }
 
+// unroom marks the room of server s and of every server job j holds
+// stale (j's GPU count changes: whether it is above its minRes may too).
+func (st *state) unroom(j, s int) {
+	if st.roomOK == nil {
+		return
+	}
+	st.roomOK[s] = false
+	for _, a := range st.jobs[j].alloc {
+		st.roomOK[a.Server] = false
+	}
+}
+
 func (st *state) removeOn(s, j int) {
 	l := st.on[s]
 	for i, x := range l {
@@ -184,6 +240,7 @@ func (st *state) rollback(mark int) {
 		o := st.journal[len(st.journal)-1]
 		st.journal = st.journal[:len(st.journal)-1]
 		js := &st.jobs[o.job]
+		st.unroom(o.job, o.server)
 		if len(touched) == 0 || touched[len(touched)-1] != o.job {
 			touched = append(touched, o.job)
 		}
@@ -299,6 +356,35 @@ type freeIndex struct {
 	pos     []int
 	at      []int
 	skipped []struct{ k, s int }
+	// Per rack: how many servers have each free count, and the rack's
+	// free GPUs (takeRack ranks racks by them without sorting).
+	rack  []int
+	rcnt  [][]int
+	rfree []int
+}
+
+func (f *freeIndex) initRacks(rackOf []int, n int) {
+	f.rack = rackOf
+	f.rcnt = make([][]int, n)
+	f.rfree = make([]int, n)
+	for r := range f.rcnt {
+		f.rcnt[r] = make([]int, len(f.b))
+	}
+	for s, k := range f.at {
+		f.rcnt[rackOf[s]][k]++
+		f.rfree[rackOf[s]] += k
+	}
+}
+
+// moved keeps the rack histograms when server s goes from bucket a to b.
+func (f *freeIndex) moved(s, a, b int) {
+	if f.rack == nil {
+		return
+	}
+	r := f.rack[s]
+	f.rcnt[r][a]--
+	f.rcnt[r][b]++
+	f.rfree[r] += b - a
 }
 
 func (f *freeIndex) init(free []int, maxPer int) {
@@ -328,6 +414,7 @@ func (f *freeIndex) set(s, n int) {
 	if f.at[s] == n {
 		return
 	}
+	f.moved(s, f.at[s], n)
 	f.del(s)
 	f.at[s] = n
 	f.pos[s] = len(f.b[n])
@@ -350,6 +437,7 @@ func (f *freeIndex) skip(k, s int) bool {
 	if f.at[s] != k {
 		return false
 	}
+	f.moved(s, k, 0)
 	f.del(s)
 	f.at[s] = 0
 	f.pos[s] = len(f.b[0])
@@ -370,31 +458,37 @@ func (f *freeIndex) unskip() {
 // takeRack gives job j need free GPUs inside one rack, when a rack has
 // them: the rack it already uses first, else the rack where it needs the
 // fewest servers (then the one with the least room); its servers with the
-// most free GPUs first. It returns how many it got (0 or need).
+// most free GPUs first. Racks are ranked by their free-GPU histograms
+// (O(racks × GPUs per server), no sorting); only the chosen rack's
+// servers are sorted. It returns how many it got (0 or need).
 func (st *state) takeRack(j, need int) int {
 	js := &st.jobs[j]
 	cpg := max(js.cpg, 1)
 	room := func(s int) int { return max(min(st.free[s], st.freeCPU[s]/cpg), 0) }
-	// The rack needing the fewest servers (its fullest-free servers
-	// first), then the least room: the job spreads as little as it can.
-	best, bestN, bestFree := -1, 0, 0
-	var servers []int
-	consider := func(r int) {
-		l := append([]int(nil), st.racks[r]...)
-		sort.SliceStable(l, func(a, b int) bool { return room(l[a]) > room(l[b]) })
-		n, got, free := 0, 0, 0
-		for _, s := range l {
-			free += room(s)
-			if got < need && room(s) > 0 {
-				got += min(room(s), need-got)
-				n++
+	h := &st.idx
+	// The servers rack r needs for need GPUs, fullest first.
+	serversFor := func(r int) (int, bool) {
+		if h.rfree[r] < need {
+			return 0, false
+		}
+		n, got := 0, 0
+		for k := len(h.b) - 1; k >= 1 && got < need; k-- {
+			if c := h.rcnt[r][k]; c > 0 {
+				m := min(c, (need-got+k-1)/k)
+				n += m
+				got += m * k
 			}
 		}
-		if got < need {
+		return n, got >= need
+	}
+	best, bestN, bestFree := -1, 0, 0
+	consider := func(r int) {
+		n, ok := serversFor(r)
+		if !ok {
 			return
 		}
-		if best < 0 || n < bestN || n == bestN && free < bestFree {
-			best, bestN, bestFree, servers = r, n, free, l
+		if best < 0 || n < bestN || n == bestN && h.rfree[r] < bestFree {
+			best, bestN, bestFree = r, n, h.rfree[r]
 		}
 	}
 	if len(js.alloc) > 0 {
@@ -408,6 +502,9 @@ func (st *state) takeRack(j, need int) int {
 	if best < 0 {
 		return 0
 	}
+	servers := append([]int(nil), st.racks[best]...)
+	sort.SliceStable(servers, func(a, b int) bool { return room(servers[a]) > room(servers[b]) })
+	mark := len(st.journal)
 	got := 0
 	for _, s := range servers {
 		if got == need {
@@ -417,6 +514,11 @@ func (st *state) takeRack(j, need int) int {
 			st.move(j, s, n)
 			got += n
 		}
+	}
+	if got < need {
+		// cores, not GPUs, ran short there: take nothing here
+		st.rollback(mark)
+		return 0
 	}
 	return got
 }

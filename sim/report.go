@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -15,7 +16,9 @@ import (
 
 // RunAll simulates trace under every policy, concurrently (each run is
 // independent and deterministic), and returns the results in the order of
-// policies.
+// policies. A policy that fails does not cost the others their results:
+// its Result carries only its name and Error, and the returned error
+// joins every failure (nil when all ran).
 func RunAll(ctx context.Context, trace []dataset.WorkloadJob, models *Models, policies []sched.Policy, cfg Config) ([]*Result, error) {
 	out := make([]*Result, len(policies))
 	errs := make([]error, len(policies))
@@ -28,12 +31,14 @@ func RunAll(ctx context.Context, trace []dataset.WorkloadJob, models *Models, po
 		}()
 	}
 	wg.Wait()
+	var failed []error
 	for i, err := range errs {
 		if err != nil {
-			return nil, fmt.Errorf("policy %s: %w", policies[i].Name(), err)
+			out[i] = &Result{Policy: policies[i].Name(), Error: err.Error(), Classes: map[string]ClassMetrics{}}
+			failed = append(failed, fmt.Errorf("policy %s: %w", policies[i].Name(), err))
 		}
 	}
-	return out, nil
+	return out, errors.Join(failed...)
 }
 
 // Report is the JSON form of a comparison (the contract of
@@ -105,7 +110,7 @@ func writeTable(w io.Writer, results []*Result) error {
 		}
 		for _, r := range results {
 			m := metric(r, cl)
-			if m.Finished == 0 {
+			if r.Error != "" || m.Finished == 0 {
 				continue
 			}
 			for i, c := range columns {
@@ -115,6 +120,14 @@ func writeTable(w io.Writer, results []*Result) error {
 		best[cl] = b
 	}
 	for _, r := range results {
+		if r.Error != "" {
+			row := []string{r.Policy, "failed: " + r.Error}
+			for range len(head) - 2 {
+				row = append(row, "")
+			}
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
+			continue
+		}
 		for _, cl := range classes {
 			m := metric(r, cl)
 			name := map[string]string{"": "all", "guaranteed": "guar.", "best-effort": "BE"}[cl]

@@ -126,6 +126,9 @@ type Result struct {
 	LinkInflation float64 `json:"link_inflation"`
 	// LinkSharing counts those jobs.
 	LinkSharing int `json:"link_sharing_jobs"`
+	// Error, when set, is why this policy's run failed (RunAll); the
+	// other fields are then empty.
+	Error string `json:"error,omitempty"`
 }
 
 type jstate int
@@ -178,6 +181,9 @@ type job struct {
 	commExp  float64 // exposed communication seconds so far
 	shareSec float64 // progress seconds while sharing
 	inflSum  float64 // ∫ inflation dt while sharing
+	// held is the progress at the last preemption or (re)start: a
+	// waiting or restarting job must still be at it (checkProgress).
+	held float64
 }
 
 // Run simulates trace under policy p.
@@ -251,6 +257,9 @@ func (s *simulator) init(trace []dataset.WorkloadJob) error {
 			plan.MicroBatch = 1
 		}
 		j := &job{w: w, model: name, m: m, reqPlan: plan, class: sched.BestEffort}
+		if w.SLA && c.QuotaGPUs > 0 && w.GPUs > c.QuotaGPUs {
+			return fmt.Errorf("trace:%d: guaranteed job %s asks for %d GPUs, its tenant's quota is %d: it could never start", w.Line, w.Name, w.GPUs, c.QuotaGPUs)
+		}
 		if w.SLA {
 			j.class = sched.Guaranteed
 			anySLA = true
@@ -260,7 +269,18 @@ func (s *simulator) init(trace []dataset.WorkloadJob) error {
 			cpg = max(1, c.CPUsPerServer/c.GPUsPerServer)
 		}
 		j.cpg = cpg
-		if it, _ := s.r.iter(name, plan, perf.PackedPlacement(w.GPUs, c.GPUsPerServer), false, cpg); it > 0 {
+		// The promise is the request packed onto as few servers as
+		// possible: inside one rack when it fits (measured when the table
+		// has it); a request larger than a rack spans racks and is
+		// promised its guaranteed share of the spine (the
+		// oversubscription share the policies price), not the speed of a
+		// job alone on the uplink.
+		reqPl := perf.PackedPlacement(w.GPUs, c.GPUsPerServer)
+		if c.ServersPerRack > 0 && w.GPUs > c.ServersPerRack*c.GPUsPerServer {
+			if b, err := m.Predict(plan, perf.Resources{Placement: reqPl, CrossRack: true, CPUsPerGPU: float64(cpg)}); err == nil && b.Iter > 0 {
+				j.promise = 1 / b.Iter
+			}
+		} else if it, _ := s.r.iter(name, plan, reqPl, false, cpg); it > 0 {
 			j.promise = 1 / it
 		}
 		s.jobs = append(s.jobs, j)
@@ -385,10 +405,14 @@ func (s *simulator) loop(ctx context.Context) error {
 			next++
 			changed = true
 		}
-		if wake && !changed && !roundDue {
-			// the policy asked to be woken up: a round with nothing new
+		if wake {
+			// The policy asked to be woken up: a round with nothing new,
+			// unless one is already due. Either way the wake-up is spent
+			// (left set, it would hold the clock here forever).
 			s.wake = math.Inf(1)
-			changed = true
+			if !changed && !roundDue {
+				changed = true
+			}
 		}
 		if changed {
 			roundDue = true
@@ -474,6 +498,12 @@ func (s *simulator) round() error {
 	snap.History = s.hist
 	snap.SpineGBps = s.models.SpineGBps
 	d := s.p.Schedule(*snap)
+	if err := sched.CheckInvariants(*snap, d); err != nil {
+		return fmt.Errorf("policy %s at %.0f s: invariant violated: %w", s.p.Name(), s.now, err)
+	}
+	if err := s.checkProgress(); err != nil {
+		return fmt.Errorf("policy %s at %.0f s: invariant violated: %w", s.p.Name(), s.now, err)
+	}
 	s.hist.Add(d.Observed...)
 	for _, w := range d.Waiting {
 		if w.Index >= 0 && w.Index < len(s.active) {
@@ -513,6 +543,7 @@ func (s *simulator) apply(d sched.Decisions) error {
 		switch a.Kind {
 		case sched.Preempt:
 			j.st = waiting
+			j.held = j.done
 			j.preempts++
 			j.plan = perf.Plan{}
 			j.pl = nil
@@ -580,6 +611,7 @@ func (s *simulator) apply(d sched.Decisions) error {
 			shift = math.Max(a.Shift, 0)
 		}
 		j.restart = s.now + s.cfg.RestartCost + shift
+		j.held = j.done
 		j.phase = j.restart
 		if cross && j.comm > 0 {
 			if s.spread == nil {
@@ -594,6 +626,25 @@ func (s *simulator) apply(d sched.Decisions) error {
 			s.emit(j, "start")
 		} else {
 			s.emit(j, "reconfigure")
+		}
+	}
+	return nil
+}
+
+// checkProgress is the simulator's half of the invariants: a waiting job
+// (never started or preempted) and a running job inside its restart make
+// no progress, and no job runs past its total or backwards.
+func (s *simulator) checkProgress() error {
+	for _, j := range s.active {
+		switch {
+		case j.done < -1e-9 || j.done > float64(j.w.Steps)*(1+1e-9)+1e-9:
+			return fmt.Errorf("job %s at %.3f of %d iterations", j.w.Name, j.done, j.w.Steps)
+		case j.st == waiting && j.done != j.held:
+			return fmt.Errorf("job %s progressed from %.3f to %.3f iterations while waiting", j.w.Name, j.held, j.done)
+		case j.st == running && s.now < j.restart && j.done != j.held:
+			return fmt.Errorf("job %s progressed from %.3f to %.3f iterations while restarting", j.w.Name, j.held, j.done)
+		case j.st == running && j.done < j.held:
+			return fmt.Errorf("job %s went back from %.3f to %.3f iterations", j.w.Name, j.held, j.done)
 		}
 	}
 	return nil
