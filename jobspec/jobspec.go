@@ -224,8 +224,8 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 				}
 			}
 		},
-		"global_batch":   func(f string, v *yaml.Node) { s.GlobalBatch, _ = w.Count(v, f) },
-		"iterations":     func(f string, v *yaml.Node) { s.Iterations, _ = w.Count(v, f) },
+		"global_batch": func(f string, v *yaml.Node) { s.GlobalBatch, _ = w.Count(v, f) },
+		"iterations":   func(f string, v *yaml.Node) { s.Iterations, _ = w.Count(v, f) },
 		"checkpoint_dir": func(f string, v *yaml.Node) {
 			s.CheckpointDir = absPath(w, v, f)
 			if strings.Contains(s.CheckpointDir, "\\") {
