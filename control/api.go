@@ -80,7 +80,10 @@ type API struct {
 	// every request (the TCP listener; the unix socket is protected by its
 	// mode 0600).
 	Token string
-	reg   *prometheus.Registry
+	// Access is who may do what (auth.go) and the tenants' CPU and memory
+	// quotas admission checks; nil: single-user, GPU quotas only.
+	Access *Access
+	reg    *prometheus.Registry
 }
 
 // Handler returns the API's routes.
@@ -185,22 +188,11 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		req.File = "job.yaml"
 	}
 	spec, err := jobspec.Parse(req.File, []byte(req.Spec), perf.NewCatalog())
+	if err == nil {
+		err = a.D.Admit(r.Context(), spec, a.Access)
+	}
 	if err != nil {
-		body := APIError{Error: err.Error()}
-		var probs []error
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			probs = j.Unwrap()
-		}
-		for _, p := range probs {
-			var pj ProblemJSON
-			b, _ := json.Marshal(p)
-			json.Unmarshal(b, &pj)
-			if pj.Msg == "" {
-				pj.Msg = p.Error()
-			}
-			body.Problems = append(body.Problems, pj)
-		}
-		writeJSON(w, http.StatusBadRequest, body)
+		writeBadSpec(w, err)
 		return
 	}
 	rec, err := a.D.Submit(r.Context(), spec)
@@ -210,6 +202,26 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	a.D.Kick()
 	writeJSON(w, http.StatusCreated, rec)
+}
+
+// writeBadSpec answers 400 with every problem of a refused spec (a parse
+// error or an admission refusal), each with file, line and field.
+func writeBadSpec(w http.ResponseWriter, err error) {
+	body := APIError{Error: err.Error()}
+	var probs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		probs = j.Unwrap()
+	}
+	for _, p := range probs {
+		var pj ProblemJSON
+		b, _ := json.Marshal(p)
+		json.Unmarshal(b, &pj)
+		if pj.Msg == "" {
+			pj.Msg = p.Error()
+		}
+		body.Problems = append(body.Problems, pj)
+	}
+	writeJSON(w, http.StatusBadRequest, body)
 }
 
 func (a *API) jobs(w http.ResponseWriter, r *http.Request) {

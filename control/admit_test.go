@@ -1,0 +1,120 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replan/replan/sched"
+)
+
+// startAdmitAPI serves a daemon of two 8-GPU servers in one rack (a, b)
+// and two tenants: research (16 GPUs) and small (4 GPUs).
+func startAdmitAPI(t *testing.T) (*Client, *Daemon, *SQLite) {
+	t.Helper()
+	st, _ := openTest(t)
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	p, _ := sched.New("morphling")
+	d, err := New(context.Background(), Config{
+		Store: st, Exec: &recorder{}, Policy: p, Clock: c.now,
+		Servers: []ServerInfo{{Name: "a", Address: "10.0.0.1", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}, {Name: "b", Address: "10.0.0.2", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}},
+		Tenants: []TenantInfo{{Name: "research", QuotaGPUs: 16}, {Name: "small", QuotaGPUs: 4}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	sock := filepath.Join(t.TempDir(), "replan.sock")
+	l, err := ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go Serve(ctx, l, (&API{D: d, Version: "test"}).Handler())
+	return NewUnixClient(sock), d, st
+}
+
+// admitSpec is a job spec; fields are replaced by name.
+func admitSpec(repl map[string]string) string {
+	f := map[string]string{"tenant": "research", "class": "best-effort", "model": "gpt2", "global_batch": "16",
+		"request": "{gpus: 4}", "pin": "{}", "checkpoint_dir": "/ckpt/x"}
+	for k, v := range repl {
+		f[k] = v
+	}
+	return fmt.Sprintf(`version: 1
+name: x
+tenant: %s
+class: %s
+model: %s
+framework: deepspeed
+workdir: /w
+entrypoint: train.py
+global_batch: %s
+iterations: 50
+checkpoint_dir: %s
+request: %s
+pin: %s
+`, f["tenant"], f["class"], f["model"], f["global_batch"], f["checkpoint_dir"], f["request"], f["pin"])
+}
+
+// Issue 12: each of these was accepted and then waited forever with a
+// misleading reason; now each is refused with 400 naming file, line and
+// field, and nothing is stored.
+func TestAPIAdmissionRefusesWhatCanNeverRun(t *testing.T) {
+	ctx := context.Background()
+	cl, _, _ := startAdmitAPI(t)
+	for _, tc := range []struct {
+		name  string
+		repl  map[string]string
+		line  int
+		field string
+		msg   string
+	}{
+		{"unknown tenant", map[string]string{"tenant": "nosuchteam"}, 3, "tenant", `unknown tenant "nosuchteam"`},
+		{"more GPUs than the cluster", map[string]string{"request": "{gpus: 1000}"}, 12, "request.gpus", "the cluster has 16"},
+		{"more cores than the cluster", map[string]string{"request": "{gpus: 4, cpus: 500}"}, 12, "request.cpus", "the cluster has 128"},
+		{"more memory than the cluster", map[string]string{"request": "{gpus: 4, memory_gb: 5000}"}, 12, "request.memory_gb", "the cluster has 2000 GB"},
+		{"guaranteed above its quota", map[string]string{"tenant": "small", "class": "guaranteed", "request": `{gpus: 8, plan: "dp=8,tp=1,pp=1,mb=2,ga=1"}`}, 12, "request.gpus", "quota of 4 GPUs"},
+		{"plan does not fit GPU memory", map[string]string{"model": "llama7b", "request": `{gpus: 8, plan: "dp=8,tp=1,pp=1,mb=2,ga=1,zero=0"}`}, 12, "request.plan", "gpu-memory: needs 2"},
+		{"no plan fits at any size", map[string]string{"model": "{name: huge, params: 4e12, layers: 96, hidden: 65536, heads: 64, seq_len: 2048, vocab: 50000}"}, 5, "model", "no plan of huge fits"},
+		{"pin no server can satisfy", map[string]string{"request": `{gpus: 16, plan: "dp=16,tp=1,pp=1,mb=1,ga=1"}`, "pin": "{plan: true, tiers: [server]}"}, 13, "pin.tiers", "largest server of the inventory has 8"},
+		{"control characters", map[string]string{"tenant": `"research\u001b]0;pwned\u0007"`}, 3, "tenant", "control character"},
+		{"backslash in checkpoint_dir", map[string]string{"checkpoint_dir": `'/ckpt/a\b'`}, 11, "checkpoint_dir", "backslash"},
+	} {
+		_, err := cl.Submit(ctx, "job.yaml", []byte(admitSpec(tc.repl)))
+		var re *RemoteError
+		if !errors.As(err, &re) || re.Status != http.StatusBadRequest {
+			t.Errorf("%s: want 400, got %v", tc.name, err)
+			continue
+		}
+		found := false
+		for _, p := range re.Problems {
+			if p.File == "job.yaml" && p.Line == tc.line && p.Field == tc.field && strings.Contains(p.Msg, tc.msg) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: want job.yaml:%d: %s: ...%s..., got %+v", tc.name, tc.line, tc.field, tc.msg, re.Problems)
+		}
+	}
+	jobs, err := cl.Jobs(ctx)
+	if err != nil || len(jobs) != 0 {
+		t.Fatalf("refused specs stored jobs: %+v %v", jobs, err)
+	}
+	// What can run is admitted: the same shapes within the limits.
+	for _, ok := range []map[string]string{
+		{},
+		{"tenant": "small", "class": "guaranteed", "request": `{gpus: 4, plan: "dp=4,tp=1,pp=1,mb=4,ga=1"}`},
+		{"model": "llama7b", "request": `{gpus: 8, plan: "dp=8,tp=1,pp=1,mb=2,ga=1,zero=3,ckpt"}`},
+		{"request": `{gpus: 16, plan: "dp=16,tp=1,pp=1,mb=1,ga=1"}`, "pin": "{plan: true, tiers: [server, rack]}"},
+	} {
+		if _, err := cl.Submit(ctx, "ok.yaml", []byte(admitSpec(ok))); err != nil {
+			t.Errorf("%v refused: %v", ok, err)
+		}
+	}
+}
