@@ -120,7 +120,7 @@ func newJobsCmd(stdout, stderr io.Writer) *cobra.Command {
 	var all bool
 	cmd := clientCmd("jobs", "Running and waiting jobs (--all: every job)", cobra.NoArgs, stdout,
 		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
-			states := []control.JobState{control.StateQueued, control.StateHeld, control.StateRunning, control.StatePreempted}
+			states := []control.JobState{control.StateQueued, control.StateHeld, control.StateRunning, control.StatePreempted, control.StateUnschedulable}
 			if all {
 				states = nil
 			}

@@ -118,3 +118,74 @@ func TestAPIAdmissionRefusesWhatCanNeverRun(t *testing.T) {
 		}
 	}
 }
+
+// Issue 12: a job that becomes impossible later (its servers drained) is
+// shown unschedulable with its reason (queue, store, event), survives a
+// daemon restart so, and waits (then runs) again when capacity returns.
+func TestDaemonUnschedulableAfterDrainAndBackAfterUndrain(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	ex := &recorder{}
+	d, _ := newDaemon(t, st, ex, "morphling")
+	j, err := d.Submit(ctx, spec(t, "w", 8, "best-effort"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Round(ctx)
+	if r, _ := st.GetJob(ctx, j.ID); r.State != StateRunning {
+		t.Fatalf("not started: %+v", r)
+	}
+	for _, s := range []string{"a", "b"} {
+		if _, err := d.Drain(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q := d.Queue()
+	if len(q) != 1 || q[0].Job.State != StateUnschedulable || !strings.Contains(q[0].Reason, "drained: a, b") {
+		t.Fatalf("queue after draining every server: %+v", q)
+	}
+	if r, _ := st.GetJob(ctx, j.ID); r.State != StateUnschedulable || r.Reason != q[0].Reason {
+		t.Fatalf("stored %s %q", r.State, r.Reason)
+	}
+	evs, _ := st.Events(ctx, 0, 100)
+	if !hasKind(evs, "unschedulable") {
+		t.Fatalf("no unschedulable event: %+v", evs)
+	}
+	// A second round changes nothing (no event per round).
+	d.Round(ctx)
+	evs2, _ := st.Events(ctx, 0, 100)
+	if len(evs2) != len(evs) {
+		t.Errorf("a round without change added events: %+v", evs2[len(evs):])
+	}
+	// A restarted daemon keeps it unschedulable.
+	d2, _ := newDaemon(t, st, &recorder{}, "morphling")
+	if q := d2.Queue(); len(q) != 1 || q[0].Job.State != StateUnschedulable {
+		t.Fatalf("after a restart: %+v", q)
+	}
+	starts := len(ex.starts)
+	if err := d.Undrain(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	d.Round(ctx)
+	if r, _ := st.GetJob(ctx, j.ID); r.State != StateRunning {
+		t.Fatalf("after undrain: %s %q", r.State, r.Reason)
+	}
+	if len(ex.starts) != starts+1 || ex.starts[len(ex.starts)-1].Servers[0].Name != "a" {
+		t.Errorf("starts %+v", ex.starts[starts:])
+	}
+	h, _ := st.History(ctx, j.ID)
+	var path []string
+	for _, x := range h {
+		path = append(path, string(x.To))
+	}
+	if !strings.Contains(strings.Join(path, ","), "preempted,unschedulable,preempted,running") {
+		t.Errorf("history %v", path)
+	}
+	evs, _ = st.Events(ctx, 0, 100)
+	if !hasKind(evs, "schedulable") {
+		t.Errorf("no schedulable event")
+	}
+}

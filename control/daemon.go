@@ -213,7 +213,7 @@ func (d *Daemon) recover(ctx context.Context) error {
 			d.nodes[i].drained = n.Drained
 		}
 	}
-	recs, err := d.cfg.Store.ListJobs(ctx, JobFilter{States: []JobState{StateQueued, StateHeld, StateRunning, StatePreempted}})
+	recs, err := d.cfg.Store.ListJobs(ctx, JobFilter{States: []JobState{StateQueued, StateHeld, StateRunning, StatePreempted, StateUnschedulable}})
 	if err != nil {
 		return fmt.Errorf("recover jobs: %w", err)
 	}
@@ -387,6 +387,7 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.publish()
+	checkErr := d.checkSchedulable(ctx) // admit.go: unschedulable jobs, and back
 	start := time.Now()
 	snap := d.snapshot()
 	dec := d.cfg.Policy.Schedule(snap)
@@ -439,7 +440,7 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 	}
 	d.history.Prune(snap.Now, d.cfg.TimerWindow.Seconds())
 	d.lastRound = RoundStats{At: d.now(), Duration: elapsed, Actions: len(dec.Actions), Waiting: len(dec.Waiting)}
-	return d.lastRound, errors.Join(errs...)
+	return d.lastRound, errors.Join(append(errs, checkErr)...)
 }
 
 func (d *Daemon) apply(ctx context.Context, a sched.Decision) error {
