@@ -187,6 +187,15 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	if req.File == "" {
 		req.File = "job.yaml"
 	}
+	key := r.Header.Get("Idempotency-Key")
+	if why := validIdempotencyKey(key); why != "" {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("Idempotency-Key: %s", why))
+		return
+	}
+	if rec, ok, err := a.replay(r.Context(), key, req.Spec); err != nil || ok {
+		a.replayed(w, rec, err)
+		return
+	}
 	spec, err := jobspec.Parse(req.File, []byte(req.Spec), perf.NewCatalog())
 	if err == nil {
 		err = a.D.Admit(r.Context(), spec, a.Access)
@@ -195,7 +204,20 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		writeBadSpec(w, err)
 		return
 	}
-	rec, err := a.D.Submit(r.Context(), spec)
+	ctx := r.Context()
+	if key != "" {
+		ctx = withIdempotencyKey(ctx, key, req.Spec)
+	}
+	rec, err := a.D.Submit(ctx, spec)
+	if err != nil && key != "" && errors.Is(err, ErrExists) {
+		// A concurrent submission with the same key won: its job.
+		rec, ok, err := a.replay(r.Context(), key, req.Spec)
+		if err == nil && !ok {
+			err = errors.New("idempotency key stored without its job")
+		}
+		a.replayed(w, rec, err)
+		return
+	}
 	if err != nil {
 		writeErr(w, statusOf(err), err)
 		return
@@ -222,6 +244,20 @@ func writeBadSpec(w http.ResponseWriter, err error) {
 		body.Problems = append(body.Problems, pj)
 	}
 	writeJSON(w, http.StatusBadRequest, body)
+}
+
+// replayed answers a retried submission: the job the first one created
+// (200, Idempotent-Replayed: true), or why not.
+func (a *API) replayed(w http.ResponseWriter, rec JobRecord, err error) {
+	switch {
+	case errors.Is(err, ErrIdempotencyReuse):
+		writeErr(w, http.StatusUnprocessableEntity, err)
+	case err != nil:
+		writeErr(w, statusOf(err), err)
+	default:
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeJSON(w, http.StatusOK, rec)
+	}
 }
 
 func (a *API) jobs(w http.ResponseWriter, r *http.Request) {

@@ -88,6 +88,13 @@ var migrations = []string{
 	CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);`,
 	// 2: failures (non-zero exits) counted apart from restarts
 	`ALTER TABLE jobs ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;`,
+	// 3 (issue 12, idem.go): Idempotency-Key of a submission → the job it created
+	`CREATE TABLE idempotency (
+		key TEXT PRIMARY KEY,
+		job_id TEXT NOT NULL REFERENCES jobs(id),
+		spec_sha256 TEXT NOT NULL,
+		at INTEGER NOT NULL
+	);`,
 }
 
 // SQLite is the Store on a SQLite database in WAL mode (modernc.org/sqlite,
@@ -215,6 +222,9 @@ func (s *SQLite) CreateJob(ctx context.Context, j JobRecord) error {
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO job_history(job_id, from_state, to_state, reason, at) VALUES (?,?,?,?,?)`,
 		j.ID, "", j.State, "submitted", ns(j.SubmittedAt)); err != nil {
+		return err
+	}
+	if err := putIdempotencyKey(ctx, tx, j); err != nil { // idem.go
 		return err
 	}
 	return tx.Commit()
