@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -92,7 +93,10 @@ func newSubmitCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return nil, nil, err
 			}
-			return r, func(w io.Writer) error { _, err := fmt.Fprintf(w, "submitted %s (%s)\n", r.ID, r.Name); return err }, nil
+			return r, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "submitted %s (%s)\n", r.ID, clean(r.Name))
+				return err
+			}, nil
 		})
 }
 
@@ -109,7 +113,7 @@ func newQueueCmd(stdout, stderr io.Writer) *cobra.Command {
 						st, rt = age(max(t.ServerTimer-t.Starved, 0)), age(max(t.RackTimer-t.Starved, 0))
 						acc, nw = t.AcceptTier.String(), fmt.Sprintf("%.2f", t.NwSens)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Job.ID, e.Job.Name, e.Job.Tenant, e.Job.Class, e.GPUs, e.Job.State, age(e.WaitingS), st, rt, acc, nw, e.Reason)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Job.ID, clean(e.Job.Name), clean(e.Job.Tenant), e.Job.Class, e.GPUs, e.Job.State, age(e.WaitingS), st, rt, acc, nw, clean(e.Reason))
 				}
 				return tw.Flush()
 			}, err
@@ -129,7 +133,7 @@ func newJobsCmd(stdout, stderr io.Writer) *cobra.Command {
 				tw := newTable(w)
 				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCLASS\tSTATE\tITERS\tRESTARTS\tPLAN")
 				for _, j := range js {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", j.ID, j.Name, j.Tenant, j.Class, j.State, j.Iterations, j.Restarts, planOf(j.Plan))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", j.ID, clean(j.Name), clean(j.Tenant), j.Class, j.State, j.Iterations, j.Restarts, planOf(j.Plan))
 				}
 				return tw.Flush()
 			}, err
@@ -144,20 +148,20 @@ func newJobCmd(stdout, stderr io.Writer) *cobra.Command {
 			d, err := c.Job(ctx, args[0])
 			return d, func(w io.Writer) error {
 				j := d.Job
-				fmt.Fprintf(w, "%s  %s  tenant %s  %s\nstate %s  iterations %d (checkpoint %d)  restarts %d\nplan %s\n", j.ID, j.Name, j.Tenant, j.Class, j.State, j.Iterations, j.Checkpoint, j.Restarts, planOf(j.Plan))
+				fmt.Fprintf(w, "%s  %s  tenant %s  %s\nstate %s  iterations %d (checkpoint %d)  restarts %d\nplan %s\n", j.ID, clean(j.Name), clean(j.Tenant), j.Class, j.State, j.Iterations, j.Checkpoint, j.Restarts, planOf(j.Plan))
 				if j.Reason != "" {
-					fmt.Fprintf(w, "reason: %s\n", j.Reason)
+					fmt.Fprintf(w, "reason: %s\n", clean(j.Reason))
 				}
 				if tp := d.Throughput; tp.PredictedSPS > 0 {
 					fmt.Fprintf(w, "throughput: predicted %.2f samples/s, measured %s\n", tp.PredictedSPS, measured(tp))
 				}
 				fmt.Fprintln(w, "\nhistory:")
 				for _, h := range d.History {
-					fmt.Fprintf(w, "  %s  %s -> %s  %s\n", h.At.Format(time.DateTime), h.From, h.To, h.Reason)
+					fmt.Fprintf(w, "  %s  %s -> %s  %s\n", h.At.Format(time.DateTime), h.From, h.To, clean(h.Reason))
 				}
 				fmt.Fprintln(w, "\ndecisions (newest first):")
 				for _, x := range d.Decisions {
-					fmt.Fprintf(w, "  %s  %-11s %s\n", x.At.Format(time.DateTime), x.Kind, x.Reason)
+					fmt.Fprintf(w, "  %s  %-11s %s\n", x.At.Format(time.DateTime), x.Kind, clean(x.Reason))
 				}
 				return nil
 			}, err
@@ -200,7 +204,7 @@ func newHistoryCmd(stdout, stderr io.Writer) *cobra.Command {
 				tw := newTable(w)
 				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tSTATE\tJCT\tQUEUED\tRESTARTS\tITERS")
 				for _, e := range h {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", e.Job.ID, e.Job.Name, e.Job.Tenant, e.Job.State, age(e.JCTS), age(e.QueueS), e.Job.Restarts, e.Job.Iterations)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", e.Job.ID, clean(e.Job.Name), clean(e.Job.Tenant), e.Job.State, age(e.JCTS), age(e.QueueS), e.Job.Restarts, e.Job.Iterations)
 				}
 				return tw.Flush()
 			}, err
@@ -236,7 +240,7 @@ func newEventsCmd(stdout, stderr io.Writer) *cobra.Command {
 						fmt.Fprintln(stdout, string(b))
 						continue
 					}
-					fmt.Fprintf(stdout, "%s  %-10s %-9s %s\n", e.At.Format(time.DateTime), e.Kind, e.JobID+e.Node, e.Msg)
+					fmt.Fprintf(stdout, "%s  %-10s %-9s %s\n", e.At.Format(time.DateTime), clean(e.Kind), clean(e.JobID+e.Node), clean(e.Msg))
 				}
 				if !follow && len(evs) < 1000 {
 					return nil
@@ -263,10 +267,26 @@ func newLogsCmd(stdout, stderr io.Writer) *cobra.Command {
 				return err
 			}
 			defer rc.Close()
-			if _, err := io.Copy(stdout, rc); err != nil && cmd.Context().Err() == nil {
-				return err
+			// The log is the job's own output: its terminal control
+			// sequences are stripped line by line.
+			br := bufio.NewReader(rc)
+			for {
+				line, err := br.ReadString('\n')
+				if line != "" {
+					if _, werr := io.WriteString(stdout, cleanLine(line)); werr != nil {
+						return werr
+					}
+				}
+				if err == io.EOF {
+					return nil
+				}
+				if err != nil {
+					if cmd.Context().Err() != nil {
+						return nil
+					}
+					return err
+				}
 			}
-			return nil
 		}}
 	o.add(cmd)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the log")
