@@ -2,6 +2,11 @@ package control
 
 // Identity and authorization: who calls, and what they may do.
 
+import (
+	"context"
+	"net"
+)
+
 // Access is who may do what, from the inventory: the tenants' users and
 // admins, the cluster's admins, and the tenants' CPU and memory quotas
 // (GPU quotas are the daemon's TenantInfo).
@@ -31,4 +36,16 @@ func (a *Access) tenant(name string) *TenantAccess {
 		}
 	}
 	return nil
+}
+
+type connKey struct{}
+
+// connContext remembers each API connection in its requests' context, so
+// the handler can ask it who is calling (peer credentials on the unix
+// socket).
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if lc, ok := c.(*limitedConn); ok {
+		c = lc.Conn
+	}
+	return context.WithValue(ctx, connKey{}, c)
 }
