@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/sched"
 )
 
@@ -187,5 +188,53 @@ func TestDaemonUnschedulableAfterDrainAndBackAfterUndrain(t *testing.T) {
 	evs, _ = st.Events(ctx, 0, 100)
 	if !hasKind(evs, "schedulable") {
 		t.Errorf("no schedulable event")
+	}
+}
+
+// Issue 12: the docs' pinned example (jobspec/testdata/gpt2.yaml,
+// pin.tiers [server, rack]) never started on the idle 64-GPU reference
+// cluster: the policy offered it GPUs across racks and the daemon vetoed
+// the offer every round. The pins are now the scheduler's constraints: it
+// starts in the first round, inside one rack.
+func TestDaemonDocsPinnedExampleStartsInOneRound(t *testing.T) {
+	ctx := context.Background()
+	for _, policy := range []string{"replan", "morphling", "dally"} {
+		st, _ := openTest(t)
+		ex := &recorder{}
+		p, _ := sched.New(policy)
+		var servers []ServerInfo
+		for i := 0; i < 8; i++ {
+			servers = append(servers, ServerInfo{Name: fmt.Sprintf("a800-%02d", i), Rack: []string{"rack-a", "rack-b"}[i/4], GPUs: 8, CPUs: 96, MemGB: 1600})
+		}
+		d, err := New(ctx, Config{Store: st, Exec: ex, Policy: p, Servers: servers, Tenants: []TenantInfo{{Name: "research", QuotaGPUs: 32}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, err := jobspec.Load("../jobspec/testdata/gpt2.yaml", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Admit(ctx, spec, nil); err != nil {
+			t.Fatal(err)
+		}
+		j, err := d.Submit(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Round(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := st.GetJob(ctx, j.ID)
+		if r.State != StateRunning || len(ex.starts) != 1 {
+			t.Errorf("%s: after one round %s: %q", policy, r.State, r.Reason)
+			continue
+		}
+		racks := map[string]bool{}
+		for _, s := range ex.starts[0].Servers {
+			racks[servers[d.srvIdx[s.Name]].Rack] = true
+		}
+		if len(racks) != 1 {
+			t.Errorf("%s: placed across racks: %+v", policy, ex.starts[0].Servers)
+		}
 	}
 }

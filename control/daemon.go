@@ -335,6 +335,7 @@ func (d *Daemon) snapshot() sched.Snapshot {
 		sj := sched.Job{ID: id, Tenant: js.spec.Tenant, Model: &o.Model, ReqGPUs: js.spec.Request.GPUs, ReqCPUs: js.spec.Request.CPUs,
 			ReqPlan: js.spec.Request.Plan, Submit: float64(js.rec.SubmittedAt.UnixNano()) / 1e9,
 			ItersDone: float64(js.rec.Iterations), ItersTotal: float64(js.spec.Iterations), Restarts: js.rec.Restarts}
+		pinJob(&sj, js.spec) // pins.go
 		if js.spec.Class == jobspec.Guaranteed {
 			sj.Class = sched.Guaranteed
 		}
