@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -129,17 +128,20 @@ func (a *API) Handler() http.Handler {
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(&collector{d: a.D})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-	if a.Token == "" {
-		return mux
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if subtle.ConstantTimeCompare([]byte(got), []byte(a.Token)) != 1 {
-			writeErr(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
-			return
-		}
-		mux.ServeHTTP(w, r)
+	mux.HandleFunc("GET /v1/whoami", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, a.Access.whoami(callerOf(r.Context())))
 	})
+	return a.authorize(mux)
+}
+
+// MetricsHandler serves /metrics alone, without authentication (the
+// --metrics-listen listener): the metrics carry no secrets.
+func (a *API) MetricsHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&collector{d: a.D})
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -153,7 +155,12 @@ func writeErr(w http.ResponseWriter, code int, err error) {
 }
 
 func statusOf(err error) int {
+	var fb *Forbidden
 	switch {
+	case errors.As(err, &fb):
+		return http.StatusForbidden
+	case errors.Is(err, ErrUnauthenticated):
+		return http.StatusUnauthorized
 	case errors.Is(err, ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, ErrBadState), errors.Is(err, ErrConflict):
@@ -193,12 +200,19 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("Idempotency-Key: %s", why))
 		return
 	}
+	if key != "" {
+		key = callerOf(r.Context()).User + "/" + key // a key is the caller's own
+	}
 	if rec, ok, err := a.replay(r.Context(), key, req.Spec); err != nil || ok {
 		a.replayed(w, rec, err)
 		return
 	}
 	spec, err := jobspec.Parse(req.File, []byte(req.Spec), perf.NewCatalog())
 	if err == nil {
+		if err := a.Access.canSubmit(callerOf(r.Context()), spec.Tenant); err != nil {
+			writeErr(w, http.StatusForbidden, err)
+			return
+		}
 		err = a.D.Admit(r.Context(), spec, a.Access)
 	}
 	if err != nil {
@@ -296,6 +310,12 @@ func (a *API) jobOp(w http.ResponseWriter, r *http.Request) {
 	id, op := r.PathValue("id"), r.PathValue("op")
 	var rec JobRecord
 	var err error
+	if op == "cancel" || op == "hold" || op == "release" {
+		if err := a.checkJobOp(r.Context(), op, id); err != nil {
+			writeErr(w, statusOf(err), err)
+			return
+		}
+	}
 	switch op {
 	case "cancel":
 		rec, err = a.D.Cancel(r.Context(), id)
@@ -329,6 +349,10 @@ func (a *API) nodes(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) nodeOp(w http.ResponseWriter, r *http.Request) {
 	name, op := r.PathValue("name"), r.PathValue("op")
+	if err := a.Access.canAdmin(callerOf(r.Context()), op+" "+name); err != nil {
+		writeErr(w, http.StatusForbidden, err)
+		return
+	}
 	switch op {
 	case "drain":
 		moved, err := a.D.Drain(r.Context(), name)
@@ -402,7 +426,15 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 
 // ListenUnix listens on a unix socket readable and writable by the owner
 // only; a stale socket from a dead daemon is replaced.
-func ListenUnix(path string) (net.Listener, error) {
+func ListenUnix(path string) (net.Listener, error) { return listenUnix(path, 0o600) }
+
+// ListenUnixShared is ListenUnix for a multi-user daemon: the socket is
+// open to every local user (mode 0666; its directory must let them reach
+// it), and the API authorizes each request by the caller's peer
+// credentials.
+func ListenUnixShared(path string) (net.Listener, error) { return listenUnix(path, 0o666) }
+
+func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
@@ -415,7 +447,7 @@ func ListenUnix(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := os.Chmod(path, mode); err != nil {
 		l.Close()
 		return nil, err
 	}

@@ -181,6 +181,12 @@ func (c *Client) JobOp(ctx context.Context, id, op string) (JobRecord, error) {
 	return r, c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(id)+"/"+op, nil, &r)
 }
 
+// WhoAmI is the caller as the daemon sees it: user, role, tenants.
+func (c *Client) WhoAmI(ctx context.Context) (WhoAmI, error) {
+	var r WhoAmI
+	return r, c.do(ctx, "GET", "/v1/whoami", nil, &r)
+}
+
 // Queue lists waiting jobs with their reasons.
 func (c *Client) Queue(ctx context.Context) ([]QueueEntry, error) {
 	var r []QueueEntry

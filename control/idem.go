@@ -47,9 +47,15 @@ func validIdempotencyKey(k string) string {
 	return ""
 }
 
-// putIdempotencyKey stores ctx's key for job j inside CreateJob's
-// transaction; a key already stored fails the whole transaction.
-func putIdempotencyKey(ctx context.Context, tx *sql.Tx, j JobRecord) error {
+// createJobExtras stores, inside CreateJob's transaction, who submitted
+// job j (the caller in ctx) and ctx's idempotency key; a key already
+// stored fails the whole transaction.
+func createJobExtras(ctx context.Context, tx *sql.Tx, j JobRecord) error {
+	if u := callerOf(ctx).User; u != "" {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO job_owners(job_id, user) VALUES (?,?)`, j.ID, u); err != nil {
+			return fmt.Errorf("job owner: %w", err)
+		}
+	}
 	v, ok := ctx.Value(idemKey{}).(idemVal)
 	if !ok || v.key == "" {
 		return nil
