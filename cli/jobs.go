@@ -18,18 +18,45 @@ import (
 
 // clientOptions are the connection flags every daemon client command has.
 type clientOptions struct {
-	socket, server, tokenFile string
-	asJSON                    bool
+	socket, server, tokenFile, fingerprint string
+	asJSON                                 bool
+	cmd                                    *cobra.Command
+	closers                                []func()
 }
 
 func (o *clientOptions) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&o.socket, "socket", defaultSocket(), "the daemon's unix socket")
-	cmd.Flags().StringVar(&o.server, "server", "", "the daemon's TCP address (http://HOST:PORT) instead of the socket")
+	o.cmd = cmd
+	cmd.Flags().StringVar(&o.socket, "socket", defaultSocket(), "the daemon's unix socket (with --remote: on the head node, default "+DefaultRemoteSocket+")")
+	cmd.Flags().StringVar(&o.server, "server", "", "the daemon's TCP listener (https://HOST:PORT) instead of the socket")
 	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "bearer token for --server")
+	cmd.Flags().StringVar(&o.fingerprint, "tls-fingerprint", "", "SHA-256 fingerprint of the daemon's TLS certificate for --server (as the daemon printed it); empty: verify against the system's CAs")
 	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print JSON (stable schema, docs/cli.md)")
 }
 
+// close releases what client opened (an SSH connection for --remote).
+func (o *clientOptions) close() {
+	for _, c := range o.closers {
+		c()
+	}
+	o.closers = nil
+}
+
 func (o *clientOptions) client() (*control.Client, error) {
+	if r := remoteOf(o.cmd); r != "" {
+		if o.server != "" {
+			return nil, fmt.Errorf("--remote and --server: choose one")
+		}
+		sock := ""
+		if o.cmd.Flags().Changed("socket") {
+			sock = o.socket
+		}
+		c, closer, err := remoteClient(r, sock)
+		if err != nil {
+			return nil, err
+		}
+		o.closers = append(o.closers, closer)
+		return c, nil
+	}
 	if o.server == "" {
 		return control.NewUnixClient(o.socket), nil
 	}
@@ -40,6 +67,9 @@ func (o *clientOptions) client() (*control.Client, error) {
 			return nil, err
 		}
 		tok = strings.TrimSpace(string(b))
+	}
+	if strings.HasPrefix(o.server, "https://") {
+		return control.NewTLSClient(o.server, tok, o.fingerprint)
 	}
 	return control.NewTCPClient(o.server, tok), nil
 }
@@ -54,6 +84,7 @@ func clientCmd(use, short string, args cobra.PositionalArgs, stdout io.Writer, r
 			if err != nil {
 				return err
 			}
+			defer o.close()
 			v, table, err := run(cmd.Context(), c, args)
 			if err != nil {
 				return err
@@ -97,6 +128,22 @@ func newSubmitCmd(stdout, stderr io.Writer) *cobra.Command {
 				_, err := fmt.Fprintf(w, "submitted %s (%s)\n", r.ID, clean(r.Name))
 				return err
 			}, nil
+		})
+}
+
+func newWhoamiCmd(stdout, stderr io.Writer) *cobra.Command {
+	return clientCmd("whoami", "Who the daemon says you are: user, role, the tenants you may submit under and act for", cobra.NoArgs, stdout,
+		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
+			w, err := c.WhoAmI(ctx)
+			return w, func(wr io.Writer) error {
+				note := ""
+				if w.SingleUser {
+					note = " (single-user daemon: the inventory lists no tenants[].users)"
+				}
+				fmt.Fprintf(wr, "user     %s (uid %d, via %s)\nrole     %s%s\ntenants  %s\nadmin of %s\n",
+					clean(w.User), w.UID, w.Via, w.Role, note, clean(strings.Join(w.Tenants, ", ")), clean(strings.Join(w.AdminOf, ", ")))
+				return nil
+			}, err
 		})
 }
 
@@ -220,6 +267,7 @@ func newEventsCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer o.close()
 			var after int64
 			for {
 				wait := time.Duration(0)
@@ -262,6 +310,7 @@ func newLogsCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer o.close()
 			rc, err := c.Logs(cmd.Context(), args[0], tail, follow)
 			if err != nil {
 				return err
