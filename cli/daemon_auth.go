@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/spf13/pflag"
-
 	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/control"
 )
@@ -20,7 +18,12 @@ type authOptions struct {
 	tokens, tlsCert, tlsKey, metricsListen string
 }
 
-func addAuthFlags(f *pflag.FlagSet, a *authOptions) {
+// flagSet is the part of cobra's flag set addAuthFlags uses.
+type flagSet interface {
+	StringVar(p *string, name, value, usage string)
+}
+
+func addAuthFlags(f flagSet, a *authOptions) {
 	f.StringVar(&a.tokens, "tokens", "", "per-user tokens of the --listen listener: lines \"USER SHA256HEX\" (the SHA-256 of each user's token)")
 	f.StringVar(&a.tlsCert, "tls-cert", "", "TLS certificate of the --listen listener (default: a self-signed one generated at first start next to --db)")
 	f.StringVar(&a.tlsKey, "tls-key", "", "TLS private key of --tls-cert")
