@@ -423,6 +423,9 @@ func ParseCheckpointMarker(content string) (int, error) {
 	return strconv.Atoi(s[i:])
 }
 
+// MaxMarkerBytes bounds a checkpoint marker (issue 12).
+const MaxMarkerBytes = 4096
+
 // readMarker reads the job's checkpoint marker on its master server: the
 // iteration and the raw tag. A missing marker is iteration 0.
 func (e *SSHExecutor) readMarker(ctx context.Context, l Launch) (int, string, error) {
@@ -434,9 +437,14 @@ func (e *SSHExecutor) readMarker(ctx context.Context, l Launch) (int, string, er
 		return 0, "", err
 	}
 	marker := launch.CheckpointMarker(l.Spec)
-	out, err := e.fl.Pool().Output(ctx, h, "sh", "-c", `test -f "$1" || exit 0; cat "$1"`, "marker", marker)
+	// A marker is a tag of a few bytes; the job writes it, so it is read
+	// bounded (one byte more than allowed, to tell that it is too long).
+	out, err := e.fl.Pool().Output(ctx, h, "sh", "-c", `test -f "$1" || exit 0; head -c "$2" "$1"`, "marker", marker, strconv.Itoa(MaxMarkerBytes+1))
 	if err != nil {
 		return 0, "", fmt.Errorf("read %s on %s: %w", marker, l.Servers[0].Name, err)
+	}
+	if len(out) > MaxMarkerBytes {
+		return 0, string(out[:MaxMarkerBytes]), fmt.Errorf("%s on %s: longer than %d bytes: not a checkpoint marker", marker, l.Servers[0].Name, MaxMarkerBytes)
 	}
 	tag := strings.TrimSpace(string(out))
 	n, err := ParseCheckpointMarker(tag)
