@@ -80,3 +80,41 @@ func TestSubmitRefusedNamesFileLineField(t *testing.T) {
 		t.Errorf("jobs after refusals: %d %s %s", st, out.String(), errb.String())
 	}
 }
+
+// Issue 12: a job that became impossible (every server drained) shows as
+// unschedulable with its reason in `replan queue` and `replan jobs`.
+func TestQueueShowsUnschedulable(t *testing.T) {
+	sock, d := serveControl(t)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "job.yaml")
+	os.WriteFile(file, []byte(strings.NewReplacer("TENANT", "research", "MODEL", "gpt2", "REQUEST", "{gpus: 2}").Replace(cliSpec)), 0o644)
+	var out, errb bytes.Buffer
+	if st := Run(ctx, []string{"submit", "--socket", sock, file}, &out, &errb); st != 0 {
+		t.Fatalf("submit: %s", errb.String())
+	}
+	for _, srv := range []string{"a", "b"} {
+		if st := Run(ctx, []string{"drain", "--socket", sock, srv}, &out, &errb); st != 0 {
+			t.Fatalf("drain %s: %s", srv, errb.String())
+		}
+	}
+	if _, err := d.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"queue", "jobs"} {
+		out.Reset()
+		if st := Run(ctx, []string{cmd, "--socket", sock}, &out, &errb); st != 0 {
+			t.Fatalf("%s: %s", cmd, errb.String())
+		}
+		if !strings.Contains(out.String(), "unschedulable") {
+			t.Errorf("%s:\n%s", cmd, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), "unschedulable") {
+		return
+	}
+	out.Reset()
+	Run(ctx, []string{"queue", "--socket", sock}, &out, &errb)
+	if !strings.Contains(out.String(), "needs at least 1 GPUs, the servers in service have 0 (drained: a, b)") {
+		t.Errorf("queue reason:\n%s", out.String())
+	}
+}
