@@ -197,7 +197,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if why := validIdempotencyKey(key); why != "" {
-		writeErr(w, http.StatusBadRequest, fmt.Errorf("Idempotency-Key: %s", why))
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("header Idempotency-Key: %s", why))
 		return
 	}
 	if key != "" {

@@ -19,7 +19,7 @@ import (
 const MaxIdempotencyKey = 200
 
 // ErrIdempotencyReuse is a key sent again with another spec.
-var ErrIdempotencyReuse = errors.New("Idempotency-Key reused with a different spec")
+var ErrIdempotencyReuse = errors.New("this Idempotency-Key was sent before with a different spec")
 
 type idemKey struct{}
 
