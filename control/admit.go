@@ -188,6 +188,11 @@ func pinCapacity(tiers []perf.Tier, c capacity) (int, string) {
 	return c.perServer, "server"
 }
 
+func pinCapacityOnly(tiers []perf.Tier, c capacity) int {
+	n, _ := pinCapacity(tiers, c)
+	return n
+}
+
 func tiersString(ts []perf.Tier) string {
 	s := make([]string, len(ts))
 	for i, t := range ts {
@@ -200,11 +205,18 @@ func tiersString(ts []perf.Tier) string {
 // the round asks it for every waiting job.
 var feasMemo sync.Map
 
+type feasKey struct {
+	arch             perf.Arch
+	gpuMemGB, hostGB float64
+	offload          bool
+	perServer, limit int
+}
+
 // minFeasible is the smallest GPU count in 1..limit (packed onto servers
 // of per GPUs) on which some plan of arch passes every rule and fits env's
 // GPU and host memory; 0 when none does.
 func minFeasible(arch perf.Arch, env perf.Env, cpg float64, per, limit int) int {
-	key := fmt.Sprintf("%+v|%g|%g|%t|%d|%d", arch, env.GPUMemGB, env.HostMemGB, cpg >= 1, per, limit)
+	key := feasKey{arch, env.GPUMemGB, env.HostMemGB, cpg >= 1, per, limit}
 	if v, ok := feasMemo.Load(key); ok {
 		return v.(int)
 	}
@@ -228,10 +240,9 @@ func minFeasible(arch perf.Arch, env perf.Env, cpg float64, per, limit int) int 
 }
 
 // unschedulableWhy reports why js cannot run on the servers in service
-// now, or "" when it can. The caller holds d.mu.
-func (d *Daemon) unschedulableWhy(js *jobState) string {
-	all := capacityOf(d.cfg.Servers, nil)
-	now := capacityOf(d.cfg.Servers, func(i int) bool { return !d.nodes[i].drained })
+// now (capacity now, of all servers all), or "" when it can. The caller
+// holds d.mu.
+func (d *Daemon) unschedulableWhy(js *jobState, all, now capacity) string {
 	arch := js.spec.Arch
 	arch.GlobalBatch = js.spec.GlobalBatch
 	env := d.cfg.Model(arch).Env
@@ -239,6 +250,9 @@ func (d *Daemon) unschedulableWhy(js *jobState) string {
 	need := max(pinNeed(js.spec, minG), 1)
 	if minG == 0 {
 		return fmt.Sprintf("no plan of %s fits in memory on up to %d GPUs", arch.Name, all.gpus)
+	}
+	if need <= now.gpus && (len(js.spec.Pin.Tiers) == 0 || need <= pinCapacityOnly(js.spec.Pin.Tiers, now)) {
+		return ""
 	}
 	drained := func() string {
 		var out []string
@@ -274,6 +288,8 @@ func (d *Daemon) checkSchedulable(ctx context.Context) error {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	all := capacityOf(d.cfg.Servers, nil)
+	now := capacityOf(d.cfg.Servers, func(i int) bool { return !d.nodes[i].drained })
 	var errs []error
 	for _, id := range ids {
 		js := d.jobs[id]
@@ -281,7 +297,7 @@ func (d *Daemon) checkSchedulable(ctx context.Context) error {
 		if st != StateQueued && st != StatePreempted && st != StateUnschedulable {
 			continue
 		}
-		why := d.unschedulableWhy(js)
+		why := d.unschedulableWhy(js, all, now)
 		rec := js.rec
 		switch {
 		case why != "" && (st != StateUnschedulable || rec.Reason != why):
