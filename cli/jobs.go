@@ -288,7 +288,11 @@ func newEventsCmd(stdout, stderr io.Writer) *cobra.Command {
 						fmt.Fprintln(stdout, string(b))
 						continue
 					}
-					fmt.Fprintf(stdout, "%s  %-10s %-9s %s\n", e.At.Format(time.DateTime), clean(e.Kind), clean(e.JobID+e.Node), clean(e.Msg))
+					by := ""
+					if e.User != "" {
+						by = "  (by " + clean(e.User) + ")"
+					}
+					fmt.Fprintf(stdout, "%s  %-10s %-9s %s%s\n", e.At.Format(time.DateTime), clean(e.Kind), clean(e.JobID+e.Node), clean(e.Msg), by)
 				}
 				if !follow && len(evs) < 1000 {
 					return nil

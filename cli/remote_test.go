@@ -66,6 +66,9 @@ func TestRemoteThroughRealSSHD(t *testing.T) {
 	if st, out, _ := run("--remote", remote, "events", "--socket", sock, "--json"); st != 0 || !strings.Contains(out, `"user":"`+me.Username+`"`) {
 		t.Errorf("events over --remote: %d %s", st, out)
 	}
+	if st, out, _ := run("--remote", remote, "events", "--socket", sock); st != 0 || !strings.Contains(out, "(by "+me.Username+")") {
+		t.Errorf("events table over --remote: %d %s", st, out)
+	}
 }
 
 // `replan whoami` on the local socket: the test's own user, admin (it is
