@@ -132,7 +132,7 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		}
 		defer pool.Close()
 		fl := fleet.New(pool, fleet.Options{RemoteDir: o.remoteDir, Logger: log})
-		if exec, err = control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log}); err != nil {
+		if exec, err = control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, RunAs: runAsOf(inv)}); err != nil {
 			return err
 		}
 	default:

@@ -30,6 +30,17 @@ func addAuthFlags(f flagSet, a *authOptions) {
 	f.StringVar(&a.metricsListen, "metrics-listen", "", "serve /metrics alone, without authentication, on this TCP address")
 }
 
+// runAsOf maps each tenant with run_as to its Unix user (ssh executor).
+func runAsOf(inv *cluster.Inventory) map[string]string {
+	m := map[string]string{}
+	for _, t := range inv.Tenants {
+		if t.RunAs != "" {
+			m[t.Name] = t.RunAs
+		}
+	}
+	return m
+}
+
 // setupAuth gives the API the inventory's users and admins (a multi-user
 // daemon opens its socket to every local user and authorizes each request
 // by the caller's uid; without users it stays single-user and says so),

@@ -47,6 +47,10 @@ type SSHOptions struct {
 	// for clusters whose inventory core counts are nominal (test hosts,
 	// demos), where the core ids the scheduler hands out do not exist.
 	NoCPUBinding bool
+	// RunAs maps a tenant to the Unix user its processes run as on the
+	// servers (the inventory's tenants[].run_as; the agent must run as
+	// root). A tenant not in it runs as the agent's user.
+	RunAs map[string]string
 }
 
 // SSHExecutor is the real Executor: it renders launches with launch/,
@@ -292,7 +296,7 @@ func (e *SSHExecutor) launch(ctx context.Context, l Launch, r launch.Rendered) e
 		if err != nil {
 			return fmt.Errorf("agent on %s: %w", sl.Server, err)
 		}
-		spec := agent.ProcessSpec{ID: j.procs[i].id, Argv: sl.Argv, Env: sl.Env, Dir: sl.Dir, CPUs: sl.CPUs}
+		spec := agent.ProcessSpec{ID: j.procs[i].id, Argv: sl.Argv, Env: sl.Env, Dir: sl.Dir, CPUs: sl.CPUs, RunAs: e.opt.RunAs[l.Spec.Tenant]}
 		if e.opt.NoCPUBinding {
 			spec.CPUs = nil
 		}
