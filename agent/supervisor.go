@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -55,6 +56,12 @@ type ProcessSpec struct {
 	CPUs []int `json:"cpus,omitempty"`
 	// MemoryBytes limits memory through cgroup v2 when it can; 0 = none.
 	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
+	// RunAs is the Unix user the command runs as (its tenant's run_as);
+	// empty: the agent's own user. Another user than the agent's needs the
+	// agent to run as root; the command is then started through setpriv
+	// (util-linux) with that user's uid, gid and groups, while the agent's
+	// wrapper shell (root) keeps recording its exit status.
+	RunAs string `json:"run_as,omitempty"`
 }
 
 // ProcessInfo is a supervised process as the API reports it and as it is
@@ -307,6 +314,11 @@ func (s *Supervisor) validate(spec *ProcessSpec) error {
 			return &FieldError{"dir", fmt.Sprintf("%q is not a directory", spec.Dir)}
 		}
 	}
+	if spec.RunAs != "" {
+		if _, err := runAsArgv(spec.RunAs); err != nil {
+			return &FieldError{"run_as", err.Error()}
+		}
+	}
 	if len(spec.CPUs) > 0 {
 		allowed, err := allowedCPUs()
 		if err != nil {
@@ -395,8 +407,23 @@ func (s *Supervisor) Start(ctx context.Context, spec ProcessSpec) (ProcessInfo, 
 	if workDir == "" {
 		workDir = dir
 	}
-	args := append([]string{"-c", wrapperScript, "replan-wrap", filepath.Join(dir, "exit_status")}, spec.Argv...)
-	env := mergeEnv(os.Environ(), spec.Env, spec.ID)
+	argv, extraEnv := spec.Argv, spec.Env
+	if spec.RunAs != "" {
+		prefix, err := runAsArgv(spec.RunAs)
+		if err != nil {
+			return ProcessInfo{}, &FieldError{"run_as", err.Error()}
+		}
+		argv = append(prefix, spec.Argv...)
+		if len(prefix) > 0 {
+			u, _ := user.Lookup(spec.RunAs)
+			extraEnv = map[string]string{"HOME": u.HomeDir, "USER": u.Username, "LOGNAME": u.Username}
+			for k, v := range spec.Env {
+				extraEnv[k] = v
+			}
+		}
+	}
+	args := append([]string{"-c", wrapperScript, "replan-wrap", filepath.Join(dir, "exit_status")}, argv...)
+	env := mergeEnv(os.Environ(), extraEnv, spec.ID)
 	newCmd := func() *exec.Cmd {
 		cmd := exec.Command(s.cfg.Shell, args...)
 		cmd.Dir = workDir
@@ -461,6 +488,27 @@ func (s *Supervisor) Start(ctx context.Context, spec ProcessSpec) (ProcessInfo, 
 	go p.tail()
 	go p.waitChild(cmd) // not in wg: cmd.Wait cannot be cancelled
 	return info, nil
+}
+
+// runAsArgv is the command prefix that runs a command as the Unix user
+// name: nothing when the agent already is that user, setpriv with the
+// user's ids when the agent is root; an error otherwise.
+func runAsArgv(name string) ([]string, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("no Unix user %q on this server", name)
+	}
+	if u.Uid == strconv.Itoa(os.Geteuid()) {
+		return nil, nil
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("the agent runs as uid %d, not root: it cannot start processes as %s", os.Geteuid(), name)
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		return nil, fmt.Errorf("running processes as %s needs setpriv (util-linux) on this server", name)
+	}
+	return []string{setpriv, "--reuid=" + u.Uid, "--regid=" + u.Gid, "--init-groups", "--"}, nil
 }
 
 func mergeEnv(base []string, extra map[string]string, id string) []string {

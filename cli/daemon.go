@@ -38,6 +38,7 @@ type daemonOptions struct {
 	inventory, db, socket, policy, executor, data, listen, tokenFile string
 	remoteDir                                                        string // agent directory on every server (ssh executor)
 	tick, restartCost                                                time.Duration
+	auth                                                             authOptions // daemon_auth.go
 }
 
 func serversFromInventory(inv *cluster.Inventory) ([]control.ServerInfo, []control.TenantInfo) {
@@ -77,10 +78,11 @@ See docs/control.md.`,
 	f.StringVar(&o.executor, "executor", "sim", "sim (simulated cluster) or ssh (the agents on the inventory's servers)")
 	f.StringVar(&o.remoteDir, "remote-dir", fleet.DefaultRemoteDir, "agent directory on every server, as given to replan deploy; {server} is replaced by the server's name (ssh executor)")
 	f.StringVar(&o.data, "data", "", "Morphling data directory for fitted models and measured iteration times (default $REPLAN_DATA or ../shared/data/morphling when present)")
-	f.StringVar(&o.listen, "listen", "", "also serve the API on this TCP address (needs --token-file)")
-	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token of the TCP listener")
+	f.StringVar(&o.listen, "listen", "", "also serve the API on this TCP address, TLS only (needs --tokens or --token-file)")
+	f.StringVar(&o.tokenFile, "token-file", "", "file holding one bearer token of the TCP listener, which acts as the daemon's own user")
 	f.DurationVar(&o.tick, "tick", 5*time.Second, "observe and schedule at least this often")
 	f.DurationVar(&o.restartCost, "restart-cost", 260*time.Second, "simulated checkpoint-restart cost (sim executor)")
+	addAuthFlags(f, &o.auth) // daemon_auth.go
 	return cmd
 }
 
@@ -137,7 +139,7 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		}
 		defer pool.Close()
 		fl := fleet.New(pool, fleet.Options{RemoteDir: o.remoteDir, Logger: log})
-		if exec, err = control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log}); err != nil {
+		if exec, err = control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, RunAs: runAsOf(inv)}); err != nil {
 			return err
 		}
 	default:
@@ -161,26 +163,12 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		return err
 	}
 	api := &control.API{D: d, Version: version}
-	errc := make(chan error, 3)
-	go func() { errc <- control.Serve(ctx, l, api.Handler()) }()
-	if o.listen != "" {
-		if o.tokenFile == "" {
-			return fmt.Errorf("daemon: --listen needs --token-file")
-		}
-		tok, err := os.ReadFile(o.tokenFile)
-		if err != nil {
-			return err
-		}
-		tapi := &control.API{D: d, Version: version, Token: strings.TrimSpace(string(tok))}
-		if tapi.Token == "" {
-			return fmt.Errorf("daemon: %s is empty", o.tokenFile)
-		}
-		tl, err := netListen(o.listen)
-		if err != nil {
-			return err
-		}
-		go func() { errc <- control.Serve(ctx, tl, tapi.Handler()) }()
+	errc := make(chan error, 5)
+	if err := setupAuth(ctx, o, inv, api, log, stderr, errc); err != nil { // daemon_auth.go: users, TLS and metrics listeners
+		l.Close()
+		return err
 	}
+	go func() { errc <- control.Serve(ctx, l, api.Handler()) }()
 	log.Info("replan daemon", "socket", o.socket, "db", o.db, "policy", o.policy, "executor", o.executor, "servers", len(servers))
 	go func() { errc <- d.Run(ctx, o.tick) }()
 	select {

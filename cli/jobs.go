@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,18 +18,45 @@ import (
 
 // clientOptions are the connection flags every daemon client command has.
 type clientOptions struct {
-	socket, server, tokenFile string
-	asJSON                    bool
+	socket, server, tokenFile, fingerprint string
+	asJSON                                 bool
+	cmd                                    *cobra.Command
+	closers                                []func()
 }
 
 func (o *clientOptions) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&o.socket, "socket", defaultSocket(), "the daemon's unix socket")
-	cmd.Flags().StringVar(&o.server, "server", "", "the daemon's TCP address (http://HOST:PORT) instead of the socket")
+	o.cmd = cmd
+	cmd.Flags().StringVar(&o.socket, "socket", defaultSocket(), "the daemon's unix socket (with --remote: on the head node, default "+DefaultRemoteSocket+")")
+	cmd.Flags().StringVar(&o.server, "server", "", "the daemon's TCP listener (https://HOST:PORT) instead of the socket")
 	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "bearer token for --server")
+	cmd.Flags().StringVar(&o.fingerprint, "tls-fingerprint", "", "SHA-256 fingerprint of the daemon's TLS certificate for --server (as the daemon printed it); empty: verify against the system's CAs")
 	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print JSON (stable schema, docs/cli.md)")
 }
 
+// close releases what client opened (an SSH connection for --remote).
+func (o *clientOptions) close() {
+	for _, c := range o.closers {
+		c()
+	}
+	o.closers = nil
+}
+
 func (o *clientOptions) client() (*control.Client, error) {
+	if r := remoteOf(o.cmd); r != "" {
+		if o.server != "" {
+			return nil, fmt.Errorf("--remote and --server: choose one")
+		}
+		sock := ""
+		if o.cmd.Flags().Changed("socket") {
+			sock = o.socket
+		}
+		c, closer, err := remoteClient(r, sock)
+		if err != nil {
+			return nil, err
+		}
+		o.closers = append(o.closers, closer)
+		return c, nil
+	}
 	if o.server == "" {
 		return control.NewUnixClient(o.socket), nil
 	}
@@ -39,6 +67,9 @@ func (o *clientOptions) client() (*control.Client, error) {
 			return nil, err
 		}
 		tok = strings.TrimSpace(string(b))
+	}
+	if strings.HasPrefix(o.server, "https://") {
+		return control.NewTLSClient(o.server, tok, o.fingerprint)
 	}
 	return control.NewTCPClient(o.server, tok), nil
 }
@@ -53,6 +84,7 @@ func clientCmd(use, short string, args cobra.PositionalArgs, stdout io.Writer, r
 			if err != nil {
 				return err
 			}
+			defer o.close()
 			v, table, err := run(cmd.Context(), c, args)
 			if err != nil {
 				return err
@@ -92,7 +124,26 @@ func newSubmitCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return nil, nil, err
 			}
-			return r, func(w io.Writer) error { _, err := fmt.Fprintf(w, "submitted %s (%s)\n", r.ID, r.Name); return err }, nil
+			return r, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "submitted %s (%s)\n", r.ID, clean(r.Name))
+				return err
+			}, nil
+		})
+}
+
+func newWhoamiCmd(stdout, stderr io.Writer) *cobra.Command {
+	return clientCmd("whoami", "Who the daemon says you are: user, role, the tenants you may submit under and act for", cobra.NoArgs, stdout,
+		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
+			w, err := c.WhoAmI(ctx)
+			return w, func(wr io.Writer) error {
+				note := ""
+				if w.SingleUser {
+					note = " (single-user daemon: the inventory lists no tenants[].users)"
+				}
+				fmt.Fprintf(wr, "user     %s (uid %d, via %s)\nrole     %s%s\ntenants  %s\nadmin of %s\n",
+					clean(w.User), w.UID, w.Via, w.Role, note, clean(strings.Join(w.Tenants, ", ")), clean(strings.Join(w.AdminOf, ", ")))
+				return nil
+			}, err
 		})
 }
 
@@ -109,7 +160,7 @@ func newQueueCmd(stdout, stderr io.Writer) *cobra.Command {
 						st, rt = age(max(t.ServerTimer-t.Starved, 0)), age(max(t.RackTimer-t.Starved, 0))
 						acc, nw = t.AcceptTier.String(), fmt.Sprintf("%.2f", t.NwSens)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Job.ID, e.Job.Name, e.Job.Tenant, e.Job.Class, e.GPUs, e.Job.State, age(e.WaitingS), st, rt, acc, nw, e.Reason)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Job.ID, clean(e.Job.Name), clean(e.Job.Tenant), e.Job.Class, e.GPUs, e.Job.State, age(e.WaitingS), st, rt, acc, nw, clean(e.Reason))
 				}
 				return tw.Flush()
 			}, err
@@ -120,7 +171,7 @@ func newJobsCmd(stdout, stderr io.Writer) *cobra.Command {
 	var all bool
 	cmd := clientCmd("jobs", "Running and waiting jobs (--all: every job)", cobra.NoArgs, stdout,
 		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
-			states := []control.JobState{control.StateQueued, control.StateHeld, control.StateRunning, control.StatePreempted}
+			states := []control.JobState{control.StateQueued, control.StateHeld, control.StateRunning, control.StatePreempted, control.StateUnschedulable}
 			if all {
 				states = nil
 			}
@@ -129,7 +180,7 @@ func newJobsCmd(stdout, stderr io.Writer) *cobra.Command {
 				tw := newTable(w)
 				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCLASS\tSTATE\tITERS\tRESTARTS\tPLAN")
 				for _, j := range js {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", j.ID, j.Name, j.Tenant, j.Class, j.State, j.Iterations, j.Restarts, planOf(j.Plan))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", j.ID, clean(j.Name), clean(j.Tenant), j.Class, j.State, j.Iterations, j.Restarts, planOf(j.Plan))
 				}
 				return tw.Flush()
 			}, err
@@ -144,20 +195,20 @@ func newJobCmd(stdout, stderr io.Writer) *cobra.Command {
 			d, err := c.Job(ctx, args[0])
 			return d, func(w io.Writer) error {
 				j := d.Job
-				fmt.Fprintf(w, "%s  %s  tenant %s  %s\nstate %s  iterations %d (checkpoint %d)  restarts %d\nplan %s\n", j.ID, j.Name, j.Tenant, j.Class, j.State, j.Iterations, j.Checkpoint, j.Restarts, planOf(j.Plan))
+				fmt.Fprintf(w, "%s  %s  tenant %s  %s\nstate %s  iterations %d (checkpoint %d)  restarts %d\nplan %s\n", j.ID, clean(j.Name), clean(j.Tenant), j.Class, j.State, j.Iterations, j.Checkpoint, j.Restarts, planOf(j.Plan))
 				if j.Reason != "" {
-					fmt.Fprintf(w, "reason: %s\n", j.Reason)
+					fmt.Fprintf(w, "reason: %s\n", clean(j.Reason))
 				}
 				if tp := d.Throughput; tp.PredictedSPS > 0 {
 					fmt.Fprintf(w, "throughput: predicted %.2f samples/s, measured %s\n", tp.PredictedSPS, measured(tp))
 				}
 				fmt.Fprintln(w, "\nhistory:")
 				for _, h := range d.History {
-					fmt.Fprintf(w, "  %s  %s -> %s  %s\n", h.At.Format(time.DateTime), h.From, h.To, h.Reason)
+					fmt.Fprintf(w, "  %s  %s -> %s  %s\n", h.At.Format(time.DateTime), h.From, h.To, clean(h.Reason))
 				}
 				fmt.Fprintln(w, "\ndecisions (newest first):")
 				for _, x := range d.Decisions {
-					fmt.Fprintf(w, "  %s  %-11s %s\n", x.At.Format(time.DateTime), x.Kind, x.Reason)
+					fmt.Fprintf(w, "  %s  %-11s %s\n", x.At.Format(time.DateTime), x.Kind, clean(x.Reason))
 				}
 				return nil
 			}, err
@@ -200,7 +251,7 @@ func newHistoryCmd(stdout, stderr io.Writer) *cobra.Command {
 				tw := newTable(w)
 				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tSTATE\tJCT\tQUEUED\tRESTARTS\tITERS")
 				for _, e := range h {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", e.Job.ID, e.Job.Name, e.Job.Tenant, e.Job.State, age(e.JCTS), age(e.QueueS), e.Job.Restarts, e.Job.Iterations)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", e.Job.ID, clean(e.Job.Name), clean(e.Job.Tenant), e.Job.State, age(e.JCTS), age(e.QueueS), e.Job.Restarts, e.Job.Iterations)
 				}
 				return tw.Flush()
 			}, err
@@ -216,6 +267,7 @@ func newEventsCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer o.close()
 			var after int64
 			for {
 				wait := time.Duration(0)
@@ -236,7 +288,11 @@ func newEventsCmd(stdout, stderr io.Writer) *cobra.Command {
 						fmt.Fprintln(stdout, string(b))
 						continue
 					}
-					fmt.Fprintf(stdout, "%s  %-10s %-9s %s\n", e.At.Format(time.DateTime), e.Kind, e.JobID+e.Node, e.Msg)
+					by := ""
+					if e.User != "" {
+						by = "  (by " + clean(e.User) + ")"
+					}
+					fmt.Fprintf(stdout, "%s  %-10s %-9s %s%s\n", e.At.Format(time.DateTime), clean(e.Kind), clean(e.JobID+e.Node), clean(e.Msg), by)
 				}
 				if !follow && len(evs) < 1000 {
 					return nil
@@ -258,15 +314,32 @@ func newLogsCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer o.close()
 			rc, err := c.Logs(cmd.Context(), args[0], tail, follow)
 			if err != nil {
 				return err
 			}
 			defer rc.Close()
-			if _, err := io.Copy(stdout, rc); err != nil && cmd.Context().Err() == nil {
-				return err
+			// The log is the job's own output: its terminal control
+			// sequences are stripped line by line.
+			br := bufio.NewReader(rc)
+			for {
+				line, err := br.ReadString('\n')
+				if line != "" {
+					if _, werr := io.WriteString(stdout, cleanLine(line)); werr != nil {
+						return werr
+					}
+				}
+				if err == io.EOF {
+					return nil
+				}
+				if err != nil {
+					if cmd.Context().Err() != nil {
+						return nil
+					}
+					return err
+				}
 			}
-			return nil
 		}}
 	o.add(cmd)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the log")

@@ -21,6 +21,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	root.PersistentFlags().String("remote", "", "[user@]head[:port]: reach the daemon's socket on the head node over SSH (host key checked against replan's known_hosts); the daemon sees the user sshd authenticated")
 	for _, add := range []func(io.Writer, io.Writer) *cobra.Command{
 		newPlanCmd,
 		newPerfCmd,
@@ -29,6 +30,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newTUICmd,
 		newDaemonCmd,
 		newSubmitCmd,
+		newWhoamiCmd,
 		newQueueCmd,
 		newJobsCmd,
 		newJobCmd,

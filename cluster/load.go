@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -169,6 +170,7 @@ func (p *parser) parse(data []byte) *Inventory {
 			MaxSessions:    DefaultMaxSessions,
 		}
 		knownHostsNode *yaml.Node
+		admins         []string
 	)
 	seen := p.Mapping(root, "", map[string]func(string, *yaml.Node){
 		"version": func(f string, v *yaml.Node) {
@@ -211,6 +213,16 @@ func (p *parser) parse(data []byte) *Inventory {
 					"gpu_quota":       func(f string, v *yaml.Node) { t.GPUQuota, _ = p.NonNegative(v, f) },
 					"cpu_quota":       func(f string, v *yaml.Node) { t.CPUQuota, _ = p.NonNegative(v, f) },
 					"memory_quota_gb": func(f string, v *yaml.Node) { t.MemoryQuotaGB, _ = p.NonNegative(v, f) },
+					"users":           func(f string, v *yaml.Node) { t.Users = p.userList(v, f) },
+					"admins":          func(f string, v *yaml.Node) { t.Admins = p.userList(v, f) },
+					"run_as": func(f string, v *yaml.Node) {
+						if u, ok := p.Str(v, f); ok {
+							if !userRE.MatchString(u) {
+								p.Errf(v, f, "want a Unix user name, got %q", u)
+							}
+							t.RunAs = u
+						}
+					},
 				})
 				if item.Kind == yaml.MappingNode && got["name"] == nil {
 					p.Errf(item, yamlcheck.JoinPath(path, "name"), "missing required field")
@@ -220,6 +232,7 @@ func (p *parser) parse(data []byte) *Inventory {
 				tenantPath = append(tenantPath, path)
 			})
 		},
+		"admins": func(f string, v *yaml.Node) { admins = p.userList(v, f) },
 		"ssh": func(f string, v *yaml.Node) {
 			p.Mapping(v, f, map[string]func(string, *yaml.Node){
 				"known_hosts": func(f string, v *yaml.Node) {
@@ -505,10 +518,36 @@ func (p *parser) parse(data []byte) *Inventory {
 		}
 	}
 	inv.Tenants = tenants
+	inv.Admins = admins
 	if len(p.Errs) > 0 {
 		return nil
 	}
 	return inv
+}
+
+// userRE is a portable Unix user name (POSIX, plus the common '.').
+var userRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9._-]{0,31}$`)
+
+// userList reads a list of Unix user names (tenants[].users, admins).
+func (p *parser) userList(v *yaml.Node, f string) []string {
+	out := []string{}
+	seen := map[string]bool{}
+	p.List(v, f, func(i int, path string, item *yaml.Node) {
+		u, ok := p.Str(item, path)
+		if !ok {
+			return
+		}
+		switch {
+		case !userRE.MatchString(u):
+			p.Errf(item, path, "want a Unix user name, got %q", u)
+		case seen[u]:
+			p.Errf(item, path, "user %q listed twice", u)
+		default:
+			seen[u] = true
+			out = append(out, u)
+		}
+	})
+	return out
 }
 
 func validPort(s string) bool {

@@ -334,3 +334,35 @@ func TestTopology(t *testing.T) {
 		t.Errorf("A800 links = %+v", l)
 	}
 }
+
+// Issue 12: tenants name who may submit (users) and act on all their jobs
+// (admins) and which Unix user their processes run as (run_as); top-level
+// admins may do everything.
+func TestParseUsersAdminsRunAs(t *testing.T) {
+	data := strings.Replace(good, "  - {name: t, gpu_quota: 20, cpu_quota: 288, memory_quota_gb: 4800}\n",
+		"  - {name: t, gpu_quota: 20, users: [alice, bob], admins: [carol], run_as: train-t}\n  - {name: u, users: [dave]}\nadmins: [ops, root]\n", 1)
+	inv, err := Parse("x.yaml", []byte(data), testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tt := inv.Tenants[0]; strings.Join(tt.Users, ",") != "alice,bob" || strings.Join(tt.Admins, ",") != "carol" || tt.RunAs != "train-t" {
+		t.Errorf("tenant %+v", tt)
+	}
+	if strings.Join(inv.Admins, ",") != "ops,root" || len(inv.Tenants[1].Users) != 1 {
+		t.Errorf("admins %v tenants %+v", inv.Admins, inv.Tenants)
+	}
+	bad := strings.Replace(data, "users: [alice, bob]", `users: [alice, "bad user", alice]`, 1)
+	bad = strings.Replace(bad, "run_as: train-t", `run_as: "x;rm"`, 1)
+	bad = strings.Replace(bad, "admins: [ops, root]", "admins: ops", 1)
+	_, err = Parse("x.yaml", []byte(bad), testOpts)
+	for _, want := range []string{
+		`x.yaml:19: tenants[0].users[1]: want a Unix user name, got "bad user"`,
+		`x.yaml:19: tenants[0].users[2]: user "alice" listed twice`,
+		`x.yaml:19: tenants[0].run_as: want a Unix user name, got "x;rm"`,
+		`x.yaml:21: admins: want a list, got "ops"`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want %q in %v", want, err)
+		}
+	}
+}

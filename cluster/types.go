@@ -18,6 +18,9 @@ type Inventory struct {
 	Servers  []Server
 	Tenants  []Tenant
 	SSH      SSHOptions
+	// Admins may do everything through the daemon's API (drain, undrain,
+	// act on every job): Unix user names.
+	Admins []string
 }
 
 // Defaults are the values every server inherits unless it sets its own.
@@ -75,6 +78,14 @@ type Tenant struct {
 	GPUQuota      int
 	CPUQuota      int
 	MemoryQuotaGB int
+	// Users may submit under the tenant and act on their own jobs; Admins
+	// may also act on all of the tenant's jobs (Unix user names). With no
+	// users listed anywhere the daemon is single-user.
+	Users  []string
+	Admins []string
+	// RunAs is the Unix user the tenant's processes should run as on the
+	// servers ("": the agent's own user).
+	RunAs string
 }
 
 // SSHOptions configure how replan reaches servers.

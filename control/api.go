@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,7 +81,10 @@ type API struct {
 	// every request (the TCP listener; the unix socket is protected by its
 	// mode 0600).
 	Token string
-	reg   *prometheus.Registry
+	// Access is who may do what (auth.go) and the tenants' CPU and memory
+	// quotas admission checks; nil: single-user, GPU quotas only.
+	Access *Access
+	reg    *prometheus.Registry
 }
 
 // Handler returns the API's routes.
@@ -126,17 +129,20 @@ func (a *API) Handler() http.Handler {
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(&collector{d: a.D})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-	if a.Token == "" {
-		return mux
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if subtle.ConstantTimeCompare([]byte(got), []byte(a.Token)) != 1 {
-			writeErr(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
-			return
-		}
-		mux.ServeHTTP(w, r)
+	mux.HandleFunc("GET /v1/whoami", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, a.Access.whoami(callerOf(r.Context())))
 	})
+	return a.authorize(mux)
+}
+
+// MetricsHandler serves /metrics alone, without authentication (the
+// --metrics-listen listener): the metrics carry no secrets.
+func (a *API) MetricsHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&collector{d: a.D})
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -150,7 +156,12 @@ func writeErr(w http.ResponseWriter, code int, err error) {
 }
 
 func statusOf(err error) int {
+	var fb *Forbidden
 	switch {
+	case errors.As(err, &fb):
+		return http.StatusForbidden
+	case errors.Is(err, ErrUnauthenticated):
+		return http.StatusUnauthorized
 	case errors.Is(err, ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, ErrBadState), errors.Is(err, ErrConflict):
@@ -187,40 +198,92 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	if req.File == "" {
 		req.File = "job.yaml"
 	}
-	spec, err := jobspec.Parse(req.File, []byte(req.Spec), perf.NewCatalog())
-	if err != nil {
-		body := APIError{Error: err.Error()}
-		var probs []error
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			probs = j.Unwrap()
-		}
-		for _, p := range probs {
-			var pj ProblemJSON
-			b, _ := json.Marshal(p)
-			json.Unmarshal(b, &pj)
-			if pj.Msg == "" {
-				pj.Msg = p.Error()
-			}
-			body.Problems = append(body.Problems, pj)
-		}
-		writeJSON(w, http.StatusBadRequest, body)
+	key := r.Header.Get("Idempotency-Key")
+	if why := validIdempotencyKey(key); why != "" {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("header Idempotency-Key: %s", why))
 		return
 	}
-	// Issue 13: a Megatron job's args that contradict its model type (or
-	// give flags replan renders) are refused at submit, naming the flag.
-	if spec.Framework == jobspec.Megatron {
-		if err := launch.CheckMegatronArgs(spec.Arch, spec.Args); err != nil {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("%s: %w", req.File, err))
+	if key != "" {
+		key = callerOf(r.Context()).User + "/" + key // a key is the caller's own
+	}
+	if rec, ok, err := a.replay(r.Context(), key, req.Spec); err != nil || ok {
+		a.replayed(w, rec, err)
+		return
+	}
+	spec, err := jobspec.Parse(req.File, []byte(req.Spec), perf.NewCatalog())
+	if err == nil {
+		if err := a.Access.canSubmit(callerOf(r.Context()), spec.Tenant); err != nil {
+			writeErr(w, http.StatusForbidden, err)
+			return
+		}
+		err = a.D.Admit(r.Context(), spec, a.Access)
+	}
+	if err == nil && spec.Framework == jobspec.Megatron {
+		// A Megatron job's args that contradict its model type (or give
+		// flags replan renders) are refused at submit, naming the flag.
+		if aerr := launch.CheckMegatronArgs(spec.Arch, spec.Args); aerr != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%s: %w", req.File, aerr))
 			return
 		}
 	}
-	rec, err := a.D.Submit(r.Context(), spec)
+	if err != nil {
+		writeBadSpec(w, err)
+		return
+	}
+	ctx := r.Context()
+	if key != "" {
+		ctx = withIdempotencyKey(ctx, key, req.Spec)
+	}
+	rec, err := a.D.Submit(ctx, spec)
+	if err != nil && key != "" && errors.Is(err, ErrExists) {
+		// A concurrent submission with the same key won: its job.
+		rec, ok, err := a.replay(r.Context(), key, req.Spec)
+		if err == nil && !ok {
+			err = errors.New("idempotency key stored without its job")
+		}
+		a.replayed(w, rec, err)
+		return
+	}
 	if err != nil {
 		writeErr(w, statusOf(err), err)
 		return
 	}
 	a.D.Kick()
 	writeJSON(w, http.StatusCreated, rec)
+}
+
+// writeBadSpec answers 400 with every problem of a refused spec (a parse
+// error or an admission refusal), each with file, line and field.
+func writeBadSpec(w http.ResponseWriter, err error) {
+	body := APIError{Error: err.Error()}
+	var probs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		probs = j.Unwrap()
+	}
+	for _, p := range probs {
+		var pj ProblemJSON
+		b, _ := json.Marshal(p)
+		json.Unmarshal(b, &pj)
+		if pj.Msg == "" {
+			pj.Msg = p.Error()
+		}
+		body.Problems = append(body.Problems, pj)
+	}
+	writeJSON(w, http.StatusBadRequest, body)
+}
+
+// replayed answers a retried submission: the job the first one created
+// (200, Idempotent-Replayed: true), or why not.
+func (a *API) replayed(w http.ResponseWriter, rec JobRecord, err error) {
+	switch {
+	case errors.Is(err, ErrIdempotencyReuse):
+		writeErr(w, http.StatusUnprocessableEntity, err)
+	case err != nil:
+		writeErr(w, statusOf(err), err)
+	default:
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeJSON(w, http.StatusOK, rec)
+	}
 }
 
 func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
@@ -258,6 +321,12 @@ func (a *API) jobOp(w http.ResponseWriter, r *http.Request) {
 	id, op := r.PathValue("id"), r.PathValue("op")
 	var rec JobRecord
 	var err error
+	if op == "cancel" || op == "hold" || op == "release" {
+		if err := a.checkJobOp(r.Context(), op, id); err != nil {
+			writeErr(w, statusOf(err), err)
+			return
+		}
+	}
 	switch op {
 	case "cancel":
 		rec, err = a.D.Cancel(r.Context(), id)
@@ -291,6 +360,10 @@ func (a *API) nodes(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) nodeOp(w http.ResponseWriter, r *http.Request) {
 	name, op := r.PathValue("name"), r.PathValue("op")
+	if err := a.Access.canAdmin(callerOf(r.Context()), op+" "+name); err != nil {
+		writeErr(w, http.StatusForbidden, err)
+		return
+	}
 	switch op {
 	case "drain":
 		moved, err := a.D.Drain(r.Context(), name)
@@ -364,7 +437,15 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 
 // ListenUnix listens on a unix socket readable and writable by the owner
 // only; a stale socket from a dead daemon is replaced.
-func ListenUnix(path string) (net.Listener, error) {
+func ListenUnix(path string) (net.Listener, error) { return listenUnix(path, 0o600) }
+
+// ListenUnixShared is ListenUnix for a multi-user daemon: the socket is
+// open to every local user (mode 0666; its directory must let them reach
+// it), and the API authorizes each request by the caller's peer
+// credentials.
+func ListenUnixShared(path string) (net.Listener, error) { return listenUnix(path, 0o666) }
+
+func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
@@ -380,16 +461,29 @@ func ListenUnix(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := os.Chmod(path, mode); err != nil {
 		l.Close()
 		return nil, err
 	}
 	return l, nil
 }
 
-// Serve serves h on l until ctx ends.
+// Limits of every API listener: a slow or idle client cannot hold a
+// connection for long, and at most MaxConns are open at once (the others
+// wait in the kernel's backlog), so nobody can lock others out. There is
+// no write timeout: `logs -f` and long-polled events stream for minutes.
+const (
+	ReadHeaderTimeout = 10 * time.Second
+	ReadTimeout       = 30 * time.Second
+	IdleTimeout       = 2 * time.Minute
+	MaxConns          = 256
+)
+
+// Serve serves h on l until ctx ends, with the limits above.
 func Serve(ctx context.Context, l net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	l = limitListener(l, MaxConns)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout, IdleTimeout: IdleTimeout,
+		MaxHeaderBytes: 64 << 10, ConnContext: connContext}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -400,4 +494,48 @@ func Serve(ctx context.Context, l net.Listener, h http.Handler) error {
 		return err
 	}
 	return nil
+}
+
+// limitListener accepts at most n connections at once (netutil's
+// LimitListener): Accept waits for a slot.
+func limitListener(l net.Listener, n int) net.Listener {
+	return &limited{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+type limited struct {
+	net.Listener
+	sem       chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limited) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limited) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

@@ -178,6 +178,7 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 		sj := sched.Job{ID: id, Tenant: js.spec.Tenant, Model: d.snapModel(js.spec.Arch), ReqGPUs: req, ReqCPUs: js.spec.Request.CPUs,
 			ReqPlan: js.spec.Request.Plan, Submit: float64(js.rec.SubmittedAt.UnixNano()) / 1e9,
 			ItersDone: float64(js.iters), ItersTotal: float64(js.spec.Iterations), Restarts: js.rec.Restarts}
+		pinJob(&sj, js.spec) // pins.go
 		if js.spec.Class == jobspec.Guaranteed {
 			sj.Class = sched.Guaranteed
 		}
@@ -249,12 +250,13 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 	defer d.roundMu.Unlock()
 	began := time.Now()
 	d.mu.Lock()
+	checkErr := d.checkSchedulable(ctx) // admit.go: unschedulable jobs, and back
 	snap, seen := d.snapshot()
 	d.mu.Unlock()
 	t0 := time.Now()
 	dec := d.cfg.Policy.Schedule(snap)
 	planned := time.Since(t0)
-	var errs []error
+	errs := []error{checkErr}
 	pinned := map[string]string{}
 	applied, dropped := 0, 0
 	for _, a := range dec.Actions {

@@ -3,6 +3,8 @@ package control
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +62,10 @@ func (e *RemoteError) Error() string {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	return c.doH(ctx, method, path, nil, body, out)
+}
+
+func (c *Client) doH(ctx context.Context, method, path string, hdr http.Header, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -74,6 +80,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
@@ -102,10 +111,48 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	return s, c.do(ctx, "GET", "/v1/status", nil, &s)
 }
 
-// Submit sends a job spec (YAML text; file names it in errors).
+// Submit sends a job spec (YAML text; file names it in errors) with a new
+// Idempotency-Key, retrying with that key when the connection fails (a
+// retry returns the job the first attempt created, never a second one).
 func (c *Client) Submit(ctx context.Context, file string, spec []byte) (JobRecord, error) {
+	key, err := NewIdempotencyKey()
+	if err != nil {
+		return JobRecord{}, err
+	}
 	var r JobRecord
-	return r, c.do(ctx, "POST", "/v1/jobs", SubmitRequest{File: file, Spec: string(spec)}, &r)
+	for attempt := 0; ; attempt++ {
+		r, err = c.SubmitWithKey(ctx, file, spec, key)
+		var re *RemoteError
+		if err == nil || errors.As(err, &re) || attempt == 3 || ctx.Err() != nil {
+			return r, err
+		}
+		select {
+		case <-ctx.Done():
+			return r, err
+		case <-time.After(time.Duration(250<<attempt) * time.Millisecond):
+		}
+	}
+}
+
+// SubmitWithKey sends a job spec with the given Idempotency-Key: the
+// daemon creates the job once per key and returns that job to every
+// later submission with the key ("" sends none).
+func (c *Client) SubmitWithKey(ctx context.Context, file string, spec []byte, key string) (JobRecord, error) {
+	var r JobRecord
+	var hdr http.Header
+	if key != "" {
+		hdr = http.Header{"Idempotency-Key": {key}}
+	}
+	return r, c.doH(ctx, "POST", "/v1/jobs", hdr, SubmitRequest{File: file, Spec: string(spec)}, &r)
+}
+
+// NewIdempotencyKey is a random key for SubmitWithKey.
+func NewIdempotencyKey() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 // Jobs lists jobs, optionally in the given states.
@@ -132,6 +179,12 @@ func (c *Client) Job(ctx context.Context, id string) (JobDetail, error) {
 func (c *Client) JobOp(ctx context.Context, id, op string) (JobRecord, error) {
 	var r JobRecord
 	return r, c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(id)+"/"+op, nil, &r)
+}
+
+// WhoAmI is the caller as the daemon sees it: user, role, tenants.
+func (c *Client) WhoAmI(ctx context.Context) (WhoAmI, error) {
+	var r WhoAmI
+	return r, c.do(ctx, "GET", "/v1/whoami", nil, &r)
 }
 
 // Queue lists waiting jobs with their reasons.

@@ -292,7 +292,7 @@ func (d *Daemon) recover(ctx context.Context) error {
 			d.nodes[i].suspect, d.nodes[i].suspectWhy = n.Suspect, n.SuspectWhy
 		}
 	}
-	recs, err := d.cfg.Store.ListJobs(ctx, JobFilter{States: []JobState{StateQueued, StateHeld, StateRunning, StatePreempted}})
+	recs, err := d.cfg.Store.ListJobs(ctx, JobFilter{States: []JobState{StateQueued, StateHeld, StateRunning, StatePreempted, StateUnschedulable}})
 	if err != nil {
 		return fmt.Errorf("recover jobs: %w", err)
 	}

@@ -28,7 +28,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	d := c.d
 	v := d.view()
-	states := map[JobState]int{StateQueued: 0, StateHeld: 0, StateRunning: len(v.throughput), StatePreempted: 0}
+	states := map[JobState]int{StateQueued: 0, StateHeld: 0, StateRunning: len(v.throughput), StatePreempted: 0, StateUnschedulable: 0}
 	for _, q := range v.queue {
 		states[q.Job.State]++
 	}

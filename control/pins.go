@@ -1,11 +1,15 @@
 package control
 
-// Job spec pins, enforced on the policy's decisions.
+// Job spec pins. The scheduler gets them in the snapshot (pinJob) and
+// offers only what satisfies them (sched/pin.go); breaksPin stays as a
+// last check of each decision against the spec, which a policy that
+// honours pins never trips.
 
 import (
 	"fmt"
 	"slices"
 
+	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
 )
@@ -46,10 +50,15 @@ func (d *Daemon) pinnedStart(a sched.Decision) (sched.Decision, bool) {
 	return a, d.breaksPin(a) == ""
 }
 
+// pinJob gives the scheduler's view of a job its spec's pins.
+func pinJob(sj *sched.Job, spec *jobspec.Spec) {
+	sj.PinPlan = spec.Pin.Plan && spec.Request.HasPlan
+	sj.Tiers = spec.Pin.Tiers
+}
+
 // breaksPin reports why decision a would break its job's pinning (the job
-// spec's pin.plan and pin.tiers), or "" when it does not. The policy does
-// not know pins; the daemon does not apply a decision that breaks one, and
-// the job keeps what it has (or waits) until an allowed decision comes.
+// spec's pin.plan, and pin.tiers: no tier wider than the widest listed), or
+// "" when it does not. The daemon does not apply such a decision.
 func (d *Daemon) breaksPin(a sched.Decision) string {
 	js := d.jobs[a.Job]
 	if js == nil || a.Kind == sched.Preempt {
@@ -71,7 +80,7 @@ func (d *Daemon) breaksPin(a sched.Decision) string {
 		case len(a.Alloc) > 1:
 			tier = perf.TierRack
 		}
-		if !slices.Contains(pin.Tiers, tier) {
+		if tier > slices.Max(pin.Tiers) {
 			return fmt.Sprintf("pinned to tiers %v; the scheduler offered a %s placement (%s)", pin.Tiers, tier, a.Placement)
 		}
 	}

@@ -91,6 +91,19 @@ var migrations = []string{
 	// 3: suspect servers (launches of several jobs failed there)
 	`ALTER TABLE nodes ADD COLUMN suspect INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE nodes ADD COLUMN suspect_why TEXT NOT NULL DEFAULT '';`,
+	// 4 (idem.go, auth.go): Idempotency-Key of a submission → the
+	// job it created; who submitted each job; who caused each event
+	`CREATE TABLE idempotency (
+		key TEXT PRIMARY KEY,
+		job_id TEXT NOT NULL REFERENCES jobs(id),
+		spec_sha256 TEXT NOT NULL,
+		at INTEGER NOT NULL
+	);
+	CREATE TABLE job_owners (
+		job_id TEXT PRIMARY KEY REFERENCES jobs(id),
+		user TEXT NOT NULL
+	);
+	ALTER TABLE events ADD COLUMN user TEXT NOT NULL DEFAULT '';`,
 }
 
 // SQLite is the Store on a SQLite database in WAL mode (modernc.org/sqlite,
@@ -232,6 +245,9 @@ func createJob(ctx context.Context, tx execer, j JobRecord) error {
 		j.ID, "", j.State, "submitted", ns(j.SubmittedAt)); err != nil {
 		return fmt.Errorf("create job %s: history: %w", j.ID, err)
 	}
+	if err := createJobExtras(ctx, tx, j); err != nil { // idem.go: idempotency key, owner
+		return err
+	}
 	return nil
 }
 
@@ -268,7 +284,10 @@ func (s *SQLite) Commit(ctx context.Context, b Batch) ([]int64, error) {
 		}
 	}
 	for _, e := range b.Events {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO events(kind, job_id, node, msg, data, at) VALUES (?,?,?,?,?,?)`, e.Kind, e.JobID, e.Node, e.Msg, nullJSON(e.Data), ns(e.At)); err != nil {
+		if e.User == "" {
+			e.User = callerOf(ctx).User // auth.go: who made the request that caused it
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO events(kind, job_id, node, msg, data, at, user) VALUES (?,?,?,?,?,?,?)`, e.Kind, e.JobID, e.Node, e.Msg, nullJSON(e.Data), ns(e.At), e.User); err != nil {
 			return nil, fmt.Errorf("commit: event %s: %w", e.Kind, err)
 		}
 	}
@@ -443,7 +462,10 @@ func (s *SQLite) Decisions(ctx context.Context, jobID string, limit int) ([]Deci
 
 // AddEvent implements Store.
 func (s *SQLite) AddEvent(ctx context.Context, e Event) (int64, error) {
-	r, err := s.db.ExecContext(ctx, `INSERT INTO events(kind, job_id, node, msg, data, at) VALUES (?,?,?,?,?,?)`, e.Kind, e.JobID, e.Node, e.Msg, nullJSON(e.Data), ns(e.At))
+	if e.User == "" {
+		e.User = callerOf(ctx).User // auth.go: who made the request that caused it
+	}
+	r, err := s.db.ExecContext(ctx, `INSERT INTO events(kind, job_id, node, msg, data, at, user) VALUES (?,?,?,?,?,?,?)`, e.Kind, e.JobID, e.Node, e.Msg, nullJSON(e.Data), ns(e.At), e.User)
 	if err != nil {
 		return 0, err
 	}
@@ -455,7 +477,7 @@ func (s *SQLite) Events(ctx context.Context, after int64, limit int) ([]Event, e
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT id, kind, job_id, node, msg, data, at FROM events WHERE id > ? ORDER BY id LIMIT ?`, after, limit)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, kind, job_id, node, msg, data, at, user FROM events WHERE id > ? ORDER BY id LIMIT ?`, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -465,7 +487,7 @@ func (s *SQLite) Events(ctx context.Context, after int64, limit int) ([]Event, e
 		var e Event
 		var data sql.NullString
 		var at int64
-		if err := rows.Scan(&e.ID, &e.Kind, &e.JobID, &e.Node, &e.Msg, &data, &at); err != nil {
+		if err := rows.Scan(&e.ID, &e.Kind, &e.JobID, &e.Node, &e.Msg, &data, &at, &e.User); err != nil {
 			return nil, err
 		}
 		if data.Valid {

@@ -47,6 +47,10 @@ type SSHOptions struct {
 	// for clusters whose inventory core counts are nominal (test hosts,
 	// demos), where the core ids the scheduler hands out do not exist.
 	NoCPUBinding bool
+	// RunAs maps a tenant to the Unix user its processes run as on the
+	// servers (the inventory's tenants[].run_as; the agent must run as
+	// root). A tenant not in it runs as the agent's user.
+	RunAs map[string]string
 }
 
 // SSHExecutor is the real Executor: it renders launches with launch/,
@@ -292,7 +296,7 @@ func (e *SSHExecutor) launch(ctx context.Context, l Launch, r launch.Rendered) e
 		if err != nil {
 			return fmt.Errorf("agent on %s: %w", sl.Server, err)
 		}
-		spec := agent.ProcessSpec{ID: j.procs[i].id, Argv: sl.Argv, Env: sl.Env, Dir: sl.Dir, CPUs: sl.CPUs}
+		spec := agent.ProcessSpec{ID: j.procs[i].id, Argv: sl.Argv, Env: sl.Env, Dir: sl.Dir, CPUs: sl.CPUs, RunAs: e.opt.RunAs[l.Spec.Tenant]}
 		if e.opt.NoCPUBinding {
 			spec.CPUs = nil
 		}
@@ -423,6 +427,9 @@ func ParseCheckpointMarker(content string) (int, error) {
 	return strconv.Atoi(s[i:])
 }
 
+// MaxMarkerBytes bounds a checkpoint marker (issue 12).
+const MaxMarkerBytes = 4096
+
 // readMarker reads the job's checkpoint marker on its master server: the
 // iteration and the raw tag. A missing marker is iteration 0.
 func (e *SSHExecutor) readMarker(ctx context.Context, l Launch) (int, string, error) {
@@ -434,9 +441,14 @@ func (e *SSHExecutor) readMarker(ctx context.Context, l Launch) (int, string, er
 		return 0, "", err
 	}
 	marker := launch.CheckpointMarker(l.Spec)
-	out, err := e.fl.Pool().Output(ctx, h, "sh", "-c", `test -f "$1" || exit 0; cat "$1"`, "marker", marker)
+	// A marker is a tag of a few bytes; the job writes it, so it is read
+	// bounded (one byte more than allowed, to tell that it is too long).
+	out, err := e.fl.Pool().Output(ctx, h, "sh", "-c", `test -f "$1" || exit 0; head -c "$2" "$1"`, "marker", marker, strconv.Itoa(MaxMarkerBytes+1))
 	if err != nil {
 		return 0, "", fmt.Errorf("read %s on %s: %w", marker, l.Servers[0].Name, err)
+	}
+	if len(out) > MaxMarkerBytes {
+		return 0, string(out[:MaxMarkerBytes]), fmt.Errorf("%s on %s: longer than %d bytes: not a checkpoint marker", marker, l.Servers[0].Name, MaxMarkerBytes)
 	}
 	tag := strings.TrimSpace(string(out))
 	n, err := ParseCheckpointMarker(tag)

@@ -468,6 +468,9 @@ func (c *testCluster) jobSpec(name, class string, gpus, iterations int) []byte {
 	if err := os.MkdirAll(ckpt, 0o755); err != nil {
 		panic(err)
 	}
+	// At most 4 samples per micro-batch: gpt2 with 8 per GPU (dp=2) needs
+	// 95 GiB of 80 and admission refuses it.
+	mb := min(16/gpus, 4)
 	return fmt.Appendf(nil, `version: 1
 name: %s
 tenant: research
@@ -480,8 +483,8 @@ env: {PATH: "%s:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 global_batch: 16
 iterations: %d
 checkpoint_dir: %s
-request: {gpus: %d, plan: "dp=%d,tp=1,pp=1,mb=%d,ga=1"}
-`, name, class, c.work, c.trainer, c.binDir, iterations, ckpt, gpus, gpus, 16/gpus)
+request: {gpus: %d, plan: "dp=%d,tp=1,pp=1,mb=%d,ga=%d"}
+`, name, class, c.work, c.trainer, c.binDir, iterations, ckpt, gpus, gpus, mb, 16/gpus/mb)
 }
 
 func mustDetail(t *testing.T, ctx context.Context, c *control.Client, id string) control.JobDetail {

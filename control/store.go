@@ -78,6 +78,9 @@ type Event struct {
 	Msg   string          `json:"msg"`
 	Data  json.RawMessage `json:"data,omitempty"`
 	At    time.Time       `json:"at"`
+	// User is who made the request that caused the event ("": the
+	// daemon itself, e.g. a scheduling round).
+	User string `json:"user,omitempty"`
 }
 
 // NodeRecord is the last known state of a server.

@@ -12,6 +12,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
@@ -76,6 +77,25 @@ type Spec struct {
 	CheckpointDir string            `json:"checkpoint_dir"`
 	Request       Request           `json:"request"`
 	Pin           Pin               `json:"pin"`
+
+	// File is the name the spec was parsed under and Lines the line of
+	// each field ("tenant", "request.gpus", "pin.tiers", ...), so checks
+	// made after parsing (the daemon's admission) name file, line and
+	// field like the parser does. Neither is stored.
+	File  string         `json:"-"`
+	Lines map[string]int `json:"-"`
+}
+
+// Line is the line of field in the spec's file (0 when unknown: a spec
+// that was not parsed from YAML).
+func (s *Spec) Line(field string) int {
+	if n, ok := s.Lines[field]; ok {
+		return n
+	}
+	if i := strings.LastIndex(field, "."); i > 0 {
+		return s.Line(field[:i])
+	}
+	return s.Lines[""]
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
@@ -101,7 +121,12 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 	if root == nil {
 		return nil, w.Err()
 	}
-	s := &Spec{Class: BestEffort}
+	s := &Spec{Class: BestEffort, File: name, Lines: map[string]int{"": root.Line}}
+	line := func(f string, v *yaml.Node) {
+		if v != nil {
+			s.Lines[f] = v.Line
+		}
+	}
 	var (
 		modelNode, planNode, gpusNode *yaml.Node
 		archBlock                     *perf.Arch
@@ -123,6 +148,7 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 		},
 		"tenant": func(f string, v *yaml.Node) {
 			if n, ok := w.Str(v, f); ok {
+				noControl(w, v, f, n)
 				s.Tenant = n
 			}
 		},
@@ -143,6 +169,7 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 				w.Mapping(v, f, map[string]func(string, *yaml.Node){
 					"name": func(f string, v *yaml.Node) {
 						if n, ok := w.Str(v, f); ok {
+							noControl(w, v, f, n)
 							a.Name = n
 						}
 					},
@@ -157,6 +184,7 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 				return
 			}
 			if n, ok := w.Str(v, f); ok {
+				noControl(w, v, f, n)
 				s.Model = n
 			}
 		},
@@ -173,6 +201,7 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 		"workdir": func(f string, v *yaml.Node) { s.WorkDir = absPath(w, v, f) },
 		"entrypoint": func(f string, v *yaml.Node) {
 			if e, ok := w.Str(v, f); ok {
+				noControl(w, v, f, e)
 				s.Entrypoint = e
 			}
 		},
@@ -180,6 +209,7 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 			s.Args = []string{}
 			w.List(v, f, func(i int, p string, item *yaml.Node) {
 				if w.Scalar(item, p, "a string") {
+					noControl(w, item, p, item.Value)
 					s.Args = append(s.Args, item.Value)
 				}
 			})
@@ -189,18 +219,28 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 			for k := range s.Env {
 				if !envRE.MatchString(k) {
 					w.Errf(yamlcheck.FieldNode(v, k), f+"."+k, "not a valid environment variable name")
+				} else {
+					noControl(w, yamlcheck.FieldNode(v, k), f+"."+k, s.Env[k])
 				}
 			}
 		},
-		"global_batch":   func(f string, v *yaml.Node) { s.GlobalBatch, _ = w.Count(v, f) },
-		"iterations":     func(f string, v *yaml.Node) { s.Iterations, _ = w.Count(v, f) },
-		"checkpoint_dir": func(f string, v *yaml.Node) { s.CheckpointDir = absPath(w, v, f) },
+		"global_batch": func(f string, v *yaml.Node) { s.GlobalBatch, _ = w.Count(v, f) },
+		"iterations":   func(f string, v *yaml.Node) { s.Iterations, _ = w.Count(v, f) },
+		"checkpoint_dir": func(f string, v *yaml.Node) {
+			s.CheckpointDir = absPath(w, v, f)
+			if strings.Contains(s.CheckpointDir, "\\") {
+				// Every file replan writes there is named by this path in
+				// shell commands and checksums: a backslash breaks both.
+				w.Errf(v, f, "a backslash is not allowed in the checkpoint directory, got %q", s.CheckpointDir)
+			}
+		},
 		"request": func(f string, v *yaml.Node) {
 			w.Mapping(v, f, map[string]func(string, *yaml.Node){
-				"gpus":      func(f string, v *yaml.Node) { gpusNode = v; s.Request.GPUs, _ = w.Count(v, f) },
-				"cpus":      func(f string, v *yaml.Node) { s.Request.CPUs, _ = w.NonNegative(v, f) },
-				"memory_gb": func(f string, v *yaml.Node) { s.Request.MemoryGB, _ = w.NonNegative(v, f) },
+				"gpus":      func(f string, v *yaml.Node) { gpusNode = v; line(f, v); s.Request.GPUs, _ = w.Count(v, f) },
+				"cpus":      func(f string, v *yaml.Node) { line(f, v); s.Request.CPUs, _ = w.NonNegative(v, f) },
+				"memory_gb": func(f string, v *yaml.Node) { line(f, v); s.Request.MemoryGB, _ = w.NonNegative(v, f) },
 				"plan": func(f string, v *yaml.Node) {
+					line(f, v)
 					if p, ok := w.Str(v, f); ok {
 						planNode, planSpec = v, p
 					}
@@ -209,8 +249,9 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 		},
 		"pin": func(f string, v *yaml.Node) {
 			w.Mapping(v, f, map[string]func(string, *yaml.Node){
-				"plan": func(f string, v *yaml.Node) { s.Pin.Plan, _ = w.Bool(v, f) },
+				"plan": func(f string, v *yaml.Node) { line(f, v); s.Pin.Plan, _ = w.Bool(v, f) },
 				"tiers": func(f string, v *yaml.Node) {
+					line(f, v)
 					w.List(v, f, func(i int, p string, item *yaml.Node) {
 						if t, ok := w.Str(item, p); ok {
 							switch t {
@@ -229,6 +270,9 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 			})
 		},
 	})
+	for k, v := range seen {
+		line(k, v)
+	}
 	for _, req := range []string{"version", "name", "tenant", "class", "model", "framework", "workdir", "entrypoint", "global_batch", "iterations", "checkpoint_dir", "request"} {
 		if seen[req] == nil {
 			w.Errf(root, req, "missing required field")
@@ -300,7 +344,20 @@ func absPath(w *yamlcheck.Walker, v *yaml.Node, f string) string {
 	if ok && !path.IsAbs(d) {
 		w.Errf(v, f, "want an absolute path, got %q", d)
 	}
+	if ok {
+		noControl(w, v, f, d)
+	}
 	return d
+}
+
+// noControl refuses control characters (newlines, escapes, DEL, C1
+// codes) in a name, path or argument: they break the shell commands and
+// files replan renders from it, and they rewrite the terminal of whoever
+// lists the job.
+func noControl(w *yamlcheck.Walker, v *yaml.Node, f, s string) {
+	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
+		w.Errf(v, f, "control character %q at byte %d is not allowed", string([]rune(s[i:])[0]), i)
+	}
 }
 
 func unjoin(err error) []error {

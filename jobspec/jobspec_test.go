@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -150,4 +151,57 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Issue 12: control characters in any name or path, and a backslash in
+// checkpoint_dir (every launch failed with a misleading "sha256 mismatch"),
+// are refused with file, line and field.
+func TestParseRefusesControlCharactersAndBackslashes(t *testing.T) {
+	base := `version: 1
+name: x
+tenant: %s
+class: best-effort
+model: gpt2
+framework: deepspeed
+workdir: /w
+entrypoint: %s
+args: [%s]
+env: {A: %s}
+global_batch: 16
+iterations: 10
+checkpoint_dir: %s
+request: {gpus: 1}
+`
+	ok := []string{"t", "train.py", "--x", "v", "/ckpt/x"}
+	fields := []string{"tenant", "entrypoint", "args[0]", "env.A", "checkpoint_dir"}
+	lines := []int{3, 8, 9, 10, 13}
+	for i, bad := range []string{`"re\u001b[2Jsearch"`, `"train\n.py"`, `"--x\r"`, `"\u009b31m"`, `"/ckpt/a\\b"`} {
+		vals := append([]string(nil), ok...)
+		vals[i] = bad
+		args := make([]any, len(vals))
+		for k, v := range vals {
+			args[k] = v
+		}
+		data := fmt.Sprintf(base, args...)
+		_, err := Parse("c.yaml", []byte(data), nil)
+		if err == nil {
+			t.Errorf("%s = %s accepted", fields[i], bad)
+			continue
+		}
+		want := fmt.Sprintf("c.yaml:%d: %s: ", lines[i], fields[i])
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%s = %s: %v (want %q)", fields[i], bad, err, want)
+		}
+	}
+	data := fmt.Sprintf(base, "t", "train.py", "--x", "v", `"/ckpt/a\nb"`)
+	if _, err := Parse("c.yaml", []byte(data), nil); err == nil || !strings.Contains(err.Error(), "c.yaml:13: checkpoint_dir: ") {
+		t.Errorf("newline in checkpoint_dir: %v", err)
+	}
+	s, err := Parse("c.yaml", []byte(fmt.Sprintf(base, "t", "train.py", "--x", "v", "/ckpt/x")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.File != "c.yaml" || s.Line("tenant") != 3 || s.Line("request.gpus") != 14 || s.Line("pin.tiers") == 0 {
+		t.Errorf("file %q lines %v", s.File, s.Lines)
+	}
 }

@@ -145,7 +145,7 @@ func (c *cache) best(m *perf.Model, fam family, pl perf.Placement, cross bool, c
 	}
 	res := resources(pl, cross, cpg)
 	if fam.pinned {
-		if pl.GPUs() == fam.plan.GPUs() {
+		if pl.GPUs() == fam.plan.GPUs() && perf.Check(m.Arch, fam.plan, pl) == nil {
 			if b, err := m.Predict(fam.plan, res); err == nil && b.Iter > 0 {
 				v = planVal{ok: true, plan: fam.plan, thr: b.Throughput(m.Arch.GlobalBatch), mem: perf.EstimateMemory(m.Arch, fam.plan, pl)}
 			}

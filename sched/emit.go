@@ -86,6 +86,7 @@ func emitState(st *state, plan planFunc) Decisions {
 	d.Actions = append(d.Actions, grows...)
 	d.Actions = append(d.Actions, starts...)
 	allocMem(st, &d)
+	pinReasons(st.snap, &d) // pin.go
 	return d
 }
 

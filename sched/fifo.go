@@ -228,7 +228,7 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 		cpg := cpgOf(js.alloc)
 		plan := j.ReqPlan
 		thr := f.c.predict(j.Model, plan, pl, cr, cpg)
-		if f.BestPlan {
+		if f.BestPlan && !j.PinPlan {
 			if v := f.c.best(j.Model, family{}, pl, cr, cpg); v.ok && v.thr > thr {
 				return v.plan, v.thr, v.mem, true
 			}
@@ -271,6 +271,7 @@ func (f *FIFO) placeNet(st *state, nr *netRound, i int) (bool, string) {
 			limit = perf.TierCrossRack
 		}
 	}
+	limit = min(limit, js.job.widest()) // pin.go: never beyond the pinned tiers
 	mark := len(st.journal)
 	if need <= st.maxPer {
 		for k := need; k <= st.maxPer; k++ {
@@ -459,6 +460,9 @@ func (f *FIFO) place(st *state, i int) (bool, string) {
 			}
 		}
 		return false, fmt.Sprintf("needs %d GPUs on one server; largest free block is %d", need, largest)
+	}
+	if j.widest() == perf.TierRack {
+		return f.placeInRack(st, i, need, tp) // pin.go
 	}
 	got := 0
 	for k := st.maxPer; k >= tp && got < need; k-- {

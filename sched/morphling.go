@@ -219,6 +219,7 @@ func (p *Morphling) compute(j *Job, cpg, perServer, rackGPUs int) prepared {
 	if p.opt.KeepPlanFamily {
 		pr.fam = familyOf(j.ReqPlan)
 	}
+	pr.fam = pinnedFamily(j, pr.fam) // pin.go
 	maxG := max(p.opt.MaxGPUs, j.ReqGPUs)
 	pr.cv = p.c.curve(j.Model, pr.fam, maxG, perServer, cpg)
 	if pr.fam.fixed && pr.cv.minRun == 0 {

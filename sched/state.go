@@ -294,6 +294,9 @@ func sortAlloc(a []Alloc) {
 // free GPUs (so a job spreads over as few servers as it can). It returns
 // how many it got.
 func (st *state) takeFree(j, need int) int {
+	if lim := st.jobs[j].job.widest(); lim < perf.TierCrossRack {
+		return st.pinnedTake(j, need, lim) // pin.go
+	}
 	got := 0
 	js := &st.jobs[j]
 	cpg := js.cpg

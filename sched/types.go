@@ -95,6 +95,12 @@ type Job struct {
 	// one of its iterations began: where its communication arcs sit for
 	// the time-shifts of jobs that start next to it (0: unknown).
 	Phase float64
+	// PinPlan: the job always runs ReqPlan on ReqGPUs GPUs (its spec's
+	// pin.plan). Tiers are the placement tiers it allows (pin.tiers; the
+	// widest bounds its spread; empty: any). Policies offer only what
+	// satisfies both (pin.go).
+	PinPlan bool
+	Tiers   []perf.Tier
 }
 
 // Running reports whether the job holds resources.

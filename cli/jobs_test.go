@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replan/replan/control"
+	"github.com/replan/replan/sched"
+)
+
+// serveControl runs an in-process daemon (simulated executor, two 8-GPU
+// servers, tenant research with 16 GPUs) and its API on a unix socket.
+func serveControl(t *testing.T) (string, *control.Daemon) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	dir := t.TempDir()
+	st, err := control.OpenSQLite(ctx, filepath.Join(dir, "r.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	p, _ := sched.New("morphling")
+	d, err := control.New(ctx, control.Config{Store: st, Exec: control.NewSimExecutor(time.Now, []string{"a", "b"}, nil, nil, 0), Policy: p,
+		Servers: []control.ServerInfo{{Name: "a", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}, {Name: "b", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}},
+		Tenants: []control.TenantInfo{{Name: "research", QuotaGPUs: 16}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "s.sock")
+	l, err := control.ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go control.Serve(ctx, l, (&control.API{D: d, Version: "test"}).Handler())
+	return sock, d
+}
+
+const cliSpec = `version: 1
+name: x
+tenant: TENANT
+class: best-effort
+model: MODEL
+framework: deepspeed
+workdir: /w
+entrypoint: train.py
+global_batch: 16
+iterations: 50
+checkpoint_dir: /ckpt/x
+request: REQUEST
+`
+
+// Issue 12: `replan submit` of a job that can never run exits 1 and names
+// file, line and field; nothing is created.
+func TestSubmitRefusedNamesFileLineField(t *testing.T) {
+	sock, _ := serveControl(t)
+	dir := t.TempDir()
+	for _, tc := range []struct{ tenant, model, request, want string }{
+		{"nosuchteam", "gpt2", "{gpus: 4}", ":3: tenant: unknown tenant \"nosuchteam\""},
+		{"research", "gpt2", "{gpus: 1000}", ":12: request.gpus: 1000 GPUs asked, the cluster has 16"},
+		{"research", "llama7b", `{gpus: 8, plan: "dp=8,tp=1,pp=1,mb=2,ga=1,zero=0"}`, ":12: request.plan: gpu-memory: needs"},
+	} {
+		file := filepath.Join(dir, "job.yaml")
+		os.WriteFile(file, []byte(strings.NewReplacer("TENANT", tc.tenant, "MODEL", tc.model, "REQUEST", tc.request).Replace(cliSpec)), 0o644)
+		var out, errb bytes.Buffer
+		if st := Run(context.Background(), []string{"submit", "--socket", sock, file}, &out, &errb); st != 1 {
+			t.Errorf("%s: exit %d, stdout %q", tc.want, st, out.String())
+		}
+		if !strings.Contains(errb.String(), file+tc.want) {
+			t.Errorf("stderr %q, want %q", errb.String(), file+tc.want)
+		}
+	}
+	var out, errb bytes.Buffer
+	if st := Run(context.Background(), []string{"jobs", "--all", "--socket", sock, "--json"}, &out, &errb); st != 0 || strings.TrimSpace(out.String()) != "[]" {
+		t.Errorf("jobs after refusals: %d %s %s", st, out.String(), errb.String())
+	}
+}
+
+// Issue 12: a job that became impossible (every server drained) shows as
+// unschedulable with its reason in `replan queue` and `replan jobs`.
+func TestQueueShowsUnschedulable(t *testing.T) {
+	sock, d := serveControl(t)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "job.yaml")
+	os.WriteFile(file, []byte(strings.NewReplacer("TENANT", "research", "MODEL", "gpt2", "REQUEST", "{gpus: 2}").Replace(cliSpec)), 0o644)
+	var out, errb bytes.Buffer
+	if st := Run(ctx, []string{"submit", "--socket", sock, file}, &out, &errb); st != 0 {
+		t.Fatalf("submit: %s", errb.String())
+	}
+	for _, srv := range []string{"a", "b"} {
+		if st := Run(ctx, []string{"drain", "--socket", sock, srv}, &out, &errb); st != 0 {
+			t.Fatalf("drain %s: %s", srv, errb.String())
+		}
+	}
+	if _, err := d.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"queue", "jobs"} {
+		out.Reset()
+		if st := Run(ctx, []string{cmd, "--socket", sock}, &out, &errb); st != 0 {
+			t.Fatalf("%s: %s", cmd, errb.String())
+		}
+		if !strings.Contains(out.String(), "unschedulable") {
+			t.Errorf("%s:\n%s", cmd, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), "unschedulable") {
+		return
+	}
+	out.Reset()
+	Run(ctx, []string{"queue", "--socket", sock}, &out, &errb)
+	if !strings.Contains(out.String(), "needs at least 1 GPUs, the servers in service have 0 (drained: a, b)") {
+		t.Errorf("queue reason:\n%s", out.String())
+	}
+}

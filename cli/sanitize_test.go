@@ -1,0 +1,29 @@
+package cli
+
+import "testing"
+
+func TestCleanStripsTerminalControl(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain name":                      "plain name",
+		"red\x1b[31mtext\x1b[0m":          "redtext",
+		"\x1b]0;pwned\x07title":           "title",
+		"\x1b]8;;http://x\x1b\\link":      "link",
+		"c1\u009b2Jclear":                 "c1clear",
+		"tab\tnew\nline\rcr":              "tab new line cr",
+		"bell\x07 del\x7f":                "bell  del ",
+		"unterminated \x1b[":              "unterminated ",
+		"utf-8 stays: naïve 日本":           "utf-8 stays: naïve 日本",
+		"\x1bPdcs payload\x1b\\after":     "after",
+		"esc-c \x1bcreset":                "esc-c reset",
+		"osc c1 \u009d0;x\u009cafter":     "osc c1 after",
+		"nul\x00byte":                     "nul byte",
+		"\x1b[?1049h\x1b[2J\x1b[Hcleared": "cleared",
+	} {
+		if got := clean(in); got != want {
+			t.Errorf("clean(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := cleanLine("a\tb\x1b[2K\r\n"); got != "a\tb\n" {
+		t.Errorf("cleanLine = %q", got)
+	}
+}
