@@ -179,6 +179,10 @@ func env(in Input, s Server, port int, extra map[string]string) map[string]strin
 	if in.Plan.TP > 1 {
 		e["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
 	}
+	// replan measures jobs from their log lines: Python must not hold
+	// them in an 8 KiB block buffer because stdout is a file (torchrun's
+	// --tee copier never flushes; a print() in a training script neither).
+	e["PYTHONUNBUFFERED"] = "1"
 	e["MASTER_ADDR"] = in.Servers[0].Address
 	e["MASTER_PORT"] = itoa(port)
 	e["REPLAN_JOB"] = j.Name

@@ -162,3 +162,24 @@ func TestCheckMegatronArgs(t *testing.T) {
 		t.Errorf("render with contradicting heads: %v", err)
 	}
 }
+
+// Regression (issue 13): torchrun's --tee copier writes the workers' lines
+// to its stdout without flushing; with stdout a file (the agent's log)
+// Python buffered them 8 KiB at a time, so the agent saw Megatron's
+// iteration lines ~26 at a time and a reconfiguration's verify step
+// waited for a buffer to fill. Every launch runs Python unbuffered.
+func TestRenderPythonUnbuffered(t *testing.T) {
+	for _, fw := range []jobspec.Framework{jobspec.Megatron, jobspec.DeepSpeed} {
+		j := job(t, fw, "gpt2", 16)
+		j.Env["PYTHONUNBUFFERED"] = ""
+		r, err := Render(Input{Job: j, Plan: perf.Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 2, GA: 1}, Servers: servers(4, 4)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sl := range r.Servers {
+			if sl.Env["PYTHONUNBUFFERED"] != "1" {
+				t.Errorf("%s on %s: PYTHONUNBUFFERED=%q", fw, sl.Server, sl.Env["PYTHONUNBUFFERED"])
+			}
+		}
+	}
+}
