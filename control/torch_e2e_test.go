@@ -150,7 +150,7 @@ func TestTorchEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	const iterations = 80
+	const iterations = 60
 	lossLog := filepath.Join(tmp, "loss-e2e.txt")
 	torchSpec := func(name, ckpt, args string) []byte {
 		return fmt.Appendf(nil, `version: 1
@@ -386,7 +386,7 @@ request: {gpus: 4, cpus: 4, plan: "dp=4,tp=1,pp=1,mb=4,ga=1"}
 	if last.Job.Iterations != iterations {
 		t.Errorf("torch job finished at %d iterations, want %d", last.Job.Iterations, iterations)
 	}
-	t.Logf("both jobs finished at %s; torch job: %d restarts, measured %.2f samples/s at the end", time.Since(began).Round(time.Millisecond), last.Job.Restarts, last.Throughput.MeasuredSPS)
+	t.Logf("both jobs finished at %s; torch job: %d restarts", time.Since(began).Round(time.Millisecond), last.Job.Restarts)
 
 	// What the trainer logged: every iteration once, DP 4 then DP 2.
 	e2e := readLossLog(t, lossLog)
