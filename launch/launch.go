@@ -201,7 +201,6 @@ type DSConfig struct {
 	MicroBatchPerGPU   int            `json:"train_micro_batch_size_per_gpu"`
 	GradAccumSteps     int            `json:"gradient_accumulation_steps"`
 	StepsPerPrint      int            `json:"steps_per_print"`
-	LogLevel           string         `json:"log_level"`
 	WallClockBreakdown bool           `json:"wall_clock_breakdown"`
 	BF16               map[string]any `json:"bf16"`
 	ZeRO               map[string]any `json:"zero_optimization"`
@@ -218,7 +217,6 @@ func dsConfig(in Input) DSConfig {
 		MicroBatchPerGPU: p.MicroBatch,
 		GradAccumSteps:   p.GA,
 		StepsPerPrint:    1,
-		LogLevel:         "info",
 		BF16:             map[string]any{"enabled": true},
 		GradientClipping: 1.0,
 	}
