@@ -552,3 +552,15 @@ func writeInventoryGPUs(t *testing.T, dir string, hosts []testHost, clientKey, k
 	}
 	return p
 }
+
+// TestTrainerRefusesModelParallel: the trainer fixture runs TP = PP = 1
+// only and says so when asked for more (before any rendezvous).
+func TestTrainerRefusesModelParallel(t *testing.T) {
+	torchVersion(t)
+	trainer := filepath.Join("testdata", "torchtrainer", "train.py")
+	out, err := exec.Command(torchPython, trainer, "--micro-batch-size", "1", "--global-batch-size", "4", "--train-iters", "1",
+		"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "4").CombinedOutput()
+	if want := "only TP = PP = 1 (data parallel) is supported, asked for TP = 2, PP = 4"; err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("TP 2, PP 4: %v: %s", err, out)
+	}
+}
