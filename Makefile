@@ -31,7 +31,7 @@ e2e-torch:
 		echo "torch e2e: skipped: no torch for $(TORCH_PYTHON) or no /usr/bin/torchrun (apt-get install python3-torch)"; exit 0; \
 	fi; \
 	sum=$$(mktemp); log=$$(mktemp); \
-	if REPLAN_TORCH_E2E_SUMMARY=$$sum $(GO) test -count=1 -timeout 14m -run '^TestTorchEndToEnd$$' -v ./control/ >$$log 2>&1 && [ -s $$sum ]; then \
+	if REPLAN_TORCH_E2E=1 REPLAN_TORCH_E2E_SUMMARY=$$sum $(GO) test -count=1 -timeout 14m -run '^TestTorchEndToEnd$$' -v ./control/ >$$log 2>&1 && [ -s $$sum ]; then \
 		grep -E '^\s+torch_e2e_test.go:[0-9]+: ' $$log | sed -E 's/^\s+torch_e2e_test.go:[0-9]+: /  /' | grep -v -E '^  (torch e2e:|[0-9hms.]+: torch: )'; \
 		cat $$sum; rm -f $$sum $$log; \
 	elif grep -q -- '--- SKIP' $$log && [ "$${CI:-}" != true ]; then \

@@ -80,6 +80,9 @@ func TestTorchEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test skipped in -short mode")
 	}
+	if os.Getenv("REPLAN_TORCH_E2E") != "1" {
+		t.Skip("the torch end to end runs under `make e2e-torch` (REPLAN_TORCH_E2E=1), not in every `go test`")
+	}
 	version := torchVersion(t)
 	if ok, why := sshtest.Available(); !ok {
 		t.Skip(why)
