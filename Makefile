@@ -1,6 +1,8 @@
 # replan — the two commands that matter on a fresh machine:
 #   make demo   runs replan against a simulated 64-GPU cluster
 #   make test   runs every test (unit, fuzz seeds, end-to-end where the host allows)
+# and, where Debian's python3-torch is installed:
+#   make e2e-torch   real distributed training through replan (torchrun, DP 4 -> 2)
 
 GO       ?= go
 BIN      ?= bin/replan
