@@ -1,6 +1,8 @@
 # replan — the two commands that matter on a fresh machine:
 #   make demo   runs replan against a simulated 64-GPU cluster
 #   make test   runs every test (unit, fuzz seeds, end-to-end where the host allows)
+# and, where Debian's python3-torch is installed:
+#   make e2e-torch   real distributed training through replan (torchrun, DP 4 -> 2)
 
 GO       ?= go
 BIN      ?= bin/replan
@@ -8,7 +10,7 @@ PKGS     ?= ./...
 SHARED   ?= ../shared
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test bench lint fmt demo fuzz clean
+.PHONY: all build test e2e-torch bench lint fmt demo fuzz clean
 
 all: build
 
@@ -18,6 +20,27 @@ build:
 
 test:
 	$(GO) test -count=1 -timeout 15m $(PKGS)
+
+# Real distributed training through replan (issue 13): the trainer fixture
+# (control/testdata/torchtrainer) under Debian's torch with real torchrun
+# over the sshd test hosts, reconfigured DP 4 -> 2 by the daemon, compared
+# with an uninterrupted run. Ends with its one summary line. Skips (with a
+# message) where torch is missing, unless CI=true, where that fails.
+TORCH_PYTHON ?= /usr/bin/python3
+e2e-torch:
+	@if ! $(TORCH_PYTHON) -c 'import torch, torch.distributed.run' >/dev/null 2>&1 || [ ! -x /usr/bin/torchrun ]; then \
+		if [ "$${CI:-}" = true ]; then echo "torch e2e: FAIL: no torch for $(TORCH_PYTHON) or no /usr/bin/torchrun (apt-get install python3-torch)"; exit 1; fi; \
+		echo "torch e2e: skipped: no torch for $(TORCH_PYTHON) or no /usr/bin/torchrun (apt-get install python3-torch)"; exit 0; \
+	fi; \
+	sum=$$(mktemp); log=$$(mktemp); \
+	if REPLAN_TORCH_E2E=1 REPLAN_TORCH_E2E_SUMMARY=$$sum $(GO) test -count=1 -timeout 14m -run '^TestTorchEndToEnd$$' -v ./control/ >$$log 2>&1 && [ -s $$sum ]; then \
+		grep -E '^\s+torch_e2e_test.go:[0-9]+: ' $$log | sed -E 's/^\s+torch_e2e_test.go:[0-9]+: /  /' | grep -v -E '^  (torch e2e:|[0-9hms.]+: torch: )'; \
+		cat $$sum; rm -f $$sum $$log; \
+	elif grep -q -- '--- SKIP' $$log && [ "$${CI:-}" != true ]; then \
+		grep -A1 -- '--- SKIP' $$log; rm -f $$sum $$log; echo "torch e2e: skipped"; \
+	else \
+		tail -n 150 $$log; rm -f $$sum $$log; echo "torch e2e: FAIL"; exit 1; \
+	fi
 
 # Benchmarks print every issue's targets as tables (figures next to their
 # targets and ratios against baselines measured in the same run), then the

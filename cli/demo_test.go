@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/replan/replan/internal/waitfor"
 )
 
 // TestDemoInTmux runs `replan demo` the way a person does, inside tmux:
@@ -32,19 +36,18 @@ func TestDemoInTmux(t *testing.T) {
 	}
 	t.Cleanup(func() { tmux("kill-session", "-t", sess) })
 	screen := func() string { return tmux("capture-pane", "-p", "-t", sess) }
+	// The screen changes while the demo runs, so these waits are bounded
+	// by the overall limit; a frozen screen fails after the stall window.
 	waitFor := func(what string, ok func(string) bool) string {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			s := screen()
-			if ok(s) {
-				return s
+		var s string
+		waitfor.T(t, context.Background(), what+" on screen", screenWait, func() error {
+			if s = screen(); ok(s) {
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s on screen:\n%s", what, s)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return fmt.Errorf("screen:\n%s", s)
+		})
+		return s
 	}
 	s := waitFor("cluster grid with a running job", func(s string) bool {
 		return strings.Contains(s, "rack-a") && strings.Contains(s, "a800-08") && strings.Contains(s, "j-0000")
@@ -59,18 +62,17 @@ func TestDemoInTmux(t *testing.T) {
 	tmux("send-keys", "-t", sess, "5")
 	waitFor("events", func(s string) bool { return strings.Contains(s, "submit") && strings.Contains(s, "start") })
 	tmux("send-keys", "-t", sess, "q")
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if out, err := exec.Command("tmux", "has-session", "-t", sess).CombinedOutput(); err != nil {
-			_ = out
-			break // the program exited and took the session with it
+	waitfor.T(t, context.Background(), "q exits the demo", screenWait, func() error {
+		if _, err := exec.Command("tmux", "has-session", "-t", sess).CombinedOutput(); err != nil {
+			return nil // the program exited and took the session with it
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("q did not exit:\n%s", screen())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("still running:\n%s", screen())
+	})
 }
+
+// screenWait bounds the tmux tests' waits: a screen that stays the same
+// for a minute, or three minutes in all.
+var screenWait = waitfor.Options{Stall: time.Minute, Limit: 3 * time.Minute, Poll: 200 * time.Millisecond}
 
 // TestDemoQueueCountsDownInTmux replays a trace that fills the cluster with
 // guaranteed jobs and then submits two more: they wait with their delay
@@ -112,31 +114,25 @@ func TestDemoQueueCountsDownInTmux(t *testing.T) {
 		}
 		return "", ""
 	}
-	tmux("send-keys", "-t", sess, "2")
-	deadline := time.Now().Add(30 * time.Second)
 	var first string
-	for first == "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("no waiting job with timers:\n%s", tmux("capture-pane", "-p", "-t", sess))
-		}
-		time.Sleep(300 * time.Millisecond)
+	waitfor.T(t, context.Background(), "a waiting job with timers", screenWait, func() error {
 		tmux("send-keys", "-t", sess, "2")
-		first, _ = rack()
-	}
+		if first, _ = rack(); first == "" {
+			return fmt.Errorf("screen:\n%s", tmux("capture-pane", "-p", "-t", sess))
+		}
+		return nil
+	})
 	if !strings.Contains(tmux("capture-pane", "-p", "-t", sess), "RACK-T") {
 		t.Fatal("no timer columns")
 	}
-	for {
-		time.Sleep(300 * time.Millisecond)
+	waitfor.T(t, context.Background(), "the rack timer counting down from "+first, screenWait, func() error {
 		now, line := rack()
 		if now != "" && now != first {
 			t.Logf("rack timer %s -> %s: %s", first, now, line)
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the rack timer did not count down from %s", first)
-		}
-	}
+		return fmt.Errorf("rack timer %q: %s", now, line)
+	})
 	tmux("send-keys", "-t", sess, "q")
 }
 

@@ -3,7 +3,6 @@ package control_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"github.com/replan/replan/control"
 	"github.com/replan/replan/fleet"
 	"github.com/replan/replan/internal/sshtest"
+	"github.com/replan/replan/internal/waitfor"
 	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/launch"
 	"github.com/replan/replan/perf"
@@ -47,6 +47,11 @@ type testDaemonConfig struct {
 	RemoteDir string `json:"remote_dir"`
 	DB        string `json:"db"`
 	Socket    string `json:"socket"`
+	// Policy is the scheduling policy: "" is morphling, "shrink-to-fit"
+	// the torch end-to-end test's scripted one (torch_policy_test.go).
+	Policy string `json:"policy,omitempty"`
+	// WaitTimeoutS is the SSH executor's WaitTimeout in seconds (0: 60).
+	WaitTimeoutS int `json:"wait_timeout_s,omitempty"`
 }
 
 // runTestDaemon is `replan daemon --executor ssh` in miniature: the SSH
@@ -73,8 +78,12 @@ func runTestDaemon(path string) error {
 	}
 	defer pool.Close()
 	fl := fleet.New(pool, fleet.Options{RemoteDir: cfg.RemoteDir, Logger: log})
+	wait := 60 * time.Second
+	if cfg.WaitTimeoutS > 0 {
+		wait = time.Duration(cfg.WaitTimeoutS) * time.Second
+	}
 	ex, err := control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, StopGrace: 10 * time.Second, KillGrace: 2 * time.Second,
-		WaitTimeout: 30 * time.Second, Poll: 100 * time.Millisecond, CallTimeout: 10 * time.Second, NoCPUBinding: true})
+		WaitTimeout: wait, Poll: 100 * time.Millisecond, CallTimeout: 10 * time.Second, NoCPUBinding: true})
 	if err != nil {
 		return err
 	}
@@ -83,9 +92,11 @@ func runTestDaemon(path string) error {
 		return err
 	}
 	defer st.Close()
-	policy, err := sched.NewWithRestartCost("morphling", 5)
-	if err != nil {
-		return err
+	var policy sched.Policy = shrinkToFit{}
+	if cfg.Policy != "shrink-to-fit" {
+		if policy, err = sched.NewWithRestartCost("morphling", 5); err != nil {
+			return err
+		}
 	}
 	var servers []control.ServerInfo
 	for _, s := range inv.Servers {
@@ -201,7 +212,7 @@ func TestSSHExecutorEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		poll(t, ctx, "the daemon answers", 20*time.Second, func() error {
+		poll(t, ctx, "the daemon answers", 60*time.Second, func() error {
 			_, err := client.Status(ctx)
 			return err
 		})
@@ -264,7 +275,7 @@ func TestSSHExecutorEndToEnd(t *testing.T) {
 		}
 		return detail.Job
 	}
-	poll(t, ctx, "three jobs running and making progress", 30*time.Second, func() error {
+	poll(t, ctx, "three jobs running and making progress", 60*time.Second, func() error {
 		for _, id := range ids {
 			if r := job(id); r.State != control.StateRunning || r.Iterations < 20 {
 				return fmt.Errorf("%s: %s at %d iterations (%s)", id, r.State, r.Iterations, r.Reason)
@@ -280,7 +291,7 @@ func TestSSHExecutorEndToEnd(t *testing.T) {
 	ids = append(ids, four)
 	names[four] = "four"
 	var moved string
-	poll(t, ctx, "a reconfigure or preempt decision and the fourth job running", 40*time.Second, func() error {
+	poll(t, ctx, "a reconfigure or preempt decision and the fourth job running", 90*time.Second, func() error {
 		for _, id := range ids[:3] {
 			for _, dr := range mustDetail(t, ctx, client, id).Decisions {
 				if dr.Kind == "reconfigure" || dr.Kind == "preempt" {
@@ -289,7 +300,12 @@ func TestSSHExecutorEndToEnd(t *testing.T) {
 			}
 		}
 		if moved == "" {
-			return errors.New("no job reconfigured or preempted yet")
+			var seen []string
+			for _, id := range ids {
+				r := job(id)
+				seen = append(seen, fmt.Sprintf("%s %s at %d", id, r.State, r.Iterations))
+			}
+			return fmt.Errorf("no job reconfigured or preempted yet (%s)", strings.Join(seen, ", "))
 		}
 		if r := job(four); r.State != control.StateRunning {
 			return fmt.Errorf("fourth job %s (%s)", r.State, r.Reason)
@@ -299,7 +315,7 @@ func TestSSHExecutorEndToEnd(t *testing.T) {
 	t.Logf("%s (%s) gave way for the guaranteed job at %s", moved, names[moved], time.Since(began).Round(time.Millisecond))
 
 	// Kill the daemon while jobs run; a new one adopts them.
-	poll(t, ctx, "the fourth job making progress", 20*time.Second, func() error {
+	poll(t, ctx, "the fourth job making progress", 60*time.Second, func() error {
 		if r := job(four); r.Iterations < 10 {
 			return fmt.Errorf("%d iterations", r.Iterations)
 		}
@@ -318,7 +334,7 @@ func TestSSHExecutorEndToEnd(t *testing.T) {
 	t.Logf("daemon killed with SIGKILL at %s; running then: %v", time.Since(began).Round(time.Millisecond), keys(running))
 	startDaemon()
 
-	poll(t, ctx, "every job finished", 60*time.Second, func() error {
+	poll(t, ctx, "every job finished", 90*time.Second, func() error {
 		for _, id := range ids {
 			if r := job(id); r.State != control.StateFinished {
 				return fmt.Errorf("%s: %s at %d iterations (%s)", id, r.State, r.Iterations, r.Reason)
@@ -397,7 +413,7 @@ func newTestCluster(t *testing.T) *testCluster {
 		t.Skip(why)
 	}
 	c := &testCluster{began: time.Now(), tmp: t.TempDir()}
-	ctx, cancel := context.WithTimeout(context.Background(), 110*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	c.ctx = ctx
 	c.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -620,20 +636,13 @@ func killLeftovers(dirs []string) {
 	}
 }
 
-// poll calls fn until it returns nil, the deadline passes or ctx ends.
+// poll calls fn until it returns nil. It waits on progress: timeout is
+// how long fn's report (its error) may stay the same; every change
+// restarts that window, and the wait is bounded by 20 windows overall and
+// by ctx (internal/waitfor). The failure says what was last seen.
 func poll(t *testing.T, ctx context.Context, what string, timeout time.Duration, fn func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s: still not true after %s: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitfor.T(t, ctx, what, waitfor.Options{Stall: timeout}, fn)
 }
 
 type testWriter struct{ t *testing.T }
@@ -651,7 +660,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 func TestSSHExecutorDirect(t *testing.T) {
 	c := newTestCluster(t)
 	ctx := c.ctx
-	opts := control.SSHOptions{Logger: c.log, StopGrace: 10 * time.Second, KillGrace: 2 * time.Second, WaitTimeout: 20 * time.Second, Poll: 100 * time.Millisecond, NoCPUBinding: true}
+	opts := control.SSHOptions{Logger: c.log, StopGrace: 10 * time.Second, KillGrace: 2 * time.Second, WaitTimeout: 60 * time.Second, Poll: 100 * time.Millisecond, NoCPUBinding: true}
 	ex, err := control.NewSSHExecutor(c.fl, c.inv.Servers, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -687,7 +696,7 @@ func TestSSHExecutorDirect(t *testing.T) {
 	}
 	progress := func(ex *control.SSHExecutor, id string, beyond int) int {
 		var it int
-		poll(t, ctx, fmt.Sprintf("%s beyond iteration %d", id, beyond), 20*time.Second, func() error {
+		poll(t, ctx, fmt.Sprintf("%s beyond iteration %d", id, beyond), 60*time.Second, func() error {
 			o, ok := observe(ex, id)
 			if !ok || o.Exited || o.Iterations <= beyond || o.SamplesPerSec != 20 {
 				return fmt.Errorf("%+v (found %v)", o, ok)
@@ -776,7 +785,7 @@ func TestSSHExecutorDirect(t *testing.T) {
 	if err := ex.Start(ctx, l3); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, ctx, "the failing job reported", 20*time.Second, func() error {
+	poll(t, ctx, "the failing job reported", 60*time.Second, func() error {
 		o, ok := observe(ex, l3.JobID)
 		if !ok || !o.Exited {
 			return fmt.Errorf("%+v", o)
@@ -800,7 +809,7 @@ func TestSSHExecutorDirect(t *testing.T) {
 	if err := ex.Start(ctx, l4); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, ctx, "the resumed-at-the-end job reported", 20*time.Second, func() error {
+	poll(t, ctx, "the resumed-at-the-end job reported", 60*time.Second, func() error {
 		o, ok := observe(ex, l4.JobID)
 		if !ok || !o.Exited {
 			return fmt.Errorf("%+v", o)

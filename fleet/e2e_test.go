@@ -19,6 +19,7 @@ import (
 	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/fleet"
 	"github.com/replan/replan/internal/sshtest"
+	"github.com/replan/replan/internal/waitfor"
 	"github.com/replan/replan/ssh"
 )
 
@@ -86,20 +87,13 @@ func killLeftovers(t *testing.T, dirs []string) {
 	}
 }
 
-// poll calls fn until it returns nil or the deadline passes.
+// poll calls fn until it returns nil. It waits on progress
+// (internal/waitfor): timeout is how long fn's report (its error) may
+// stay the same, every change restarts it, 20 windows bound the whole
+// wait, and the failure says what was last seen.
 func poll(t *testing.T, what string, timeout time.Duration, fn func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not true after %s: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitfor.T(t, context.Background(), what, waitfor.Options{Stall: timeout}, fn)
 }
 
 func pgrep(pattern string) []string {
@@ -130,7 +124,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Skip("pgrep (procps) not installed")
 	}
 	began := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	tmp := t.TempDir()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -233,7 +227,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("start training: %v", err)
 	}
 	var samples []agent.Sample
-	poll(t, "three throughput samples", 30*time.Second, func() error {
+	poll(t, "three throughput samples", 60*time.Second, func() error {
 		samples, err = c.Samples(ctx, "train-1", time.Time{})
 		if err == nil && len(samples) < 3 {
 			err = fmt.Errorf("%d samples", len(samples))
@@ -259,7 +253,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("training after the upgrade: %+v, %v", p, err)
 	}
 	last := samples[len(samples)-1].Time
-	poll(t, "samples from the re-adopted job", 30*time.Second, func() error {
+	poll(t, "samples from the re-adopted job", 60*time.Second, func() error {
 		s, err := c.Samples(ctx, "train-1", last)
 		if err == nil && len(s) == 0 {
 			err = errors.New("no new samples")
@@ -282,7 +276,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	t.Logf("h2 down: %s", nodes[1].Error)
 	hosts[1].SSHD.Restart()
-	poll(t, "h2 recovered", 30*time.Second, func() error {
+	poll(t, "h2 recovered", 60*time.Second, func() error {
 		n := fl.Nodes(ctx, inv.Servers[1:2], fleet.NodesOptions{})[0]
 		if n.State != fleet.NodeUp || n.GPUs != 8 {
 			return fmt.Errorf("%s: %s", n.State, n.Error)
@@ -308,7 +302,7 @@ func TestEndToEnd(t *testing.T) {
 	go func() {
 		done <- fl.Pool().Run(rctx, ssh.HostFromServer(h1), ssh.Command("sh", "-c", "sleep 300; echo "+marker))
 	}()
-	poll(t, "the remote sleep runs", 20*time.Second, func() error {
+	poll(t, "the remote sleep runs", 60*time.Second, func() error {
 		if len(pgrep(marker)) == 0 {
 			return errors.New("not yet")
 		}
@@ -318,7 +312,7 @@ func TestEndToEnd(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled Run: %v", err)
 	}
-	poll(t, "the cancelled command is gone", 10*time.Second, func() error {
+	poll(t, "the cancelled command is gone", 60*time.Second, func() error {
 		if p := pgrep(marker); len(p) > 0 {
 			return fmt.Errorf("still running: %v", p)
 		}

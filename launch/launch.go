@@ -179,6 +179,10 @@ func env(in Input, s Server, port int, extra map[string]string) map[string]strin
 	if in.Plan.TP > 1 {
 		e["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
 	}
+	// replan measures jobs from their log lines: Python must not hold
+	// them in an 8 KiB block buffer because stdout is a file (torchrun's
+	// --tee copier never flushes; a print() in a training script neither).
+	e["PYTHONUNBUFFERED"] = "1"
 	e["MASTER_ADDR"] = in.Servers[0].Address
 	e["MASTER_PORT"] = itoa(port)
 	e["REPLAN_JOB"] = j.Name
@@ -197,7 +201,6 @@ type DSConfig struct {
 	MicroBatchPerGPU   int            `json:"train_micro_batch_size_per_gpu"`
 	GradAccumSteps     int            `json:"gradient_accumulation_steps"`
 	StepsPerPrint      int            `json:"steps_per_print"`
-	LogLevel           string         `json:"log_level"`
 	WallClockBreakdown bool           `json:"wall_clock_breakdown"`
 	BF16               map[string]any `json:"bf16"`
 	ZeRO               map[string]any `json:"zero_optimization"`
@@ -214,7 +217,6 @@ func dsConfig(in Input) DSConfig {
 		MicroBatchPerGPU: p.MicroBatch,
 		GradAccumSteps:   p.GA,
 		StepsPerPrint:    1,
-		LogLevel:         "info",
 		BF16:             map[string]any{"enabled": true},
 		GradientClipping: 1.0,
 	}

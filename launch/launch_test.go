@@ -106,7 +106,7 @@ func TestRenderDeepSpeedEveryFamily(t *testing.T) {
 				if v, ok := flag(a, "--tensor-model-parallel-size"); (p.TP > 1) != ok || (ok && v != "2") {
 					t.Errorf("tp flag %q", v)
 				}
-				if cfg.LogLevel != "info" || cfg.BF16["enabled"] != true {
+				if cfg.StepsPerPrint != 1 || cfg.BF16["enabled"] != true {
 					t.Errorf("cfg %+v", cfg)
 				}
 				if host := sl.Files[strings.Replace(cfgPath, "ds_config.json", "hostfile", 1)]; host != "s0 slots=4\ns1 slots=4\n" {

@@ -162,3 +162,74 @@ func TestCheckMegatronArgs(t *testing.T) {
 		t.Errorf("render with contradicting heads: %v", err)
 	}
 }
+
+// Regression (issue 13): torchrun's --tee copier writes the workers' lines
+// to its stdout without flushing; with stdout a file (the agent's log)
+// Python buffered them 8 KiB at a time, so the agent saw Megatron's
+// iteration lines ~26 at a time and a reconfiguration's verify step
+// waited for a buffer to fill. Every launch runs Python unbuffered.
+func TestRenderPythonUnbuffered(t *testing.T) {
+	for _, fw := range []jobspec.Framework{jobspec.Megatron, jobspec.DeepSpeed} {
+		j := job(t, fw, "gpt2", 16)
+		j.Env["PYTHONUNBUFFERED"] = ""
+		r, err := Render(Input{Job: j, Plan: perf.Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 2, GA: 1}, Servers: servers(4, 4)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sl := range r.Servers {
+			if sl.Env["PYTHONUNBUFFERED"] != "1" {
+				t.Errorf("%s on %s: PYTHONUNBUFFERED=%q", fw, sl.Server, sl.Env["PYTHONUNBUFFERED"])
+			}
+		}
+	}
+}
+
+// deepSpeedKeys are the ds_config.json keys replan may write, each one
+// DeepSpeed reads (deepspeed/runtime/constants.py, zero/config.py,
+// activation_checkpointing/config.py, runtime/config.py's "checkpoint"
+// block). Regression (issue 13): replan wrote "log_level", which no
+// DeepSpeed version reads (its logger is INFO by default; steps_per_print
+// is what prints the throughput lines).
+var deepSpeedKeys = map[string][]string{
+	"train_batch_size": nil, "train_micro_batch_size_per_gpu": nil, "gradient_accumulation_steps": nil,
+	"steps_per_print": nil, "wall_clock_breakdown": nil, "gradient_clipping": nil,
+	"bf16":                     {"enabled"},
+	"zero_optimization":        {"stage", "overlap_comm", "contiguous_gradients", "offload_optimizer"},
+	"activation_checkpointing": {"partition_activations", "contiguous_memory_optimization", "cpu_checkpointing"},
+	"checkpoint":               {"load_universal"},
+}
+
+func TestDSConfigKeysAreDeepSpeeds(t *testing.T) {
+	j := job(t, jobspec.DeepSpeed, "llama7b", 16)
+	for _, in := range []Input{
+		{Job: j, Plan: perf.Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 2, GA: 1, ZeRO: 2, Offload: true, Ckpt: true}, Servers: servers(4, 4), Universal: true},
+		{Job: j, Plan: perf.Plan{DP: 2, TP: 2, PP: 2, MicroBatch: 2, GA: 4, ZeRO: 1}, Servers: servers(4, 4)},
+	} {
+		var cfg map[string]any
+		b, _ := json.Marshal(dsConfig(in))
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range cfg {
+			sub, ok := deepSpeedKeys[k]
+			if !ok {
+				t.Errorf("ds_config key %q is not one DeepSpeed reads", k)
+				continue
+			}
+			if m, isMap := v.(map[string]any); isMap {
+				for sk := range m {
+					if !slices.Contains(sub, sk) {
+						t.Errorf("ds_config key %s.%s is not one DeepSpeed reads", k, sk)
+					}
+				}
+				if off, ok := m["offload_optimizer"].(map[string]any); ok {
+					for ok := range off {
+						if ok != "device" && ok != "pin_memory" {
+							t.Errorf("ds_config key zero_optimization.offload_optimizer.%s", ok)
+						}
+					}
+				}
+			}
+		}
+	}
+}

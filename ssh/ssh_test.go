@@ -20,6 +20,7 @@ import (
 
 	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/internal/sshtest"
+	"github.com/replan/replan/internal/waitfor"
 	"github.com/replan/replan/ssh"
 	xssh "golang.org/x/crypto/ssh"
 	xknownhosts "golang.org/x/crypto/ssh/knownhosts"
@@ -471,7 +472,10 @@ func TestFanOutWithDeadServer(t *testing.T) {
 
 func TestPoolReusesAndRedials(t *testing.T) {
 	s := sshtest.Start(t, sshtest.Config{})
-	p, _ := newPool(t, ssh.Config{Keepalive: 100 * time.Millisecond}, s)
+	// A keepalive loose enough that a loaded machine answering late does
+	// not drop the connection in the middle of the 12 commands (100ms
+	// did: a second dial, a failed test).
+	p, _ := newPool(t, ssh.Config{Keepalive: time.Second}, s)
 	h := host(s, "a")
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -489,6 +493,14 @@ func TestPoolReusesAndRedials(t *testing.T) {
 		t.Fatalf("after 12 commands: %+v, want one dial", st)
 	}
 	s.Restart() // kills the connection too
+	// The pool notices (the connection ends, or its keepalive goes
+	// unanswered) before the next command, which redials.
+	waitfor.T(t, ctx, "the pool notices the restart", waitfor.Options{Stall: 30 * time.Second}, func() error {
+		if st := p.Stats(h); st.Connected {
+			return fmt.Errorf("still connected: %+v", st)
+		}
+		return nil
+	})
 	if _, err := p.Output(ctx, h, "true"); err != nil {
 		t.Fatalf("after restart: %v", err)
 	}

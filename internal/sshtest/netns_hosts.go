@@ -11,6 +11,7 @@ import (
 type Host struct {
 	Name string
 	SSHD *Server
+	NS   *NetNS // nil on loopback
 }
 
 // StartHosts starts n sshd servers sharing one client key, named h1..hn.
@@ -49,7 +50,43 @@ func StartHosts(t testing.TB, n int, clientKey, prefix string, seed int) (hosts 
 		if netns {
 			cfg.ListenAddr, cfg.Wrap = spaces[i].NSAddr, spaces[i].Wrap()
 		}
-		hosts = append(hosts, Host{Name: fmt.Sprintf("h%d", i+1), SSHD: Start(t, cfg)})
+		h := Host{Name: fmt.Sprintf("h%d", i+1), SSHD: Start(t, cfg)}
+		if netns {
+			h.NS = spaces[i]
+		}
+		hosts = append(hosts, h)
 	}
 	return hosts, netns
+}
+
+// Route lets hosts in network namespaces reach each other (what a job
+// spanning servers needs: torchrun's rendezvous, gloo's connections):
+// each namespace gets a default route through its veth's host side and
+// the host forwards IPv4 (net.ipv4.ip_forward, restored at cleanup). On
+// loopback hosts it does nothing.
+func Route(t testing.TB, hosts []Host) error {
+	t.Helper()
+	if len(hosts) == 0 || hosts[0].NS == nil {
+		return nil
+	}
+	const fwd = "/proc/sys/net/ipv4/ip_forward"
+	old, err := os.ReadFile(fwd)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", fwd, err)
+	}
+	if string(old) != "1\n" {
+		if err := os.WriteFile(fwd, []byte("1\n"), 0o644); err != nil {
+			return fmt.Errorf("enable IPv4 forwarding: %w", err)
+		}
+		t.Cleanup(func() { _ = os.WriteFile(fwd, old, 0o644) })
+	}
+	for _, h := range hosts {
+		if h.NS == nil {
+			continue
+		}
+		if err := ipCmd("-n", h.NS.Name, "route", "replace", "default", "via", h.NS.HostAddr); err != nil {
+			return err
+		}
+	}
+	return nil
 }

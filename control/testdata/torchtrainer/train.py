@@ -232,6 +232,7 @@ def main():
         print(f"trainer: torch {torch.__version__}, DP {dp}, micro-batch {mb}, gradient accumulation {ga}, "
               f"global batch {gb}, {'resuming at iteration ' + str(it + 1) if it else 'starting at iteration 1'}", flush=True)
     ddp = DDP(model)
+    start = it
     pace = float(os.environ.get("TRAINER_ITER_SLEEP", "0") or 0)
     loss_log = os.environ.get("TRAINER_LOSS_LOG") if rank == 0 else None
     while it < args.train_iters:
@@ -280,7 +281,9 @@ def main():
             return 0
         if args.save and args.save_interval and it % args.save_interval == 0:
             save(args, it, model, opt, consumed, rank)
-    if args.save and not (args.save_interval and it % args.save_interval == 0):
+    # The end is a checkpoint (as Megatron saves after its last iteration),
+    # unless nothing ran (resumed at the end) or the interval just saved it.
+    if args.save and it > start and not (args.save_interval and it % args.save_interval == 0):
         save(args, it, model, opt, consumed, rank)
     dist.barrier()
     dist.destroy_process_group()
