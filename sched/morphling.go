@@ -98,6 +98,8 @@ type Morphling struct {
 	opt  Options
 	c    *cache
 	net  *NetOptions // network-aware (replan): nil for plain Morphling
+	// shifts is the time-shift computation's memo across rounds.
+	shifts *shiftMemo
 }
 
 // NewReplan is replan's policy: Morphling's allocation and plans, Dally's
@@ -556,7 +558,10 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 	if nr != nil {
 		nr.finish(&s, &d)
 		if p.net.Shifts {
-			d.Links = shiftDecisions(&s, &d, p.opt.RestartCost)
+			if p.shifts == nil {
+				p.shifts = newShiftMemo()
+			}
+			d.Links = shiftDecisionsMemo(&s, &d, p.opt.RestartCost, p.shifts)
 		}
 	}
 	for i := range st.jobs {

@@ -181,6 +181,8 @@ type job struct {
 	commExp  float64 // exposed communication seconds so far
 	shareSec float64 // progress seconds while sharing
 	inflSum  float64 // ∫ inflation dt while sharing
+	// gen counts the job's starts and changes (relink's memo key).
+	gen int
 	// held is the progress at the last preemption or (re)start: a
 	// waiting or restarting job must still be at it (checkProgress).
 	held float64
@@ -212,13 +214,24 @@ type simulator struct {
 	tenants []sched.Tenant
 	now     float64
 	heap    evHeap
-	active  []*job // waiting or running, in submission order
+	active  []*job // waiting or running at the round, in submission order
+	live    []*job // submitted and not known finished (active plus finished since the last round)
 	alloc   int
 	rounds  int
 	snap    sched.Snapshot
 	wake    float64 // the policy's wake-up time (+Inf: none)
 	hist    sched.TimerHistory
 	spread  map[*job]bool // running jobs on two servers or more
+	// linkMemo is relink's last answer per rack uplink.
+	linkMemo map[string]linkMemo
+}
+
+// linkMemo is the link sharing of one rack's uplink for the jobs on it
+// (in relink's order, each at its start generation).
+type linkMemo struct {
+	jobs  []*job
+	gen   []int
+	extra []float64
 }
 
 func (s *simulator) init(trace []dataset.WorkloadJob) error {
@@ -401,6 +414,7 @@ func (s *simulator) loop(ctx context.Context) error {
 			j := s.jobs[next]
 			j.st = waiting
 			j.last = s.now
+			s.live = append(s.live, j)
 			s.emit(j, "submit")
 			next++
 			changed = true
@@ -464,12 +478,18 @@ func (s *simulator) release(j *job) {
 // round runs the policy once and applies its decisions.
 func (s *simulator) round() error {
 	s.rounds++
-	s.active = s.active[:0]
-	for _, j := range s.jobs {
+	// O(active jobs), not O(trace): live holds every submitted job not
+	// yet seen finished, in submission order; drop the finished ones.
+	n := 0
+	for _, j := range s.live {
 		if j.st == waiting || j.st == running {
-			s.active = append(s.active, j)
+			s.live[n] = j
+			n++
 		}
 	}
+	clear(s.live[n:])
+	s.live = s.live[:n]
+	s.active = s.live
 	if len(s.active) == 0 {
 		return nil
 	}
@@ -612,6 +632,7 @@ func (s *simulator) apply(d sched.Decisions) error {
 		}
 		j.restart = s.now + s.cfg.RestartCost + shift
 		j.held = j.done
+		j.gen++
 		j.phase = j.restart
 		if cross && j.comm > 0 {
 			if s.spread == nil {
@@ -717,21 +738,47 @@ func (s *simulator) relink() {
 		racks = append(racks, rk)
 	}
 	sort.Strings(racks)
+	if s.linkMemo == nil {
+		s.linkMemo = map[string]linkMemo{}
+	}
+	for rk := range s.linkMemo {
+		if len(links[rk]) < 2 {
+			delete(s.linkMemo, rk)
+		}
+	}
 	for _, rk := range racks {
 		us := links[rk]
 		if len(us) < 2 {
 			continue
 		}
-		cs := make([]sched.Circle, len(us))
-		offs := make([]float64, len(us))
-		for k, u := range us {
-			cs[k] = sched.CommCircle(u.j.baseIter, u.j.comm, u.dem)
-			offs[k] = math.Mod(u.j.phase, u.j.baseIter)
-			shared[u.j] = true
+		// A rack's sharing changes only when the jobs on its uplink do
+		// (a start, a change, a finish): reuse the last answer otherwise.
+		m, ok := s.linkMemo[rk]
+		if ok && len(m.jobs) == len(us) {
+			for k, u := range us {
+				if m.jobs[k] != u.j || m.gen[k] != u.j.gen {
+					ok = false
+					break
+				}
+			}
+		} else {
+			ok = false
 		}
-		_, _, ex := sched.LinkLoad(cs, offs, 1)
+		if !ok {
+			cs := make([]sched.Circle, len(us))
+			offs := make([]float64, len(us))
+			m = linkMemo{jobs: make([]*job, len(us)), gen: make([]int, len(us))}
+			for k, u := range us {
+				cs[k] = sched.CommCircle(u.j.baseIter, u.j.comm, u.dem)
+				offs[k] = math.Mod(u.j.phase, u.j.baseIter)
+				m.jobs[k], m.gen[k] = u.j, u.j.gen
+			}
+			_, _, m.extra = sched.LinkLoad(cs, offs, 1)
+			s.linkMemo[rk] = m
+		}
 		for k, u := range us {
-			extra[u.j] = math.Max(extra[u.j], ex[k])
+			shared[u.j] = true
+			extra[u.j] = math.Max(extra[u.j], m.extra[k])
 		}
 	}
 	for _, j := range spread {
