@@ -163,14 +163,25 @@ func (j *Job) Starved(now float64) float64 {
 }
 
 // NwSens is Dally's network sensitivity of j: the share of the ideal
-// speed it achieved while running, (ItersDone/ItersTotal)/(RunSeconds/
-// ideal run time), with idealIter the seconds per iteration at the best
-// tier. 1 when unknown (never ran).
+// speed it achieved while running, in [0, 1]. With IdealSeconds (the
+// caller's record of how long its iterations would have taken at the best
+// tier on the GPUs it actually held) it is IdealSeconds / RunSeconds;
+// otherwise ItersDone × idealIter / RunSeconds, idealIter the seconds per
+// iteration at the best tier of its demand (an estimate: a job that ran
+// on more GPUs than its demand would exceed 1, so it is capped). 1 when
+// unknown (never ran).
 func (j *Job) NwSens(idealIter float64) float64 {
-	if j.RunSeconds <= 0 || j.ItersDone <= 0 || idealIter <= 0 {
+	if j.RunSeconds <= 0 {
 		return 1
 	}
-	return j.ItersDone * idealIter / j.RunSeconds
+	v := 1.0
+	switch {
+	case j.IdealSeconds > 0:
+		v = j.IdealSeconds / j.RunSeconds
+	case j.ItersDone > 0 && idealIter > 0:
+		v = j.ItersDone * idealIter / j.RunSeconds
+	}
+	return math.Min(math.Max(v, 0), 1)
 }
 
 // tierOf is the widest tier an allocation spans.

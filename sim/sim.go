@@ -141,35 +141,37 @@ const (
 )
 
 type job struct {
-	w        dataset.WorkloadJob
-	model    string
-	m        *perf.Model
-	reqPlan  perf.Plan
-	class    sched.Class
-	promise  float64 // iterations per second at the request
-	st       jstate
-	alloc    []sched.Alloc
-	plan     perf.Plan
-	pl       perf.Placement
-	cpg      int
-	done     float64
-	last     float64
-	restart  float64 // no progress before this time
-	rate     float64 // iterations per second while not restarting
-	measured bool
-	version  int
-	started  bool
-	first    float64
-	finish   float64
-	restarts int
-	preempts int
-	sla      float64
-	gpuSec   float64
-	measSec  float64
-	runSec   float64
-	gpus     int
-	changed  float64 // time of the last start or reconfiguration
-	why      string  // the policy's last reason for keeping it waiting
+	w         dataset.WorkloadJob
+	model     string
+	m         *perf.Model
+	reqPlan   perf.Plan
+	class     sched.Class
+	promise   float64 // iterations per second at the request
+	st        jstate
+	alloc     []sched.Alloc
+	plan      perf.Plan
+	pl        perf.Placement
+	cpg       int
+	done      float64
+	last      float64
+	restart   float64 // no progress before this time
+	rate      float64 // iterations per second while not restarting
+	measured  bool
+	version   int
+	started   bool
+	first     float64
+	finish    float64
+	restarts  int
+	preempts  int
+	sla       float64
+	gpuSec    float64
+	measSec   float64
+	runSec    float64
+	idealSec  float64 // seconds its iterations would take at idealIter
+	idealIter float64 // seconds per iteration of its plan packed, alone
+	gpus      int
+	changed   float64 // time of the last start or reconfiguration
+	why       string  // the policy's last reason for keeping it waiting
 	// network
 	lastRun  float64 // when it last held resources
 	phase    float64 // a time at which one of its iterations began
@@ -326,6 +328,7 @@ func (s *simulator) advance(j *job, t float64) {
 		d := t - start
 		j.done += d * j.rate
 		j.runSec += d
+		j.idealSec += d * j.rate * j.idealIter
 		j.commExp += d * j.rate * (j.expIter + j.extra)
 		if j.sharing && j.baseIter > 0 {
 			j.shareSec += d
@@ -509,7 +512,7 @@ func (s *simulator) round() error {
 			ReqGPUs: j.w.GPUs, ReqCPUs: j.cpg * j.w.GPUs, ReqPlan: j.reqPlan, Promise: j.promise * float64(j.m.Arch.GlobalBatch),
 			Alloc: j.alloc, Plan: j.plan, Submit: j.w.Submit,
 			ItersDone: j.done, ItersTotal: float64(j.w.Steps), Restarts: j.restarts, LastChange: j.changed,
-			LastRun: j.lastRun, RunSeconds: j.runSec, Phase: j.phase,
+			LastRun: j.lastRun, RunSeconds: j.runSec, IdealSeconds: j.idealSec, Phase: j.phase,
 		})
 	}
 	servers := append([]sched.Server(nil), s.servers...)
@@ -621,6 +624,14 @@ func (s *simulator) apply(d sched.Decisions) error {
 		}
 		j.rate = 1 / it
 		j.baseIter = it
+		// Nw_sens's ideal: the same plan packed, alone on its links (never
+		// slower than what it runs at).
+		j.idealIter = it
+		if packed := perf.PackedPlacement(j.gpus, s.cfg.GPUsPerServer); packed.String() != j.pl.String() {
+			if ideal, _ := s.r.iter(j.model, j.plan, packed, false, max(cpg, 1)); ideal > 0 {
+				j.idealIter = math.Min(ideal, it)
+			}
+		}
 		j.comm, j.expIter = s.r.network(j.model, j.plan, j.pl, cross, max(cpg, 1), it)
 		j.extra, j.sharing = 0, false
 		j.measured = meas
