@@ -188,10 +188,10 @@ func newSimBenchCmd(stdout io.Writer) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&b.DataDir, "data", "", "data directory (default $REPLAN_DATA or ../shared/data/morphling)")
-	f.IntVar(&b.ScaleJobs, "scale-jobs", 50000, "jobs of the generated scale trace")
+	f.IntVar(&b.ScaleJobs, "scale-jobs", 80000, "jobs of the largest generated scale trace (a quarter and a half of it run too)")
 	f.IntVar(&b.ScaleServers, "scale-servers", 1024, "servers of the scale trace and the one-round benchmark")
 	f.Float64Var(&b.ScaleRoundInterval, "scale-round-interval", 60, "round interval of the scale run in seconds (0: a round on every event)")
-	f.BoolVar(&b.SkipScale, "skip-scale", false, "skip the 50,000-job run")
+	f.BoolVar(&b.SkipScale, "skip-scale", false, "skip the scale traces")
 	f.BoolVar(&b.SkipNetwork, "skip-network", false, "skip the multi-rack experiments")
 	f.IntVar(&b.NetworkJobs, "network-jobs", 400, "jobs of each generated multi-rack trace")
 	return cmd
