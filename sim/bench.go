@@ -325,4 +325,3 @@ func LargeSnapshot(servers, waiting int, runningShare float64, seed uint64) sche
 	s.FillFree()
 	return s
 }
-
