@@ -35,6 +35,11 @@ type Config struct {
 	// HideMeasured keeps the measured tables from the policies: they then
 	// see only the fitted models (the simulator still replays the tables).
 	HideMeasured bool
+	// Oracle shows the policies the whole measured tables, configurations
+	// no job has run included. By default (false) they see, like a control
+	// plane, the fitted models plus the measured speed of configurations
+	// some job of the same model type has already run in.
+	Oracle bool
 	// NoShifts ignores the policies' time-shifts (Decision.Shift): the
 	// same placements with every job starting as soon as it can.
 	NoShifts bool
@@ -198,7 +203,12 @@ func Run(ctx context.Context, trace []dataset.WorkloadJob, models *Models, p sch
 		return nil, err
 	}
 	if !cfg.HideMeasured && models.Measured != nil && models.Measured.Len() > 0 {
-		s.snap.Known = newKnown(s.r)
+		if cfg.Oracle {
+			s.snap.Known = newKnown(s.r)
+		} else {
+			s.online = newOnline(s.r)
+			s.snap.Known = s.online
+		}
 	}
 	if err := s.loop(ctx); err != nil {
 		return nil, err
@@ -224,6 +234,9 @@ type simulator struct {
 	wake    float64 // the policy's wake-up time (+Inf: none)
 	hist    sched.TimerHistory
 	spread  map[*job]bool // running jobs on two servers or more
+	// online is what the policies know of measured speeds (nil: the
+	// oracle's tables or nothing).
+	online *online
 	// linkMemo is relink's last answer per rack uplink.
 	linkMemo map[string]linkMemo
 }
@@ -635,6 +648,13 @@ func (s *simulator) apply(d sched.Decisions) error {
 		j.comm, j.expIter = s.r.network(j.model, j.plan, j.pl, cross, max(cpg, 1), it)
 		j.extra, j.sharing = 0, false
 		j.measured = meas
+		if meas && !cross && s.online != nil {
+			// The control plane now knows this configuration's speed.
+			if o := s.online.observe(j.model, j.plan, j.pl, max(cpg, 1)); o != s.online {
+				s.online = o
+				s.snap.Known = o
+			}
+		}
 		j.st = running
 		j.last = s.now
 		shift := 0.0
