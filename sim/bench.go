@@ -25,6 +25,8 @@ type BenchConfig struct {
 	SkipScale          bool
 	SkipNetwork        bool
 	NetworkJobs        int // jobs per generated multi-rack trace (default 400)
+	// OversubOnly prints only the spine-oversubscription sweep.
+	OversubOnly bool
 }
 
 // Targets of the scheduling issue.
@@ -49,6 +51,9 @@ func Bench(ctx context.Context, w io.Writer, cfg BenchConfig) error {
 	if cfg.ScaleServers <= 0 {
 		cfg.ScaleServers = 1024
 	}
+	if cfg.OversubOnly {
+		return BenchOversub(ctx, w, 4, cfg.NetworkJobs)
+	}
 	if cfg.DataDir == "" {
 		fmt.Fprintln(w, "sim bench: skipped the Morphling traces: no data directory (../shared/data/morphling is absent; pass --data)")
 	} else if err := benchTraces(ctx, w, cfg.DataDir); err != nil {
@@ -56,6 +61,9 @@ func Bench(ctx context.Context, w io.Writer, cfg BenchConfig) error {
 	}
 	if !cfg.SkipNetwork {
 		if err := BenchNetwork(ctx, w, cfg); err != nil {
+			return err
+		}
+		if err := BenchOversub(ctx, w, 4, cfg.NetworkJobs); err != nil {
 			return err
 		}
 	}
