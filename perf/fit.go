@@ -108,7 +108,6 @@ func FitForwardScreened(a Arch, samples []Sample) (Forward, []int, error) {
 	return f, screened, nil
 }
 
-
 // FitStats describes a fit.
 type FitStats struct {
 	Samples        int     `json:"samples"`
