@@ -239,6 +239,9 @@ type simulator struct {
 	online *online
 	// linkMemo is relink's last answer per rack uplink.
 	linkMemo map[string]linkMemo
+	// linksDirty: a job spanning racks started, changed or stopped since
+	// the last relink (arrivals and single-server jobs change no link).
+	linksDirty bool
 }
 
 // linkMemo is the link sharing of one rack's uplink for the jobs on it
@@ -486,6 +489,9 @@ func (s *simulator) release(j *job) {
 	j.alloc = nil
 	j.gpus = 0
 	j.lastRun = s.now
+	if s.spread[j] {
+		s.linksDirty = true
+	}
 	delete(s.spread, j)
 	j.sharing, j.extra = false, 0
 	j.version++
@@ -670,6 +676,7 @@ func (s *simulator) apply(d sched.Decisions) error {
 				s.spread = map[*job]bool{}
 			}
 			s.spread[j] = true
+			s.linksDirty = true
 		}
 		j.changed = s.now
 		j.version++
@@ -741,6 +748,10 @@ func (h *evHeap) Pop() any {
 // the most any of its links adds. Inside a rack nothing is shared: each
 // GPU pair has its own NIC and the top-of-rack switch is non-blocking.
 func (s *simulator) relink() {
+	if !s.linksDirty {
+		return
+	}
+	s.linksDirty = false
 	type use struct {
 		j   *job
 		dem float64
