@@ -37,6 +37,8 @@ type FIFO struct {
 	// server (rack) when one frees up (Gandiva's migration).
 	Migrate bool
 	c       *cache
+	// reqMemo memoises reqLoss per job ID (guarded by c.mu).
+	reqMemo map[string]reqLossVal
 	// opt holds the restart cost, horizon, gain factor and MinDwell that
 	// gate synergy's core changes of running jobs (the defaults of
 	// Options; NewWithRestartCost sets the restart cost).
@@ -70,6 +72,41 @@ func (f *FIFO) reqLoss(j *Job, perServer, cpg int) (float64, float64, float64) {
 	if j.Model == nil || g <= 0 {
 		return 0, 0, 0
 	}
+	// It depends only on the request: memoised per job (a waiting queue
+	// of thousands is priced every round otherwise).
+	k := reqLossKey{j.Model, j.ReqPlan, g, perServer, cpg}
+	f.c.mu.Lock()
+	if f.reqMemo == nil {
+		f.reqMemo = map[string]reqLossVal{}
+	}
+	v, ok := f.reqMemo[j.ID]
+	f.c.mu.Unlock()
+	if ok && v.key == k {
+		return v.r, v.x, v.ideal
+	}
+	r, x, ideal := f.reqLossOf(j, perServer, cpg)
+	f.c.mu.Lock()
+	if len(f.reqMemo) > 1<<16 {
+		clear(f.reqMemo) // bounded: finished jobs' entries go
+	}
+	f.reqMemo[j.ID] = reqLossVal{k, r, x, ideal}
+	f.c.mu.Unlock()
+	return r, x, ideal
+}
+
+type reqLossKey struct {
+	m           *perf.Model
+	plan        perf.Plan
+	g, per, cpg int
+}
+
+type reqLossVal struct {
+	key         reqLossKey
+	r, x, ideal float64
+}
+
+func (f *FIFO) reqLossOf(j *Job, perServer, cpg int) (float64, float64, float64) {
+	g := j.ReqGPUs
 	packed := perf.PackedPlacement(g, perServer)
 	best := f.c.predict(j.Model, j.ReqPlan, packed, false, cpg)
 	if best <= 0 {
