@@ -38,7 +38,7 @@ type FIFO struct {
 	Migrate bool
 	c       *cache
 	// reqMemo memoises reqLoss per job ID (guarded by c.mu).
-	reqMemo map[string]reqLossVal
+	reqMemo map[reqLossKey]reqLossVal
 	// opt holds the restart cost, horizon, gain factor and MinDwell that
 	// gate synergy's core changes of running jobs (the defaults of
 	// Options; NewWithRestartCost sets the restart cost).
@@ -72,24 +72,25 @@ func (f *FIFO) reqLoss(j *Job, perServer, cpg int) (float64, float64, float64) {
 	if j.Model == nil || g <= 0 {
 		return 0, 0, 0
 	}
-	// It depends only on the request: memoised per job (a waiting queue
-	// of thousands is priced every round otherwise).
+	// It depends only on the request: memoised per distinct request (a
+	// waiting queue of thousands is priced every round otherwise; few
+	// requests differ, so the map stays small and cache-friendly).
 	k := reqLossKey{j.Model, j.ReqPlan, g, perServer, cpg}
 	f.c.mu.Lock()
 	if f.reqMemo == nil {
-		f.reqMemo = map[string]reqLossVal{}
+		f.reqMemo = map[reqLossKey]reqLossVal{}
 	}
-	v, ok := f.reqMemo[j.ID]
+	v, ok := f.reqMemo[k]
 	f.c.mu.Unlock()
-	if ok && v.key == k {
+	if ok {
 		return v.r, v.x, v.ideal
 	}
 	r, x, ideal := f.reqLossOf(j, perServer, cpg)
 	f.c.mu.Lock()
 	if len(f.reqMemo) > 1<<16 {
-		clear(f.reqMemo) // bounded: finished jobs' entries go
+		clear(f.reqMemo) // bounded
 	}
-	f.reqMemo[j.ID] = reqLossVal{k, r, x, ideal}
+	f.reqMemo[k] = reqLossVal{r, x, ideal}
 	f.c.mu.Unlock()
 	return r, x, ideal
 }
@@ -101,7 +102,6 @@ type reqLossKey struct {
 }
 
 type reqLossVal struct {
-	key         reqLossKey
 	r, x, ideal float64
 }
 

@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/replan/replan/perf"
 )
@@ -276,30 +277,33 @@ func newNetRound(o NetOptions, s *Snapshot, demand func(i int) int, loss func(i,
 
 // decide is Dally's Algorithm 1 as a tier limit, with replan's loss step.
 func (nr *netRound) decide(nj *netJob, now float64) (perf.Tier, string, float64) {
-	h := func(s float64) string { return fmt.Sprintf("%.1f h", s/3600) }
+	// strconv, not fmt: this runs for every waiting job every round (the
+	// same text as "%.1f h", "%d" and "%.0f%%").
+	h := func(s float64) string { return strconv.FormatFloat(s/3600, 'f', 1, 64) + " h" }
+	pct := func(x float64) string { return strconv.FormatFloat(100*x, 'f', 0, 64) + "%" }
 	lim := nr.o.LossAccept
 	switch {
 	case !nj.fitsR:
-		return perf.TierCrossRack, fmt.Sprintf("needs %d GPUs, more than a rack: any offer", nj.gpus), 0
+		return perf.TierCrossRack, "needs " + strconv.Itoa(nj.gpus) + " GPUs, more than a rack: any offer", 0
 	case nj.starved >= nj.rack && (nj.starved >= nj.server || !nj.fitsS):
-		return perf.TierCrossRack, fmt.Sprintf("starved %s: timers expired, any offer", h(nj.starved)), 0
+		return perf.TierCrossRack, "starved " + h(nj.starved) + ": timers expired, any offer", 0
 	}
 	if nj.starved >= nj.server || !nj.fitsS {
 		if nj.starved >= nj.rack {
-			return perf.TierCrossRack, fmt.Sprintf("starved %s: rack timer expired, any offer", h(nj.starved)), 0
+			return perf.TierCrossRack, "starved " + h(nj.starved) + ": rack timer expired, any offer", 0
 		}
-		why := fmt.Sprintf("server timer expired (%s of %s); waits for one rack until %s", h(nj.starved), h(nj.server), h(nj.rack))
+		why := "server timer expired (" + h(nj.starved) + " of " + h(nj.server) + "); waits for one rack until " + h(nj.rack)
 		if !nj.fitsS {
-			why = fmt.Sprintf("needs %d GPUs, more than a server; waits for one rack until %s", nj.gpus, h(nj.rack))
+			why = "needs " + strconv.Itoa(nj.gpus) + " GPUs, more than a server; waits for one rack until " + h(nj.rack)
 		}
 		if lim > 0 {
-			why += fmt.Sprintf(", or any offer losing < %.0f%% (across racks: %.0f%%)", 100*lim, 100*nj.lossX)
+			why += ", or any offer losing < " + pct(lim) + " (across racks: " + pct(nj.lossX) + ")"
 		}
 		return perf.TierRack, why, now + nj.rack - nj.starved
 	}
-	why := fmt.Sprintf("waits for one server until %s (starved %s)", h(nj.server), h(nj.starved))
+	why := "waits for one server until " + h(nj.server) + " (starved " + h(nj.starved) + ")"
 	if lim > 0 {
-		why += fmt.Sprintf(", or any offer losing < %.0f%% (in one rack: %.0f%%, across racks: %.0f%%)", 100*lim, 100*nj.lossR, 100*nj.lossX)
+		why += ", or any offer losing < " + pct(lim) + " (in one rack: " + pct(nj.lossR) + ", across racks: " + pct(nj.lossX) + ")"
 	}
 	return perf.TierServer, why, now + nj.server - nj.starved
 }

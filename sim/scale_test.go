@@ -13,7 +13,7 @@ import (
 // racks of 32 with a 60 s round interval, per policy (`sim bench` prints
 // the full-size table).
 func BenchmarkPhilly(b *testing.B) {
-	jobs, err := sim.Generate(sim.GenConfig{Jobs: 20000, Servers: 1024, Seed: 1})
+	jobs, err := sim.Generate(sim.GenConfig{Jobs: 20000, Servers: 1024, Seed: 1, Load: 1.5})
 	if err != nil {
 		b.Fatal(err)
 	}
