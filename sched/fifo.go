@@ -37,8 +37,6 @@ type FIFO struct {
 	// server (rack) when one frees up (Gandiva's migration).
 	Migrate bool
 	c       *cache
-	// reqMemo memoises reqLoss per job ID (guarded by c.mu).
-	reqMemo map[reqLossKey]reqLossVal
 	// opt holds the restart cost, horizon, gain factor and MinDwell that
 	// gate synergy's core changes of running jobs (the defaults of
 	// Options; NewWithRestartCost sets the restart cost).
@@ -77,20 +75,20 @@ func (f *FIFO) reqLoss(j *Job, perServer, cpg int) (float64, float64, float64) {
 	// requests differ, so the map stays small and cache-friendly).
 	k := reqLossKey{j.Model, j.ReqPlan, g, perServer, cpg}
 	f.c.mu.Lock()
-	if f.reqMemo == nil {
-		f.reqMemo = map[reqLossKey]reqLossVal{}
+	if f.c.req == nil {
+		f.c.req = map[reqLossKey]reqLossVal{}
 	}
-	v, ok := f.reqMemo[k]
+	v, ok := f.c.req[k]
 	f.c.mu.Unlock()
 	if ok {
 		return v.r, v.x, v.ideal
 	}
 	r, x, ideal := f.reqLossOf(j, perServer, cpg)
 	f.c.mu.Lock()
-	if len(f.reqMemo) > 1<<16 {
-		clear(f.reqMemo) // bounded
+	if len(f.c.req) > 1<<16 {
+		clear(f.c.req) // bounded
 	}
-	f.reqMemo[k] = reqLossVal{r, x, ideal}
+	f.c.req[k] = reqLossVal{r, x, ideal}
 	f.c.mu.Unlock()
 	return r, x, ideal
 }

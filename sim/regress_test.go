@@ -274,3 +274,35 @@ func TestHonestPoliciesSeeOnlyWhatRan(t *testing.T) {
 		}
 	}
 }
+
+// TestHonestRunDeterministic: with the online knowledge (a Known that
+// grows as jobs run, caches reset at each change) the same inputs still
+// give the same outputs.
+func TestHonestRunDeterministic(t *testing.T) {
+	dir := dataDir(t)
+	ctx := context.Background()
+	jobs, err := dataset.LoadWorkload(ctx, filepath.Join(dir, "workloads", "workload-mt.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apps := make([]string, 0, len(jobs))
+	for _, j := range jobs {
+		apps = append(apps, j.Application)
+	}
+	models, err := sim.LoadModels(ctx, dir, perf.A800, apps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"tiresias", "replan", "synergy"} {
+		var rs [2]*sim.Result
+		for k := range rs {
+			p, _ := sched.New(name)
+			if rs[k], err = sim.Run(ctx, jobs, models, p, sim.Config{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if rs[0].AvgJCT != rs[1].AvgJCT || rs[0].Restarts != rs[1].Restarts || rs[0].Makespan != rs[1].Makespan {
+			t.Errorf("%s: two honest runs differ: %+v vs %+v", name, rs[0].ClassMetrics, rs[1].ClassMetrics)
+		}
+	}
+}
