@@ -64,6 +64,18 @@ func printValidate(w io.Writer, rep dataset.Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintln(w, "\nby placement (uneven: a server holds a GPU count that is not a multiple of its GPUs per NIC), and a constant guess (the fit rows' geometric mean) on the same rows:")
+	tw = newTable(w)
+	fmt.Fprintln(tw, "MODEL\tPLACEMENTS\tROWS\tAVG ERR %\tMAX ERR %")
+	for _, m := range rep.Models {
+		for _, p := range m.Splits {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.2f\n", m.Model, p.Plan, p.Rows, p.AvgErrPct, p.MaxErrPct)
+		}
+		fmt.Fprintf(tw, "%s\tconstant guess\t%d\t%.2f\t%.2f\n", m.Model, m.Rows, m.ConstAvgErrPct, m.ConstMaxErrPct)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
 	for _, m := range rep.Models {
 		fmt.Fprintf(w, "\n%s: fitted on %d samples (%d offload, rmsle %.3f) incl. rows %s\n", m.Model, m.Fit.Samples, m.Fit.OffloadSamples, m.Fit.RMSLE, strings.Join(m.FitRows, " "))
 		fmt.Fprintf(w, "  worst: %s\n", m.Worst)

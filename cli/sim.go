@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -22,6 +23,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 		cfg                  sim.Config
 		racks                int
 		spine                float64
+		both                 bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --trace FILE [--data DIR] [--policy a,b] [--json]",
@@ -51,8 +53,20 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 			// A failing policy is reported in its row (and the exit
 			// status), not at the cost of the others' results.
 			results, runErr := sim.RunAll(ctx, jobs, models, ps, cfg)
+			var oracle []*sim.Result
+			if both && !cfg.Oracle {
+				ocfg := cfg
+				ocfg.Oracle = true
+				ops, err := simPolicies(policies, cfg.RestartCost)
+				if err != nil {
+					return err
+				}
+				var oErr error
+				oracle, oErr = sim.RunAll(ctx, jobs, models, ops, ocfg)
+				runErr = errors.Join(runErr, oErr)
+			}
 			if asJSON {
-				if err := writeJSON(stdout, sim.Report{Policies: results}); err != nil {
+				if err := writeJSON(stdout, sim.Report{Policies: results, Oracle: oracle}); err != nil {
 					return err
 				}
 				return runErr
@@ -61,8 +75,17 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 			if cfg.ServersPerRack > 0 && cfg.ServersPerRack < cfg.Servers {
 				fmt.Fprintf(stdout, "%d racks of %d servers, spine %.0f GB/s per rack (the policies price cross-rack bandwidth ×%.2f)\n", (cfg.Servers+cfg.ServersPerRack-1)/cfg.ServersPerRack, cfg.ServersPerRack, spine, sim.SpineFactor(spine, cfg.ServersPerRack))
 			}
+			if oracle != nil {
+				fmt.Fprintln(stdout, "honest: the policies see the fitted models and the measured speed of configurations a job has run in")
+			}
 			if err := sim.WriteTable(stdout, results); err != nil {
 				return err
+			}
+			if oracle != nil {
+				fmt.Fprintln(stdout, "\noracle: the policies see the whole measured tables (--oracle)")
+				if err := sim.WriteTable(stdout, oracle); err != nil {
+					return err
+				}
 			}
 			return runErr
 		},
@@ -74,6 +97,8 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.IntVar(&racks, "racks", 0, "racks (with --servers-per-rack: the cluster is racks × servers-per-rack servers; 0: --servers)")
 	f.Float64Var(&spine, "spine-gbps", cluster.A800SpineGBps, "each rack's uplink into the spine, GB/s (oversubscription = servers-per-rack × 100 GB/s / this)")
+	f.BoolVar(&cfg.Oracle, "oracle", false, "show the policies the whole measured tables (default: the fitted models plus the measured speed of configurations some job has run in, as a control plane learns them)")
+	f.BoolVar(&both, "both", false, "run twice, honest and --oracle, and report both")
 	f.BoolVar(&cfg.NoShifts, "no-shifts", false, "ignore the policies' time-shifts (same placements, jobs start at once)")
 	addClusterFlags(cmd, &cfg)
 	cmd.AddCommand(newSimGenCmd(stdout), newSimBenchCmd(stdout))
@@ -188,10 +213,11 @@ func newSimBenchCmd(stdout io.Writer) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&b.DataDir, "data", "", "data directory (default $REPLAN_DATA or ../shared/data/morphling)")
-	f.IntVar(&b.ScaleJobs, "scale-jobs", 50000, "jobs of the generated scale trace")
+	f.IntVar(&b.ScaleJobs, "scale-jobs", 80000, "jobs of the largest generated scale trace (a quarter and a half of it run too)")
 	f.IntVar(&b.ScaleServers, "scale-servers", 1024, "servers of the scale trace and the one-round benchmark")
 	f.Float64Var(&b.ScaleRoundInterval, "scale-round-interval", 60, "round interval of the scale run in seconds (0: a round on every event)")
-	f.BoolVar(&b.SkipScale, "skip-scale", false, "skip the 50,000-job run")
+	f.BoolVar(&b.SkipScale, "skip-scale", false, "skip the scale traces")
+	f.BoolVar(&b.OversubOnly, "oversub-only", false, "print only the spine-oversubscription sweep (1:1, 4:1, 16:1)")
 	f.BoolVar(&b.SkipNetwork, "skip-network", false, "skip the multi-rack experiments")
 	f.IntVar(&b.NetworkJobs, "network-jobs", 400, "jobs of each generated multi-rack trace")
 	return cmd

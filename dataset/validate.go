@@ -46,6 +46,16 @@ type ModelReport struct {
 	Forward   perf.Forward   `json:"forward"`
 	Notes     []string       `json:"notes,omitempty"`
 	Worst     string         `json:"worst"` // the row with the maximum error
+	// Splits are the errors of the held-out rows by placement kind: one
+	// server, several servers each holding a multiple of its GPUs per
+	// NIC ("even"), several servers one of which does not ("uneven",
+	// perf.Env.Stray).
+	Splits []FamilyReport `json:"splits"`
+	// ConstAvgErrPct and ConstMaxErrPct are a constant guess's errors on
+	// the same rows (every row predicted at the geometric mean of the fit
+	// rows' measured times): the baseline the model must beat.
+	ConstAvgErrPct float64 `json:"const_avg_err_pct"`
+	ConstMaxErrPct float64 `json:"const_max_err_pct"`
 }
 
 // Report is the result of Validate.
@@ -129,9 +139,15 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 		return mr, err
 	}
 	profSamples := prof.Samples(arch)
-	fwd, err := perf.FitForward(arch, profSamples)
+	fwd, screened, err := perf.FitForwardScreened(arch, profSamples)
 	if err != nil {
 		return mr, err
+	}
+	for _, i := range screened {
+		if i >= 0 {
+			s := profSamples[i]
+			mr.Notes = append(mr.Notes, fmt.Sprintf("forward fit screened out a misreported forward time: %s on %s, forward %.4fs", s.Plan, s.Resources.Placement, s.FwdS))
+		}
 	}
 	var fitSamples []perf.Sample
 	ratio := arch.Params / prof.ParamCount()
@@ -171,11 +187,23 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 		s := fitSamples[i]
 		mr.Notes = append(mr.Notes, fmt.Sprintf("fit screened out a bad measurement: %s on %s, %.3fs", s.Plan, s.Resources.Placement, s.IterS))
 	}
+	for _, i := range stats.Suspect {
+		s := fitSamples[i]
+		mr.Notes = append(mr.Notes, fmt.Sprintf("fit kept a suspect measurement (too many to screen): %s on %s, %.3fs", s.Plan, s.Resources.Placement, s.IterS))
+	}
+	for _, f := range stats.Flags {
+		mr.Notes = append(mr.Notes, "fit: "+f)
+	}
 
 	isFit := map[int]bool{}
+	logSum := 0.0
 	for _, i := range chosen {
 		isFit[i] = true
+		logSum += math.Log(held[i].row.IterS)
 	}
+	guess := math.Exp(logSum / float64(max(len(chosen), 1)))
+	splits := map[string]*FamilyReport{}
+	var constSum float64
 	fam := map[string]*FamilyReport{}
 	var sum float64
 	for i, h := range held {
@@ -195,6 +223,24 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 		f.Rows++
 		f.AvgErrPct += e
 		f.MaxErrPct = math.Max(f.MaxErrPct, e)
+		kind := "single-server"
+		switch pl := h.sample.Resources.Placement; {
+		case env.Stray(pl):
+			kind = "uneven multi-server"
+		case pl.Servers() > 1:
+			kind = "even multi-server"
+		}
+		sp := splits[kind]
+		if sp == nil {
+			sp = &FamilyReport{Plan: kind}
+			splits[kind] = sp
+		}
+		sp.Rows++
+		sp.AvgErrPct += e
+		sp.MaxErrPct = math.Max(sp.MaxErrPct, e)
+		ce := 100 * math.Abs(guess-h.row.IterS) / h.row.IterS
+		constSum += ce
+		mr.ConstMaxErrPct = math.Max(mr.ConstMaxErrPct, ce)
 		mr.Rows++
 		sum += e
 		if e > mr.MaxErrPct {
@@ -204,6 +250,13 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 	}
 	if mr.Rows > 0 {
 		mr.AvgErrPct = sum / float64(mr.Rows)
+		mr.ConstAvgErrPct = constSum / float64(mr.Rows)
+	}
+	for _, k := range []string{"single-server", "even multi-server", "uneven multi-server"} {
+		if sp := splits[k]; sp != nil {
+			sp.AvgErrPct /= float64(sp.Rows)
+			mr.Splits = append(mr.Splits, *sp)
+		}
 	}
 	for _, f := range fam {
 		f.AvgErrPct /= float64(f.Rows)

@@ -76,6 +76,24 @@ func (r Resources) Tier() Tier {
 	}
 }
 
+// Stray reports whether a placement spanning servers has a server
+// holding a GPU count that is not a multiple of its GPUs per NIC (with
+// 2 GPUs per NIC: an odd count): a GPU of the job without its NIC
+// partner. A data-parallel collective over such a placement is priced at
+// Params.KStray (model.go).
+func (e Env) Stray(pl Placement) bool {
+	if len(pl) < 2 {
+		return false
+	}
+	per := max(e.GPUsPerServer/max(e.NICs, 1), 1)
+	for _, g := range pl {
+		if g%per != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // nodeGBps is the inter-server bandwidth of a server that has g GPUs of the
 // job: the NICs those GPUs sit behind, scaled down across racks.
 func (e Env) nodeGBps(g int, crossRack bool) float64 {

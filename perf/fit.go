@@ -37,9 +37,19 @@ const (
 // more than 50% off the median per-sample time are dropped first (profilers
 // misreport: the t5 profile has a forward time of 4 ms among 50-80 ms ones).
 func FitForward(a Arch, samples []Sample) (Forward, error) {
-	type row struct{ x0, x1, y float64 }
+	f, _, err := FitForwardScreened(a, samples)
+	return f, err
+}
+
+// FitForwardScreened is FitForward that also reports the samples (by
+// index) it screened out as misreported forward times.
+func FitForwardScreened(a Arch, samples []Sample) (Forward, []int, error) {
+	type row struct {
+		x0, x1, y float64
+		i         int
+	}
 	var rows []row
-	for _, s := range samples {
+	for si, s := range samples {
 		p := s.Plan
 		if s.FwdS <= 0 || p.TP != 1 || p.PP != 1 || p.DP < 1 || p.GA < 1 {
 			continue
@@ -47,10 +57,10 @@ func FitForward(a Arch, samples []Sample) (Forward, error) {
 		perGPU := float64(a.GlobalBatch) / float64(p.DP)
 		// Profilers report the recomputed forward of checkpointing as part
 		// of the backward, so FwdS is a plain forward for every plan.
-		rows = append(rows, row{1, perGPU, s.FwdS})
+		rows = append(rows, row{1, perGPU, s.FwdS, si})
 	}
 	if len(rows) == 0 {
-		return Forward{}, errors.New("fit forward: no sample with a measured forward time and TP = PP = 1")
+		return Forward{}, nil, errors.New("fit forward: no sample with a measured forward time and TP = PP = 1")
 	}
 	solve := func(rs []row) Forward {
 		// weighted normal equations with weights 1/y²
@@ -83,16 +93,19 @@ func FitForward(a Arch, samples []Sample) (Forward, error) {
 	}
 	med := median(per)
 	var kept []row
+	var screened []int
 	for _, r := range rows {
 		if rel := math.Abs(r.y-med*r.x1) / (med * r.x1); rel <= 0.5 {
 			kept = append(kept, r)
+		} else {
+			screened = append(screened, r.i)
 		}
 	}
 	if len(kept) == 0 {
-		kept = rows
+		kept, screened = rows, nil
 	}
 	f := solve(kept)
-	return f, nil
+	return f, screened, nil
 }
 
 // FitStats describes a fit.
@@ -107,6 +120,34 @@ type FitStats struct {
 	// measurements: more than FitOptions.OutlierLogErr off after the first
 	// fit.
 	Dropped []int `json:"dropped,omitempty"`
+	// Suspect lists the samples the robust pass found that far off but
+	// kept, because screening them would have dropped too many (more than
+	// a quarter, or below MinSamples): reported, not silently used.
+	Suspect []int `json:"suspect,omitempty"`
+	// StraySamples counts samples on a stray placement (Env.Stray): with
+	// none, k_stray is its prior (DefaultParams.KStray, a slow host path)
+	// and the model's prices of such placements are a pessimistic guess
+	// until one has been measured.
+	StraySamples int `json:"stray_samples"`
+	// Flags are warnings about the fitted parameters: overlap exponents
+	// below 1 (outside the paper's definition: the overlapped time then
+	// exceeds the sum of its parts), k_stray left at its prior.
+	Flags []string `json:"flags,omitempty"`
+}
+
+// flag adds the warnings Flags documents.
+func (st *FitStats) flag(k Params) {
+	for _, x := range []struct {
+		name string
+		v    float64
+	}{{"k_sync", k.KSync}, {"k_off", k.KOff}, {"k_swap", k.KSwap}} {
+		if x.v < 1 {
+			st.Flags = append(st.Flags, fmt.Sprintf("%s = %.3f < 1: an overlap exponent outside the paper's definition (overlapped time above the sum of its parts)", x.name, x.v))
+		}
+	}
+	if st.StraySamples == 0 {
+		st.Flags = append(st.Flags, fmt.Sprintf("no sample on a stray placement (a server holding a GPU count that is not a multiple of its GPUs per NIC): k_stray is its prior %.1f GB/s, untrusted for such placements", DefaultParams.KStray))
+	}
 }
 
 // FitOptions tunes Fit. The zero value is the documented default.
@@ -133,7 +174,11 @@ func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
 		o.OutlierLogErr = 0.35
 	}
 	if o.OutlierLogErr < 0 {
-		return fitOnce(m, samples, o, false)
+		k, st, err := fitOnce(m, samples, o, false)
+		if err == nil {
+			st.flag(k)
+		}
+		return k, st, err
 	}
 	// A robust pass (pseudo-Huber on the log error) finds the measurements
 	// a squared loss would bend the model towards.
@@ -151,6 +196,7 @@ func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
 		}
 	}
 	kept := samples
+	var suspect []int
 	if len(bad) > 0 && len(bad) <= len(samples)/4 && len(samples)-len(bad) >= MinSamples {
 		drop := map[int]bool{}
 		for _, i := range bad {
@@ -163,7 +209,7 @@ func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
 			}
 		}
 	} else {
-		bad = nil
+		suspect, bad = bad, nil
 	}
 	// The fit itself: squared log error on the kept samples, from the
 	// robust solution.
@@ -171,12 +217,16 @@ func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
 	o.Starts = 1
 	k, st2, err := fitOnce(m, kept, o, false)
 	if err != nil {
+		st.Suspect = suspect
+		st.Flags = append(st.Flags, "the final fit failed ("+err.Error()+"): the robust pass's parameters are used")
+		st.flag(kr)
 		return kr, st, nil
 	}
 	st2.Evaluations += st.Evaluations
 	st2.Starts += st.Starts
-	st2.Samples, st2.OffloadSamples, st2.Trusted = st.Samples, st.OffloadSamples, st.Trusted
-	st2.Dropped = bad
+	st2.Samples, st2.OffloadSamples, st2.Trusted, st2.StraySamples = st.Samples, st.OffloadSamples, st.Trusted, st.StraySamples
+	st2.Dropped, st2.Suspect, st2.Flags = bad, suspect, nil
+	st2.flag(k)
 	return k, st2, nil
 }
 
@@ -208,6 +258,9 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		logY[i] = math.Log(s.IterS)
 		if s.Plan.Offload {
 			st.OffloadSamples++
+		}
+		if m.Env.Stray(s.Resources.Placement) {
+			st.StraySamples++
 		}
 	}
 	st.Trusted = st.Samples >= MinSamples && st.OffloadSamples >= MinOffloadSamples

@@ -16,27 +16,36 @@ type Params struct {
 	KOff    float64 `json:"k_off"`     // overlap degree of DP sync and GPU<->host copies
 	KSwap   float64 `json:"k_swap"`    // overlap degree of the CPU step and the copies
 	KConst  float64 `json:"k_const"`   // constant per-iteration overhead, seconds
+	// KStray is the effective GB/s of a data-parallel collective that
+	// spans servers when one of them holds a GPU count that is not a
+	// multiple of its GPUs per NIC: a GPU whose NIC is not shared with a
+	// GPU of the same job under its PCIe switch reaches the network (or
+	// its ring neighbour) through the host bridge, without GPUDirect
+	// RDMA, and the whole ring runs at that path's speed. It is a
+	// property of the server, fitted like the others (0 in an old model
+	// file: the default).
+	KStray float64 `json:"k_stray"`
 }
 
 // NumParams is the number of fittable parameters.
-const NumParams = 7
+const NumParams = 8
 
 // ParamNames lists the parameters in vector order.
-var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_off", "k_swap", "k_const"}
+var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_off", "k_swap", "k_const", "k_stray"}
 
 // Vector returns the parameters in ParamNames order.
 func (p Params) Vector() [NumParams]float64 {
-	return [NumParams]float64{p.KBwd, p.KSync, p.KOpt, p.KOptOff, p.KOff, p.KSwap, p.KConst}
+	return [NumParams]float64{p.KBwd, p.KSync, p.KOpt, p.KOptOff, p.KOff, p.KSwap, p.KConst, p.KStray}
 }
 
 // ParamsFromVector is the inverse of Vector.
 func ParamsFromVector(v [NumParams]float64) Params {
-	return Params{KBwd: v[0], KSync: v[1], KOpt: v[2], KOptOff: v[3], KOff: v[4], KSwap: v[5], KConst: v[6]}
+	return Params{KBwd: v[0], KSync: v[1], KOpt: v[2], KOptOff: v[3], KOff: v[4], KSwap: v[5], KConst: v[6], KStray: v[7]}
 }
 
 // DefaultParams is the starting point of every fit and the prior the fit is
 // gently pulled towards when samples do not identify a parameter.
-var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01}
+var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01, KStray: 4}
 
 // Forward is the profiled forward pass of a model type on one GPU: the
 // forward of an iteration processing n samples per GPU takes Alpha + Beta·n
@@ -76,6 +85,10 @@ type Breakdown struct {
 	// what CASSINI's circles are made of.
 	InterServer float64 `json:"inter_server_s"`
 	Tier        Tier    `json:"tier"`
+	// Stray is set when the DP collective spans servers and one of them
+	// holds a GPU count that is not a multiple of its GPUs per NIC
+	// (priced at Params.KStray; Env.Stray).
+	Stray bool `json:"stray,omitempty"`
 }
 
 // Throughput is samples per second for a global batch of batch samples.
@@ -120,6 +133,11 @@ type shape struct {
 	cpus, off        float64
 	dpCross, ppCross bool
 	tier             Tier
+	// stray: the DP collective spans servers and one of them holds a GPU
+	// count that is not a multiple of GPUs per NIC; strayDP and
+	// strayGather are its volumes in GB (priced at Params.KStray).
+	stray                bool
+	strayDP, strayGather float64
 }
 
 func (m Model) prepare(p Plan, r Resources) (shape, error) {
@@ -186,6 +204,9 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 	}
 	dpGBps, dpCross, ppGBps, ppCross := m.linkBandwidths(p, r, server)
 	s.dpCross, s.ppCross = dpCross, ppCross
+	if dpCross && vDP > 0 && e.Stray(pl) {
+		s.stray, s.strayDP, s.strayGather = true, vDP/1e9, vGather/1e9
+	}
 	if vDP > 0 {
 		s.commDP = vDP / (dpGBps * 1e9)
 		s.gather = vGather / (dpGBps * 1e9)
@@ -213,6 +234,15 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 // eval applies Appendix A's combination rules with parameters k.
 func (s *shape) eval(k Params) Breakdown {
 	out := Breakdown{CommDP: s.commDP, Gather: s.gather, CommTP: s.commTP, CommPP: s.commPP, Tier: s.tier}
+	commDP, gather := s.commDP, s.gather
+	if s.stray {
+		kb := k.KStray
+		if kb <= 0 {
+			kb = DefaultParams.KStray
+		}
+		commDP, gather = math.Max(commDP, s.strayDP/kb), math.Max(gather, s.strayGather/kb)
+		out.CommDP, out.Gather, out.Stray = commDP, gather, true
+	}
 	// Checkpointing recomputes the forward inside the backward. The A800
 	// data shows that time is not hidden by the gradient sync (gc − ga is
 	// one forward on every placement), so it sits outside the overlap.
@@ -224,24 +254,24 @@ func (s *shape) eval(k Params) Breakdown {
 	if s.pp == 1 {
 		out.Fwd = s.fixed + s.ga*s.f1
 		out.Bwd = s.ga * (b1 + rc)
-		out.Tcc = s.fixed + s.ga*(s.f1+rc) + (s.ga-1)*b1 + overlap(k.KSync, b1, s.commDP) + s.commTP
+		out.Tcc = s.fixed + s.ga*(s.f1+rc) + (s.ga-1)*b1 + overlap(k.KSync, b1, commDP) + s.commTP
 	} else {
 		fill := s.ga + s.pp - 1
 		out.Fwd = s.fixed + s.f1*fill
 		out.Bwd = (b1 + rc) * fill
-		out.Tcc = out.Fwd + rc*fill + overlap(k.KSync, b1*fill, s.commDP) + s.commTP + s.commPP
+		out.Tcc = out.Fwd + rc*fill + overlap(k.KSync, b1*fill, commDP) + s.commTP + s.commPP
 	}
 	if s.offload {
 		out.Opt = k.KOptOff * s.shardG / s.cpus
 		out.Off = s.off
-		out.Too = overlap(k.KOff, s.commDP+s.gather, s.off) + overlap(k.KSwap, out.Opt, s.off)
+		out.Too = overlap(k.KOff, commDP+gather, s.off) + overlap(k.KSwap, out.Opt, s.off)
 	} else {
 		out.Opt = k.KOpt * s.shardG
-		out.Too = out.Opt + s.gather
+		out.Too = out.Opt + gather
 	}
 	out.Iter = out.Tcc + out.Too + k.KConst
 	if s.dpCross {
-		out.InterServer += s.commDP + s.gather
+		out.InterServer += commDP + gather
 	}
 	if s.ppCross {
 		out.InterServer += s.commPP

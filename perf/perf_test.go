@@ -58,7 +58,10 @@ func TestPredictDataParallelTiers(t *testing.T) {
 	in, _ := m.Predict(p, Resources{Placement: Placement{4}})
 	approx(t, "intra commDP", in.CommDP, 3e9/100e9)
 	// 2+2 on two servers: each server's 2 GPUs sit behind one NIC (4 GPUs
-	// per NIC): 10 GB/s.
+	// per NIC): 10 GB/s. (2 is not a multiple of 4 GPUs per NIC: a stray
+	// placement, priced at k_stray; a fast host path here so the NIC
+	// bandwidth is what binds. TestStrayPlacement prices the slow one.)
+	m.Params.KStray = 1e3
 	across, _ := m.Predict(p, Resources{Placement: Placement{2, 2}})
 	approx(t, "inter commDP", across.CommDP, 3e9/10e9)
 	if across.Tier != TierRack || in.Tier != TierServer {
@@ -441,15 +444,15 @@ func TestFitScreensABadMeasurement(t *testing.T) {
 		b, _ := truth.Predict(p, r)
 		samples = append(samples, Sample{Plan: p, Resources: r, IterS: b.Iter})
 	}
-	samples[9].IterS *= 4 // a straggler run measured 4× too slow
+	samples[8].IterS *= 4 // a straggler run measured 4× too slow (an even placement: k_stray cannot explain it)
 	start := truth
 	start.Params = DefaultParams
 	_, st, err := Fit(start, samples, FitOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Dropped) != 1 || st.Dropped[0] != 9 {
-		t.Fatalf("dropped %v, want [9]", st.Dropped)
+	if len(st.Dropped) != 1 || st.Dropped[0] != 8 {
+		t.Fatalf("dropped %v, want [8]", st.Dropped)
 	}
 	if st.RMSLE > 0.02 {
 		t.Errorf("rmsle after screening %.4f", st.RMSLE)
@@ -510,5 +513,54 @@ func TestCPUCurveOffloadGainsFromCPUs(t *testing.T) {
 	}
 	if !(pts[7].Throughput > pts[0].Throughput) {
 		t.Errorf("offloaded optimizer should gain from CPUs: %v vs %v", pts[0].Throughput, pts[7].Throughput)
+	}
+}
+
+// TestStrayPlacement: a data-parallel run over servers one of which holds
+// a GPU count that is not a multiple of its GPUs per NIC has its
+// collective priced at k_stray (the host-bridge path), the same plan on
+// an even split is not, and a fit recovers k_stray from such runs.
+func TestStrayPlacement(t *testing.T) {
+	m := toyModel()
+	m.Env = A800
+	m.Params.KStray = 1 // GB/s: far below a NIC
+	p := Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 1, GA: 1}
+	even, _ := m.Predict(p, Resources{Placement: Placement{4, 4}})
+	odd, _ := m.Predict(p, Resources{Placement: Placement{5, 3}})
+	if even.Stray || !odd.Stray {
+		t.Fatalf("stray flags: 4+4 %v, 5+3 %v", even.Stray, odd.Stray)
+	}
+	if !A800.Stray(Placement{1, 1}) || A800.Stray(Placement{2, 2}) || A800.Stray(Placement{7}) {
+		t.Errorf("Env.Stray: 1+1 and not 2+2 nor a single server")
+	}
+	if odd.Iter < 2*even.Iter {
+		t.Errorf("5+3 at %.3fs vs 4+4 at %.3fs: k_stray 1 GB/s should stall it", odd.Iter, even.Iter)
+	}
+	// The fit finds k_stray from the runs that identify it.
+	truth := m
+	truth.Params.KStray = 2
+	var samples []Sample
+	for _, pl := range []Placement{{8}, {4}, {2}, {1}, {4, 4}, {2, 2}, {2, 2, 2, 2}, {5, 3}, {3, 3, 2}, {1, 1}} {
+		for _, off := range []bool{false, true} {
+			q := Plan{DP: pl.GPUs(), TP: 1, PP: 1, MicroBatch: max(8/pl.GPUs(), 1), GA: 1}
+			if off {
+				q.ZeRO, q.Offload = 2, true
+			}
+			r := Resources{Placement: pl, CPUsPerGPU: 4}
+			b, err := truth.Predict(q, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			samples = append(samples, Sample{Plan: q, Resources: r, IterS: b.Iter})
+		}
+	}
+	start := truth
+	start.Params = DefaultParams
+	k, _, err := Fit(start, samples, FitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.KStray < 1.6 || k.KStray > 2.4 {
+		t.Errorf("fitted k_stray %.2f, want about 2", k.KStray)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/replan/replan/perf"
 )
 
 // The CPU branch of Algorithm 1 (lines 9-17 with resType = CPU), shared by
@@ -66,6 +68,24 @@ type cpuTuner struct {
 	// trimStarts gives a job starting this round whose curve is flat its
 	// minimum cores (synergy; no restart is involved).
 	trimStarts bool
+	// flat, when set, remembers across rounds which running jobs have a
+	// flat CPU curve on their allocation (most do: no offload plan), so
+	// an unchanged job is not re-priced every round.
+	flat *flatMemo
+}
+
+// flatMemo is cpuTuner's memory of flat CPU curves, per job ID: valid
+// while the job keeps its allocation and cores and the policy's Known.
+type flatMemo struct {
+	known      Known
+	prev, next map[string]flatEntry
+}
+
+type flatEntry struct {
+	model *perf.Model
+	cpg   int
+	alloc []Alloc
+	flat  bool
 }
 
 func (t *cpuTuner) at(i, c int) float64 {
@@ -281,7 +301,16 @@ func (t *cpuTuner) run() {
 		}
 		// More cores never slow a plan down: no gain at maxCPG means a
 		// flat curve (most jobs stop here).
-		if t.at(i, maxCPG) <= t.at(i, js.cpg)*(1+1e-9) {
+		if t.flat != nil {
+			e, ok := t.flat.prev[js.job.ID]
+			if !ok || e.model != js.job.Model || e.cpg != js.cpg || !sameAlloc(e.alloc, js.alloc) {
+				e = flatEntry{model: js.job.Model, cpg: js.cpg, alloc: append([]Alloc(nil), js.alloc...), flat: t.at(i, maxCPG) <= t.at(i, js.cpg)*(1+1e-9)}
+			}
+			t.flat.next[js.job.ID] = e
+			if e.flat {
+				continue
+			}
+		} else if t.at(i, maxCPG) <= t.at(i, js.cpg)*(1+1e-9) {
 			continue
 		}
 		if _, s := t.step(i, t.cap(i)); s > 0 {

@@ -106,6 +106,7 @@ type cache struct {
 	preds  map[predKey]float64
 	prep   map[string]prepared
 	tiers  map[tierKey][3]float64
+	req    map[reqLossKey]reqLossVal // FIFO.reqLoss
 	perf   perf.CurveCache
 	known  Known
 }
@@ -124,6 +125,7 @@ func (c *cache) use(k Known) {
 	c.preds = map[predKey]float64{}
 	c.prep = map[string]prepared{}
 	c.tiers = map[tierKey][3]float64{}
+	c.req = nil
 }
 
 func newCache() *cache {

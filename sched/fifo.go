@@ -70,6 +70,41 @@ func (f *FIFO) reqLoss(j *Job, perServer, cpg int) (float64, float64, float64) {
 	if j.Model == nil || g <= 0 {
 		return 0, 0, 0
 	}
+	// It depends only on the request: memoised per distinct request (a
+	// waiting queue of thousands is priced every round otherwise; few
+	// requests differ, so the map stays small and cache-friendly).
+	k := reqLossKey{j.Model, j.ReqPlan, g, perServer, cpg}
+	f.c.mu.Lock()
+	if f.c.req == nil {
+		f.c.req = map[reqLossKey]reqLossVal{}
+	}
+	v, ok := f.c.req[k]
+	f.c.mu.Unlock()
+	if ok {
+		return v.r, v.x, v.ideal
+	}
+	r, x, ideal := f.reqLossOf(j, perServer, cpg)
+	f.c.mu.Lock()
+	if len(f.c.req) > 1<<16 {
+		clear(f.c.req) // bounded
+	}
+	f.c.req[k] = reqLossVal{r, x, ideal}
+	f.c.mu.Unlock()
+	return r, x, ideal
+}
+
+type reqLossKey struct {
+	m           *perf.Model
+	plan        perf.Plan
+	g, per, cpg int
+}
+
+type reqLossVal struct {
+	r, x, ideal float64
+}
+
+func (f *FIFO) reqLossOf(j *Job, perServer, cpg int) (float64, float64, float64) {
+	g := j.ReqGPUs
 	packed := perf.PackedPlacement(g, perServer)
 	best := f.c.predict(j.Model, j.ReqPlan, packed, false, cpg)
 	if best <= 0 {

@@ -98,6 +98,10 @@ type Morphling struct {
 	opt  Options
 	c    *cache
 	net  *NetOptions // network-aware (replan): nil for plain Morphling
+	// shifts is the time-shift computation's memo across rounds.
+	shifts *shiftMemo
+	// flat is the CPU branch's memo of flat CPU curves across rounds.
+	flat *flatMemo
 }
 
 // NewReplan is replan's policy: Morphling's allocation and plans, Dally's
@@ -557,7 +561,10 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 	if nr != nil {
 		nr.finish(&s, &d)
 		if p.net.Shifts {
-			d.Links = shiftDecisions(&s, &d, p.opt.RestartCost)
+			if p.shifts == nil {
+				p.shifts = newShiftMemo()
+			}
+			d.Links = shiftDecisionsMemo(&s, &d, p.opt.RestartCost, p.shifts)
 		}
 	}
 	for i := range st.jobs {
@@ -1139,7 +1146,14 @@ func (p *Morphling) emit(st *state) Decisions {
 	// The CPU branch of Algorithm 1 on the final GPU allocations: cores
 	// by CPU slope, taken from the lowest CPU-slope jobs above their
 	// minimum (cpu.go).
-	p.cpuTuner(st).run()
+	t := p.cpuTuner(st)
+	if p.flat == nil || p.flat.known != st.snap.Known {
+		p.flat = &flatMemo{known: st.snap.Known}
+	}
+	p.flat.next = make(map[string]flatEntry, len(p.flat.prev))
+	t.flat = p.flat
+	t.run()
+	p.flat.prev, p.flat.next = p.flat.next, nil
 	return emitState(st, func(i int) (perf.Plan, float64, perf.Memory, bool) {
 		js := &st.jobs[i]
 		if js.planSet && !js.cpuSet && js.newPlan.GPUs() == js.total && sameAlloc(js.alloc, js.job.Alloc) {

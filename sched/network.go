@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/replan/replan/perf"
 )
@@ -163,14 +164,25 @@ func (j *Job) Starved(now float64) float64 {
 }
 
 // NwSens is Dally's network sensitivity of j: the share of the ideal
-// speed it achieved while running, (ItersDone/ItersTotal)/(RunSeconds/
-// ideal run time), with idealIter the seconds per iteration at the best
-// tier. 1 when unknown (never ran).
+// speed it achieved while running, in [0, 1]. With IdealSeconds (the
+// caller's record of how long its iterations would have taken at the best
+// tier on the GPUs it actually held) it is IdealSeconds / RunSeconds;
+// otherwise ItersDone × idealIter / RunSeconds, idealIter the seconds per
+// iteration at the best tier of its demand (an estimate: a job that ran
+// on more GPUs than its demand would exceed 1, so it is capped). 1 when
+// unknown (never ran).
 func (j *Job) NwSens(idealIter float64) float64 {
-	if j.RunSeconds <= 0 || j.ItersDone <= 0 || idealIter <= 0 {
+	if j.RunSeconds <= 0 {
 		return 1
 	}
-	return j.ItersDone * idealIter / j.RunSeconds
+	v := 1.0
+	switch {
+	case j.IdealSeconds > 0:
+		v = j.IdealSeconds / j.RunSeconds
+	case j.ItersDone > 0 && idealIter > 0:
+		v = j.ItersDone * idealIter / j.RunSeconds
+	}
+	return math.Min(math.Max(v, 0), 1)
 }
 
 // tierOf is the widest tier an allocation spans.
@@ -265,30 +277,33 @@ func newNetRound(o NetOptions, s *Snapshot, demand func(i int) int, loss func(i,
 
 // decide is Dally's Algorithm 1 as a tier limit, with replan's loss step.
 func (nr *netRound) decide(nj *netJob, now float64) (perf.Tier, string, float64) {
-	h := func(s float64) string { return fmt.Sprintf("%.1f h", s/3600) }
+	// strconv, not fmt: this runs for every waiting job every round (the
+	// same text as "%.1f h", "%d" and "%.0f%%").
+	h := func(s float64) string { return strconv.FormatFloat(s/3600, 'f', 1, 64) + " h" }
+	pct := func(x float64) string { return strconv.FormatFloat(100*x, 'f', 0, 64) + "%" }
 	lim := nr.o.LossAccept
 	switch {
 	case !nj.fitsR:
-		return perf.TierCrossRack, fmt.Sprintf("needs %d GPUs, more than a rack: any offer", nj.gpus), 0
+		return perf.TierCrossRack, "needs " + strconv.Itoa(nj.gpus) + " GPUs, more than a rack: any offer", 0
 	case nj.starved >= nj.rack && (nj.starved >= nj.server || !nj.fitsS):
-		return perf.TierCrossRack, fmt.Sprintf("starved %s: timers expired, any offer", h(nj.starved)), 0
+		return perf.TierCrossRack, "starved " + h(nj.starved) + ": timers expired, any offer", 0
 	}
 	if nj.starved >= nj.server || !nj.fitsS {
 		if nj.starved >= nj.rack {
-			return perf.TierCrossRack, fmt.Sprintf("starved %s: rack timer expired, any offer", h(nj.starved)), 0
+			return perf.TierCrossRack, "starved " + h(nj.starved) + ": rack timer expired, any offer", 0
 		}
-		why := fmt.Sprintf("server timer expired (%s of %s); waits for one rack until %s", h(nj.starved), h(nj.server), h(nj.rack))
+		why := "server timer expired (" + h(nj.starved) + " of " + h(nj.server) + "); waits for one rack until " + h(nj.rack)
 		if !nj.fitsS {
-			why = fmt.Sprintf("needs %d GPUs, more than a server; waits for one rack until %s", nj.gpus, h(nj.rack))
+			why = "needs " + strconv.Itoa(nj.gpus) + " GPUs, more than a server; waits for one rack until " + h(nj.rack)
 		}
 		if lim > 0 {
-			why += fmt.Sprintf(", or any offer losing < %.0f%% (across racks: %.0f%%)", 100*lim, 100*nj.lossX)
+			why += ", or any offer losing < " + pct(lim) + " (across racks: " + pct(nj.lossX) + ")"
 		}
 		return perf.TierRack, why, now + nj.rack - nj.starved
 	}
-	why := fmt.Sprintf("waits for one server until %s (starved %s)", h(nj.server), h(nj.starved))
+	why := "waits for one server until " + h(nj.server) + " (starved " + h(nj.starved) + ")"
 	if lim > 0 {
-		why += fmt.Sprintf(", or any offer losing < %.0f%% (in one rack: %.0f%%, across racks: %.0f%%)", 100*lim, 100*nj.lossR, 100*nj.lossX)
+		why += ", or any offer losing < " + pct(lim) + " (in one rack: " + pct(nj.lossR) + ", across racks: " + pct(nj.lossX) + ")"
 	}
 	return perf.TierServer, why, now + nj.server - nj.starved
 }

@@ -253,3 +253,21 @@ func BenchmarkShifts1000Jobs1024Servers(b *testing.B) {
 		sched.Shifts(links, nil, map[int]float64{})
 	}
 }
+
+// TestNwSensInUnitInterval: Nw_sens is a share of the ideal speed, in
+// [0, 1] as documented. Estimated from the demand's ideal iteration, a
+// job that ran on more GPUs than its demand exceeded 1 (3.46 and 64.88
+// appeared in the queue view).
+func TestNwSensInUnitInterval(t *testing.T) {
+	grown := sched.Job{RunSeconds: 100, ItersDone: 6488}
+	if v := grown.NwSens(1); v < 0 || v > 1 {
+		t.Errorf("grown job: Nw_sens %.2f outside [0, 1]", v)
+	}
+	slow := sched.Job{RunSeconds: 100, ItersDone: 50, IdealSeconds: 40}
+	if v := slow.NwSens(1); v != 0.4 {
+		t.Errorf("with IdealSeconds 40 of 100 s: Nw_sens %.3f, want 0.4", v)
+	}
+	if v := (&sched.Job{}).NwSens(1); v != 1 {
+		t.Errorf("never ran: Nw_sens %.2f, want 1", v)
+	}
+}

@@ -348,6 +348,47 @@ type LinkDetail struct {
 // reached closes a cycle: its constraint is dropped and reported. offsets
 // gives the fixed jobs' offsets and receives the others'.
 func Shifts(links []Link, fixed map[int]bool, offsets map[int]float64) LinkReport {
+	return shifts(links, fixed, offsets, nil, nil)
+}
+
+// shiftMemo carries what a policy's shift computation can reuse from one
+// round to the next: each running job's circle (it changes only with its
+// plan or allocation) and the score of every link whose jobs all kept
+// their phases (nothing to rotate: the same circles at the same offsets).
+type shiftMemo struct {
+	circles, nextCircles map[string]circleMemo
+	links, nextLinks     map[string]linkMemo
+}
+
+type circleMemo struct {
+	plan  perf.Plan
+	alloc []Alloc
+	spine float64
+	c     Circle
+	ok    bool
+}
+
+type linkMemo struct {
+	ids   []string
+	offs  []float64
+	score float64
+}
+
+func newShiftMemo() *shiftMemo {
+	return &shiftMemo{circles: map[string]circleMemo{}, links: map[string]linkMemo{}}
+}
+
+// round starts a round: entries not used in it are dropped at its end.
+func (m *shiftMemo) round() {
+	m.nextCircles = make(map[string]circleMemo, len(m.circles))
+	m.nextLinks = make(map[string]linkMemo, len(m.links))
+}
+
+func (m *shiftMemo) end() {
+	m.circles, m.links = m.nextCircles, m.nextLinks
+}
+
+func shifts(links []Link, fixed map[int]bool, offsets map[int]float64, memo *shiftMemo, ids func(int) string) LinkReport {
 	var rep LinkReport
 	byJob := map[int][]int{}
 	var shared []int
@@ -407,7 +448,34 @@ func Shifts(links []Link, fixed map[int]bool, offsets map[int]float64) LinkRepor
 			if nfree == 0 && reached {
 				rep.Dropped = append(rep.Dropped, l.Name)
 			}
-			res, score := Rotate(cs, fx, off, l.Capacity)
+			var res []float64
+			var score float64
+			if memo != nil && nfree == 0 && !reached {
+				// Every job on the link kept its phase: the same score as
+				// last round when they are the same jobs at the same offsets.
+				lm, ok := memo.links[l.Name]
+				if ok && len(lm.ids) == len(l.Jobs) {
+					for k, lj := range l.Jobs {
+						if lm.ids[k] != ids(lj.Job) || lm.offs[k] != off[k] {
+							ok = false
+							break
+						}
+					}
+				} else {
+					ok = false
+				}
+				if !ok {
+					_, lm.score = Rotate(cs, fx, off, l.Capacity)
+					lm.ids, lm.offs = make([]string, len(l.Jobs)), off
+					for k, lj := range l.Jobs {
+						lm.ids[k] = ids(lj.Job)
+					}
+				}
+				memo.nextLinks[l.Name] = lm
+				res, score = append([]float64(nil), off...), lm.score
+			} else {
+				res, score = Rotate(cs, fx, off, l.Capacity)
+			}
 			w := demand(li)
 			wsum += w
 			ssum += w * score
@@ -448,6 +516,14 @@ func Shifts(links []Link, fixed map[int]bool, offsets map[int]float64) LinkRepor
 // the others on its racks' uplinks, assuming it starts restart seconds
 // after Now. It also fills Decision.Tier.
 func shiftDecisions(s *Snapshot, d *Decisions, restart float64) LinkReport {
+	return shiftDecisionsMemo(s, d, restart, nil)
+}
+
+func shiftDecisionsMemo(s *Snapshot, d *Decisions, restart float64, memo *shiftMemo) LinkReport {
+	if memo != nil {
+		memo.round()
+		defer memo.end()
+	}
 	type run struct {
 		alloc []Alloc
 		plan  perf.Plan
@@ -481,7 +557,19 @@ func shiftDecisions(s *Snapshot, d *Decisions, restart float64) LinkReport {
 	for _, i := range idx {
 		r := runs[i]
 		j := &s.Jobs[i]
-		c, ok := spineCircle(s, j, r.plan, r.alloc)
+		var c Circle
+		var ok bool
+		if memo != nil {
+			cm, hit := memo.circles[j.ID]
+			if !hit || cm.plan != r.plan || cm.spine != s.SpineGBps || !sameAlloc(cm.alloc, r.alloc) || !sameCores(cm.alloc, r.alloc) {
+				cm = circleMemo{plan: r.plan, alloc: append([]Alloc(nil), r.alloc...), spine: s.SpineGBps}
+				cm.c, cm.ok = spineCircle(s, j, r.plan, r.alloc)
+			}
+			memo.nextCircles[j.ID] = cm
+			c, ok = cm.c, cm.ok
+		} else {
+			c, ok = spineCircle(s, j, r.plan, r.alloc)
+		}
 		if !ok {
 			continue
 		}
@@ -514,7 +602,7 @@ func shiftDecisions(s *Snapshot, d *Decisions, restart float64) LinkReport {
 	for _, rk := range racks {
 		links = append(links, *byRack[rk])
 	}
-	rep := Shifts(links, fixed, offsets)
+	rep := shifts(links, fixed, offsets, memo, func(i int) string { return s.Jobs[i].ID })
 	for k := range rep.Links {
 		for _, i := range rep.Links[k].Index {
 			rep.Links[k].Jobs = append(rep.Links[k].Jobs, s.Jobs[i].ID)

@@ -96,12 +96,19 @@ func newState(s *Snapshot) *state {
 	st.idx.init(st.free, st.maxPer)
 	st.rackOf = make([]int, n)
 	rk := map[string]int{}
+	prev, prevR := "", -1
 	for i, sv := range s.Servers {
-		r, ok := rk[sv.Rack]
-		if !ok {
-			r = len(st.racks)
-			rk[sv.Rack] = r
-			st.racks = append(st.racks, nil)
+		r := prevR
+		if prevR < 0 || sv.Rack != prev {
+			// servers of a rack are usually listed together: the map only
+			// at a change of rack
+			var ok bool
+			if r, ok = rk[sv.Rack]; !ok {
+				r = len(st.racks)
+				rk[sv.Rack] = r
+				st.racks = append(st.racks, nil)
+			}
+			prev, prevR = sv.Rack, r
 		}
 		st.rackOf[i] = r
 		st.racks[r] = append(st.racks[r], i)

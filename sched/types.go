@@ -91,6 +91,11 @@ type Job struct {
 	// RunSeconds is the time the job has held resources so far (for
 	// Dally's Nw_sens; 0: unknown, Nw_sens 1).
 	RunSeconds float64
+	// IdealSeconds is how long the job's iterations so far would have
+	// taken at the ideal speed of the GPUs it held (the same plan packed
+	// onto as few servers as possible, no link sharing): Dally's Nw_sens
+	// is IdealSeconds / RunSeconds (0: unknown, estimated from ItersDone).
+	IdealSeconds float64
 	// Phase is, for a running job, a time (Snapshot.Now's clock) at which
 	// one of its iterations began: where its communication arcs sit for
 	// the time-shifts of jobs that start next to it (0: unknown).

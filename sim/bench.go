@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"text/tabwriter"
 	"time"
 
 	"github.com/replan/replan/dataset"
@@ -18,12 +19,14 @@ import (
 // BenchConfig drives Bench.
 type BenchConfig struct {
 	DataDir            string
-	ScaleJobs          int     // default 50,000
+	ScaleJobs          int     // default 80,000 (a quarter and a half of it run too)
 	ScaleServers       int     // default 1,024
 	ScaleRoundInterval float64 // seconds; 0: a round on every event
 	SkipScale          bool
 	SkipNetwork        bool
 	NetworkJobs        int // jobs per generated multi-rack trace (default 400)
+	// OversubOnly prints only the spine-oversubscription sweep.
+	OversubOnly bool
 }
 
 // Targets of the scheduling issue.
@@ -43,10 +46,13 @@ const (
 // the speed figures.
 func Bench(ctx context.Context, w io.Writer, cfg BenchConfig) error {
 	if cfg.ScaleJobs <= 0 {
-		cfg.ScaleJobs = 50000
+		cfg.ScaleJobs = 80000
 	}
 	if cfg.ScaleServers <= 0 {
 		cfg.ScaleServers = 1024
+	}
+	if cfg.OversubOnly {
+		return BenchOversub(ctx, w, 4, cfg.NetworkJobs)
 	}
 	if cfg.DataDir == "" {
 		fmt.Fprintln(w, "sim bench: skipped the Morphling traces: no data directory (../shared/data/morphling is absent; pass --data)")
@@ -57,34 +63,130 @@ func Bench(ctx context.Context, w io.Writer, cfg BenchConfig) error {
 		if err := BenchNetwork(ctx, w, cfg); err != nil {
 			return err
 		}
+		if err := BenchOversub(ctx, w, 4, cfg.NetworkJobs); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintln(w, "\nspeed")
-	d, cold, err := benchRound(cfg.ScaleServers)
-	if err != nil {
+	fmt.Fprintln(w, "\nspeed (CPU = process CPU time, which other load on a shared machine does not inflate; wall = median of 5 warm rounds)")
+	if err := benchRounds(w, cfg.ScaleServers); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "  one morphling round, %d servers (%d GPUs), %d waiting + running jobs holding %.0f%% of GPUs: %s with warm caches (target <= %s) %s; first round with cold caches %s\n",
-		cfg.ScaleServers, cfg.ScaleServers*8, benchRoundWaiting, 100*benchRoundRunningGP, d.Round(time.Microsecond), TargetRound, met(d <= TargetRound), cold.Round(time.Millisecond))
 	if cfg.SkipScale {
 		return nil
 	}
-	jobs, err := Generate(GenConfig{Jobs: cfg.ScaleJobs, Servers: cfg.ScaleServers, Seed: 1})
-	if err != nil {
-		return err
+	return benchTraceScale(ctx, w, cfg)
+}
+
+// Round-time targets of issue 15 (replan, the default policy).
+const (
+	TargetRound8k  = 30 * time.Millisecond  // 8,192 GPUs, 5,000 waiting
+	TargetRound32k = 150 * time.Millisecond // 32,768 GPUs, 20,000 waiting
+)
+
+// benchRounds prints one round of replan and morphling at three cluster
+// sizes (servers, 2×, 4×; waiting jobs in proportion), with the cost
+// growth between sizes (time ratio over the 2× size ratio: 1.0 is
+// linear).
+func benchRounds(w io.Writer, servers int) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  one round\tservers\tGPUs\twaiting\twall ms\tCPU ms\tgrowth (CPU)\tfirst round ms\ttarget\t")
+	for _, name := range []string{"replan", "morphling"} {
+		prev := time.Duration(0)
+		for k, sv := range []int{servers, 2 * servers, 4 * servers} {
+			waiting := benchRoundWaiting * sv / 1024
+			d, cpu, cold, err := benchRoundOf(name, sv, waiting)
+			if err != nil {
+				return err
+			}
+			growth := ""
+			if k > 0 && prev > 0 {
+				growth = fmt.Sprintf("%.2f×/2×", float64(cpu)/float64(prev))
+			}
+			prev = cpu
+			target := ""
+			if name == "replan" && sv*8 == 8192 && waiting == 5000 {
+				target = fmt.Sprintf("<= %s %s", TargetRound8k, met(min(d, cpu) <= TargetRound8k))
+			}
+			if name == "replan" && sv*8 == 32768 && waiting == 20000 {
+				target = fmt.Sprintf("<= %s %s", TargetRound32k, met(min(d, cpu) <= TargetRound32k))
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%.1f\t%.1f\t%s\t%.0f\t%s\t\n", name, sv, sv*8, waiting,
+				float64(d.Microseconds())/1e3, float64(cpu.Microseconds())/1e3, growth, float64(cold.Milliseconds()), target)
+		}
 	}
-	models := DefaultModels(perf.A800)
-	for _, name := range []string{"morphling"} {
-		p, _ := sched.New(name)
+	return tw.Flush()
+}
+
+// benchRoundOf times one round of policy name on LargeSnapshot after a
+// warm-up round: the median wall time and the mean CPU time of five.
+func benchRoundOf(name string, servers, waiting int) (wall, cpu, cold time.Duration, err error) {
+	s := LargeSnapshot(servers, waiting, benchRoundRunningGP, 7)
+	p, err := sched.New(name)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	t0 := time.Now()
+	p.Schedule(s)
+	cold = time.Since(t0)
+	var ds []time.Duration
+	c0 := CPUTime()
+	for i := 0; i < 5; i++ {
 		t0 := time.Now()
-		r, err := Run(ctx, jobs, models, p, Config{Servers: cfg.ScaleServers, RoundInterval: cfg.ScaleRoundInterval})
+		d := p.Schedule(s)
+		ds = append(ds, time.Since(t0))
+		if len(d.Actions) == 0 {
+			return 0, 0, 0, fmt.Errorf("bench round: no decisions")
+		}
+	}
+	cpu = (CPUTime() - c0) / 5
+	sort.Slice(ds, func(a, b int) bool { return ds[a] < ds[b] })
+	return ds[len(ds)/2], cpu, cold, nil
+}
+
+// benchTraceScale replays Philly-like generated traces (sim gen) of a
+// quarter, half and all of ScaleJobs on ScaleServers servers in racks of
+// 32 under replan, morphling and tiresias: wall and CPU time, rounds, the
+// process's peak RSS so far, and the growth between sizes.
+func benchTraceScale(ctx context.Context, w io.Writer, cfg BenchConfig) error {
+	fmt.Fprintf(w, "\n  Philly-like traces (sim gen, seed 1) on %d servers in racks of 32, round interval %gs (0: every event); target: %d jobs <= %s per policy\n",
+		cfg.ScaleServers, cfg.ScaleRoundInterval, cfg.ScaleJobs, TargetScale)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  policy\tjobs\trounds\twall s\tCPU s\tgrowth (wall)\tpeak RSS MB\tavg JCT h\ttarget\t")
+	sizes := []int{cfg.ScaleJobs / 4, cfg.ScaleJobs / 2, cfg.ScaleJobs}
+	traces := make([][]dataset.WorkloadJob, len(sizes))
+	for k, n := range sizes {
+		jobs, err := Generate(GenConfig{Jobs: n, Servers: cfg.ScaleServers, Seed: 1})
 		if err != nil {
 			return err
 		}
-		el := time.Since(t0)
-		fmt.Fprintf(w, "  %d generated jobs on %d servers, %s, round interval %gs: %s for %d rounds (target <= %s) %s; avg JCT %.2f h, makespan %.1f h\n",
-			len(jobs), cfg.ScaleServers, name, cfg.ScaleRoundInterval, el.Round(time.Millisecond), r.Rounds, TargetScale, met(el <= TargetScale), r.AvgJCT/3600, r.Makespan/3600)
+		traces[k] = jobs
 	}
-	return nil
+	models := DefaultModels(perf.A800)
+	for _, name := range []string{"replan", "morphling", "tiresias"} {
+		prev := time.Duration(0)
+		for k, jobs := range traces {
+			p, _ := sched.New(name)
+			t0, c0 := time.Now(), CPUTime()
+			r, err := Run(ctx, jobs, models, p, Config{Servers: cfg.ScaleServers, ServersPerRack: 32, RoundInterval: cfg.ScaleRoundInterval})
+			el, cpu := time.Since(t0), CPUTime()-c0
+			if err != nil {
+				fmt.Fprintf(tw, "  %s\t%d\tfailed: %v\t\t\t\t\t\t\t\n", name, len(jobs), err)
+				continue
+			}
+			growth := ""
+			if k > 0 && prev > 0 {
+				growth = fmt.Sprintf("%.2f×/2×", float64(el)/float64(prev))
+			}
+			prev = el
+			target := ""
+			if len(jobs) == cfg.ScaleJobs {
+				target = fmt.Sprintf("<= %s %s", TargetScale, met(el <= TargetScale))
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t%.1f\t%.1f\t%s\t%.0f\t%.2f\t%s\t\n", name, len(jobs), r.Rounds, el.Seconds(), cpu.Seconds(), growth,
+				float64(PeakRSS())/(1<<20), r.AvgJCT/3600, target)
+		}
+	}
+	return tw.Flush()
 }
 
 // morphlingPolicies are the six policies of the Morphling comparison.
@@ -230,26 +332,4 @@ func LargeSnapshot(servers, waiting int, runningShare float64, seed uint64) sche
 	s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: servers * 8 / 2}, {Name: "B"}}
 	s.FillFree()
 	return s
-}
-
-// benchRound times one morphling round on LargeSnapshot after a warm-up
-// round that fills the policy's curve and plan caches (as a long-running
-// scheduler's are): the median of five rounds.
-func benchRound(servers int) (warm, cold time.Duration, err error) {
-	s := LargeSnapshot(servers, benchRoundWaiting, benchRoundRunningGP, 7)
-	p := sched.NewMorphling(sched.DefaultOptions())
-	t0 := time.Now()
-	p.Schedule(s)
-	cold = time.Since(t0)
-	var ds []time.Duration
-	for i := 0; i < 5; i++ {
-		t0 := time.Now()
-		d := p.Schedule(s)
-		ds = append(ds, time.Since(t0))
-		if len(d.Actions) == 0 {
-			return 0, 0, fmt.Errorf("bench round: no decisions")
-		}
-	}
-	sort.Slice(ds, func(a, b int) bool { return ds[a] < ds[b] })
-	return ds[len(ds)/2], cold, nil
 }

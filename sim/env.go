@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/replan/replan/cluster"
@@ -246,4 +248,73 @@ func (r *rates) alone(fm *perf.Model, cross bool) *perf.Model {
 	c := *fm
 	c.Env.SpineFactor = r.m.SpineAlone
 	return &c
+}
+
+// online shows the policies what a control plane learns as it runs: the
+// measured iteration time of a configuration (model type, plan,
+// placement, cores per GPU) only once some job of that type has run in
+// it. It is the simulator's honest default (Config.Oracle shows the whole
+// tables). A new online value is made whenever a configuration is first
+// seen (sched.Known's contract: a policy resets its caches when the value
+// changes); the values share the record.
+type online struct {
+	r     *rates
+	names map[*perf.Model]string
+	seen  map[seenKey]bool
+	plans map[plansKey][]perf.Plan
+}
+
+type seenKey struct {
+	model string
+	plan  perf.Plan
+	pl    string
+	cpg   int
+}
+
+func newOnline(r *rates) *online {
+	o := &online{r: r, names: map[*perf.Model]string{}, seen: map[seenKey]bool{}, plans: map[plansKey][]perf.Plan{}}
+	for n, m := range r.m.Fitted {
+		o.names[m] = n
+	}
+	return o
+}
+
+// observe records that a job of model ran plan on pl with cpg cores per
+// GPU at a measured speed; it returns the online value the next round
+// should see (o itself when nothing new was learnt).
+func (o *online) observe(model string, plan perf.Plan, pl perf.Placement, cpg int) *online {
+	k := seenKey{model, plan, pl.String(), cpg}
+	if o.seen[k] {
+		return o
+	}
+	o.seen[k] = true
+	pk := plansKey{model, pl.String()}
+	if !slices.Contains(o.plans[pk], plan) {
+		o.plans[pk] = append(o.plans[pk], plan)
+		slices.SortFunc(o.plans[pk], func(a, b perf.Plan) int { return strings.Compare(a.String(), b.String()) })
+	}
+	n := *o
+	return &n
+}
+
+// Throughput implements sched.Known.
+func (o *online) Throughput(m *perf.Model, p perf.Plan, pl perf.Placement, cpg int) (float64, bool) {
+	name, ok := o.names[m]
+	if !ok || !o.seen[seenKey{name, p, pl.String(), cpg}] {
+		return 0, false
+	}
+	it, measured := o.r.iter(name, p, pl, false, cpg)
+	if !measured || it <= 0 {
+		return 0, false
+	}
+	return float64(m.Arch.GlobalBatch) / it, true
+}
+
+// Plans implements sched.Known.
+func (o *online) Plans(m *perf.Model, pl perf.Placement) []perf.Plan {
+	name, ok := o.names[m]
+	if !ok {
+		return nil
+	}
+	return o.plans[plansKey{name, pl.String()}]
 }

@@ -212,3 +212,89 @@ func benchShifts(ctx context.Context, w io.Writer, jobs int) error {
 	}
 	return nil
 }
+
+// Targets where links are contended (issue 15).
+const (
+	TargetReplanVsMorphling = 1.15 // morphling avg JCT / replan avg JCT
+	TargetShiftCommCut      = 0.30 // exposed communication cut by the shifts
+)
+
+// BenchOversub is the spine-oversubscription sweep: racks of 8 servers ×
+// 8 GPUs with uplinks at 1:1, 4:1 and 16:1 (800, 200 and 50 GB/s per
+// rack), batch and Poisson arrivals; replan, morphling, dally and
+// tiresias, and replan with its shifts ignored: avg JCT, exposed
+// communication and link inflation, the replan/morphling ratio and what
+// the shifts cut.
+func BenchOversub(ctx context.Context, w io.Writer, racks, jobs int) error {
+	if racks <= 0 {
+		racks = 4
+	}
+	if jobs <= 0 {
+		jobs = 400
+	}
+	fmt.Fprintf(w, "\nspine oversubscription: %d racks of 8 servers × 8 A800, %d generated Philly-like jobs (seed 1), restart cost 260 s\n", racks, jobs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "oversub.\tarrivals\tpolicy\tavg JCT (h)\tmakespan (h)\texposed comm (h)\tlink inflation\tsharing jobs\t\n")
+	type sum struct {
+		label            string
+		ratio, commCut   float64
+		inflWith, inflNo float64
+		sharing          int
+	}
+	var sums []sum
+	for _, over := range []float64{1, 4, 16} {
+		spine := 8 * 100 / over
+		for _, batch := range []bool{true, false} {
+			trace, err := Generate(GenConfig{Jobs: jobs, Servers: racks * 8, Seed: 1, Batch: batch})
+			if err != nil {
+				return err
+			}
+			models := DefaultModels(perf.A800)
+			models.SetSpine(spine, 8)
+			cfg := Config{Servers: racks * 8, ServersPerRack: 8}
+			names := []string{"replan", "morphling", "dally", "tiresias"}
+			var ps []sched.Policy
+			for _, n := range names {
+				p, _ := sched.New(n)
+				ps = append(ps, p)
+			}
+			ns, _ := sched.New("replan")
+			ps = append(ps, ns)
+			rs, err := RunAll(ctx, trace, models, ps[:len(names)], cfg)
+			if err != nil {
+				return err
+			}
+			ncfg := cfg
+			ncfg.NoShifts = true
+			noShift, err := Run(ctx, trace, models, ns, ncfg)
+			if err != nil {
+				return err
+			}
+			arr := "poisson"
+			if batch {
+				arr = "batch"
+			}
+			for _, r := range append(rs, noShift) {
+				name := r.Policy
+				if r == noShift {
+					name = "replan no-shift"
+				}
+				fmt.Fprintf(tw, "%.0f:1\t%s\t%s\t%.3f\t%.2f\t%.3f\t%.3f\t%d\t\n", over, arr, name, r.AvgJCT/3600, r.Makespan/3600, r.CommExposed/3600, r.LinkInflation, r.LinkSharing)
+			}
+			cut := 0.0
+			if noShift.CommExposed > 0 {
+				cut = 1 - rs[0].CommExposed/noShift.CommExposed
+			}
+			sums = append(sums, sum{fmt.Sprintf("%.0f:1 %s", over, arr), rs[1].AvgJCT / rs[0].AvgJCT, cut, rs[0].LinkInflation, noShift.LinkInflation, rs[0].LinkSharing})
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "replan vs morphling (avg JCT, morphling/replan; target >= %.2f× where links are contended) and what the shifts do (exposed comm cut; target >= %.0f%%):\n", TargetReplanVsMorphling, 100*TargetShiftCommCut)
+	for _, s := range sums {
+		fmt.Fprintf(w, "  %-13s %.3f× %s; shifts: exposed comm %+.1f%% %s, link inflation %.3f with / %.3f without (%d sharing jobs)\n",
+			s.label, s.ratio, met(s.ratio >= TargetReplanVsMorphling), -100*s.commCut, met(s.commCut >= TargetShiftCommCut), s.inflWith, s.inflNo, s.sharing)
+	}
+	return nil
+}

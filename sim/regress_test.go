@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -198,5 +199,110 @@ func TestOneFailingPolicyKeepsTheOthers(t *testing.T) {
 	var sb strings.Builder
 	if err := sim.WriteTable(&sb, rs); err != nil || !strings.Contains(sb.String(), "failed:") {
 		t.Errorf("table does not show the failure: %v\n%s", err, sb.String())
+	}
+}
+
+// knowSpy wraps a policy and checks, every round, that the measured
+// plans the snapshot's Known reveals were all run by some job before.
+type knowSpy struct {
+	sched.Policy
+	seen     map[string]bool // "app plan placement" started so far
+	names    map[*perf.Model]string
+	revealed int
+	bad      string
+}
+
+func (k *knowSpy) Schedule(s sched.Snapshot) sched.Decisions {
+	if s.Known != nil && k.bad == "" {
+		for m, name := range k.names {
+			for _, pl := range []perf.Placement{{1}, {2}, {4}, {8}, {4, 4}, {8, 8}, {2, 2}} {
+				for _, p := range s.Known.Plans(m, pl) {
+					k.revealed++
+					if !k.seen[name+" "+p.String()+" "+pl.String()] {
+						k.bad = fmt.Sprintf("%s: plan %s on %s revealed before any job ran it", name, p, pl)
+					}
+				}
+			}
+		}
+	}
+	return k.Policy.Schedule(s)
+}
+
+// TestHonestPoliciesSeeOnlyWhatRan: by default the policies see the
+// fitted models plus the measured speed of configurations some job has
+// already run in; --oracle (Config.Oracle) shows the whole tables.
+func TestHonestPoliciesSeeOnlyWhatRan(t *testing.T) {
+	dir := dataDir(t)
+	ctx := context.Background()
+	jobs, err := dataset.LoadWorkload(ctx, filepath.Join(dir, "workloads", "workload-base.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs = jobs[:120]
+	apps := make([]string, 0, len(jobs))
+	app := map[string]string{}
+	for _, j := range jobs {
+		apps = append(apps, j.Application)
+		app[j.Name] = perf.CanonicalName(j.Application)
+	}
+	models, err := sim.LoadModels(ctx, dir, perf.A800, apps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[*perf.Model]string{}
+	for n, m := range models.Fitted {
+		names[m] = n
+	}
+	for _, oracle := range []bool{false, true} {
+		p, _ := sched.New("morphling")
+		spy := &knowSpy{Policy: p, seen: map[string]bool{}, names: names}
+		cfg := sim.Config{Oracle: oracle, OnEvent: func(e sim.Event) {
+			if e.Kind == "start" || e.Kind == "reconfigure" {
+				spy.seen[app[e.Job]+" "+e.Plan+" "+e.Placement] = true
+			}
+		}}
+		if _, err := sim.Run(ctx, jobs, models, spy, cfg); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case !oracle && spy.bad != "":
+			t.Errorf("honest run: %s", spy.bad)
+		case !oracle && spy.revealed == 0:
+			t.Errorf("honest run: no measured speed was ever learnt")
+		case oracle && spy.bad == "":
+			t.Errorf("oracle run: the tables revealed nothing no job had run (the test proves nothing)")
+		}
+	}
+}
+
+// TestHonestRunDeterministic: with the online knowledge (a Known that
+// grows as jobs run, caches reset at each change) the same inputs still
+// give the same outputs.
+func TestHonestRunDeterministic(t *testing.T) {
+	dir := dataDir(t)
+	ctx := context.Background()
+	jobs, err := dataset.LoadWorkload(ctx, filepath.Join(dir, "workloads", "workload-mt.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apps := make([]string, 0, len(jobs))
+	for _, j := range jobs {
+		apps = append(apps, j.Application)
+	}
+	models, err := sim.LoadModels(ctx, dir, perf.A800, apps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"tiresias", "replan", "synergy"} {
+		var rs [2]*sim.Result
+		for k := range rs {
+			p, _ := sched.New(name)
+			if rs[k], err = sim.Run(ctx, jobs, models, p, sim.Config{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if rs[0].AvgJCT != rs[1].AvgJCT || rs[0].Restarts != rs[1].Restarts || rs[0].Makespan != rs[1].Makespan {
+			t.Errorf("%s: two honest runs differ: %+v vs %+v", name, rs[0].ClassMetrics, rs[1].ClassMetrics)
+		}
 	}
 }

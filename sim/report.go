@@ -45,6 +45,9 @@ func RunAll(ctx context.Context, trace []dataset.WorkloadJob, models *Models, po
 // `replan sim --json`).
 type Report struct {
 	Policies []*Result `json:"policies"`
+	// Oracle, with `sim --both`, is the same run with the policies shown
+	// the whole measured tables (Config.Oracle).
+	Oracle []*Result `json:"oracle,omitempty"`
 }
 
 type column struct {

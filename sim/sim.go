@@ -35,6 +35,11 @@ type Config struct {
 	// HideMeasured keeps the measured tables from the policies: they then
 	// see only the fitted models (the simulator still replays the tables).
 	HideMeasured bool
+	// Oracle shows the policies the whole measured tables, configurations
+	// no job has run included. By default (false) they see, like a control
+	// plane, the fitted models plus the measured speed of configurations
+	// some job of the same model type has already run in.
+	Oracle bool
 	// NoShifts ignores the policies' time-shifts (Decision.Shift): the
 	// same placements with every job starting as soon as it can.
 	NoShifts bool
@@ -141,35 +146,37 @@ const (
 )
 
 type job struct {
-	w        dataset.WorkloadJob
-	model    string
-	m        *perf.Model
-	reqPlan  perf.Plan
-	class    sched.Class
-	promise  float64 // iterations per second at the request
-	st       jstate
-	alloc    []sched.Alloc
-	plan     perf.Plan
-	pl       perf.Placement
-	cpg      int
-	done     float64
-	last     float64
-	restart  float64 // no progress before this time
-	rate     float64 // iterations per second while not restarting
-	measured bool
-	version  int
-	started  bool
-	first    float64
-	finish   float64
-	restarts int
-	preempts int
-	sla      float64
-	gpuSec   float64
-	measSec  float64
-	runSec   float64
-	gpus     int
-	changed  float64 // time of the last start or reconfiguration
-	why      string  // the policy's last reason for keeping it waiting
+	w         dataset.WorkloadJob
+	model     string
+	m         *perf.Model
+	reqPlan   perf.Plan
+	class     sched.Class
+	promise   float64 // iterations per second at the request
+	st        jstate
+	alloc     []sched.Alloc
+	plan      perf.Plan
+	pl        perf.Placement
+	cpg       int
+	done      float64
+	last      float64
+	restart   float64 // no progress before this time
+	rate      float64 // iterations per second while not restarting
+	measured  bool
+	version   int
+	started   bool
+	first     float64
+	finish    float64
+	restarts  int
+	preempts  int
+	sla       float64
+	gpuSec    float64
+	measSec   float64
+	runSec    float64
+	idealSec  float64 // seconds its iterations would take at idealIter
+	idealIter float64 // seconds per iteration of its plan packed, alone
+	gpus      int
+	changed   float64 // time of the last start or reconfiguration
+	why       string  // the policy's last reason for keeping it waiting
 	// network
 	lastRun  float64 // when it last held resources
 	phase    float64 // a time at which one of its iterations began
@@ -181,6 +188,8 @@ type job struct {
 	commExp  float64 // exposed communication seconds so far
 	shareSec float64 // progress seconds while sharing
 	inflSum  float64 // ∫ inflation dt while sharing
+	// gen counts the job's starts and changes (relink's memo key).
+	gen int
 	// held is the progress at the last preemption or (re)start: a
 	// waiting or restarting job must still be at it (checkProgress).
 	held float64
@@ -194,7 +203,12 @@ func Run(ctx context.Context, trace []dataset.WorkloadJob, models *Models, p sch
 		return nil, err
 	}
 	if !cfg.HideMeasured && models.Measured != nil && models.Measured.Len() > 0 {
-		s.snap.Known = newKnown(s.r)
+		if cfg.Oracle {
+			s.snap.Known = newKnown(s.r)
+		} else {
+			s.online = newOnline(s.r)
+			s.snap.Known = s.online
+		}
 	}
 	if err := s.loop(ctx); err != nil {
 		return nil, err
@@ -212,13 +226,30 @@ type simulator struct {
 	tenants []sched.Tenant
 	now     float64
 	heap    evHeap
-	active  []*job // waiting or running, in submission order
+	active  []*job // waiting or running at the round, in submission order
+	live    []*job // submitted and not known finished (active plus finished since the last round)
 	alloc   int
 	rounds  int
 	snap    sched.Snapshot
 	wake    float64 // the policy's wake-up time (+Inf: none)
 	hist    sched.TimerHistory
 	spread  map[*job]bool // running jobs on two servers or more
+	// online is what the policies know of measured speeds (nil: the
+	// oracle's tables or nothing).
+	online *online
+	// linkMemo is relink's last answer per rack uplink.
+	linkMemo map[string]linkMemo
+	// linksDirty: a job spanning racks started, changed or stopped since
+	// the last relink (arrivals and single-server jobs change no link).
+	linksDirty bool
+}
+
+// linkMemo is the link sharing of one rack's uplink for the jobs on it
+// (in relink's order, each at its start generation).
+type linkMemo struct {
+	jobs  []*job
+	gen   []int
+	extra []float64
 }
 
 func (s *simulator) init(trace []dataset.WorkloadJob) error {
@@ -313,6 +344,7 @@ func (s *simulator) advance(j *job, t float64) {
 		d := t - start
 		j.done += d * j.rate
 		j.runSec += d
+		j.idealSec += d * j.rate * j.idealIter
 		j.commExp += d * j.rate * (j.expIter + j.extra)
 		if j.sharing && j.baseIter > 0 {
 			j.shareSec += d
@@ -401,6 +433,7 @@ func (s *simulator) loop(ctx context.Context) error {
 			j := s.jobs[next]
 			j.st = waiting
 			j.last = s.now
+			s.live = append(s.live, j)
 			s.emit(j, "submit")
 			next++
 			changed = true
@@ -456,6 +489,9 @@ func (s *simulator) release(j *job) {
 	j.alloc = nil
 	j.gpus = 0
 	j.lastRun = s.now
+	if s.spread[j] {
+		s.linksDirty = true
+	}
 	delete(s.spread, j)
 	j.sharing, j.extra = false, 0
 	j.version++
@@ -464,12 +500,18 @@ func (s *simulator) release(j *job) {
 // round runs the policy once and applies its decisions.
 func (s *simulator) round() error {
 	s.rounds++
-	s.active = s.active[:0]
-	for _, j := range s.jobs {
+	// O(active jobs), not O(trace): live holds every submitted job not
+	// yet seen finished, in submission order; drop the finished ones.
+	n := 0
+	for _, j := range s.live {
 		if j.st == waiting || j.st == running {
-			s.active = append(s.active, j)
+			s.live[n] = j
+			n++
 		}
 	}
+	clear(s.live[n:])
+	s.live = s.live[:n]
+	s.active = s.live
 	if len(s.active) == 0 {
 		return nil
 	}
@@ -489,7 +531,7 @@ func (s *simulator) round() error {
 			ReqGPUs: j.w.GPUs, ReqCPUs: j.cpg * j.w.GPUs, ReqPlan: j.reqPlan, Promise: j.promise * float64(j.m.Arch.GlobalBatch),
 			Alloc: j.alloc, Plan: j.plan, Submit: j.w.Submit,
 			ItersDone: j.done, ItersTotal: float64(j.w.Steps), Restarts: j.restarts, LastChange: j.changed,
-			LastRun: j.lastRun, RunSeconds: j.runSec, Phase: j.phase,
+			LastRun: j.lastRun, RunSeconds: j.runSec, IdealSeconds: j.idealSec, Phase: j.phase,
 		})
 	}
 	servers := append([]sched.Server(nil), s.servers...)
@@ -601,9 +643,24 @@ func (s *simulator) apply(d sched.Decisions) error {
 		}
 		j.rate = 1 / it
 		j.baseIter = it
+		// Nw_sens's ideal: the same plan packed, alone on its links (never
+		// slower than what it runs at).
+		j.idealIter = it
+		if packed := perf.PackedPlacement(j.gpus, s.cfg.GPUsPerServer); packed.String() != j.pl.String() {
+			if ideal, _ := s.r.iter(j.model, j.plan, packed, false, max(cpg, 1)); ideal > 0 {
+				j.idealIter = math.Min(ideal, it)
+			}
+		}
 		j.comm, j.expIter = s.r.network(j.model, j.plan, j.pl, cross, max(cpg, 1), it)
 		j.extra, j.sharing = 0, false
 		j.measured = meas
+		if meas && !cross && s.online != nil {
+			// The control plane now knows this configuration's speed.
+			if o := s.online.observe(j.model, j.plan, j.pl, max(cpg, 1)); o != s.online {
+				s.online = o
+				s.snap.Known = o
+			}
+		}
 		j.st = running
 		j.last = s.now
 		shift := 0.0
@@ -612,12 +669,14 @@ func (s *simulator) apply(d sched.Decisions) error {
 		}
 		j.restart = s.now + s.cfg.RestartCost + shift
 		j.held = j.done
+		j.gen++
 		j.phase = j.restart
 		if cross && j.comm > 0 {
 			if s.spread == nil {
 				s.spread = map[*job]bool{}
 			}
 			s.spread[j] = true
+			s.linksDirty = true
 		}
 		j.changed = s.now
 		j.version++
@@ -689,6 +748,10 @@ func (h *evHeap) Pop() any {
 // the most any of its links adds. Inside a rack nothing is shared: each
 // GPU pair has its own NIC and the top-of-rack switch is non-blocking.
 func (s *simulator) relink() {
+	if !s.linksDirty {
+		return
+	}
+	s.linksDirty = false
 	type use struct {
 		j   *job
 		dem float64
@@ -717,21 +780,47 @@ func (s *simulator) relink() {
 		racks = append(racks, rk)
 	}
 	sort.Strings(racks)
+	if s.linkMemo == nil {
+		s.linkMemo = map[string]linkMemo{}
+	}
+	for rk := range s.linkMemo {
+		if len(links[rk]) < 2 {
+			delete(s.linkMemo, rk)
+		}
+	}
 	for _, rk := range racks {
 		us := links[rk]
 		if len(us) < 2 {
 			continue
 		}
-		cs := make([]sched.Circle, len(us))
-		offs := make([]float64, len(us))
-		for k, u := range us {
-			cs[k] = sched.CommCircle(u.j.baseIter, u.j.comm, u.dem)
-			offs[k] = math.Mod(u.j.phase, u.j.baseIter)
-			shared[u.j] = true
+		// A rack's sharing changes only when the jobs on its uplink do
+		// (a start, a change, a finish): reuse the last answer otherwise.
+		m, ok := s.linkMemo[rk]
+		if ok && len(m.jobs) == len(us) {
+			for k, u := range us {
+				if m.jobs[k] != u.j || m.gen[k] != u.j.gen {
+					ok = false
+					break
+				}
+			}
+		} else {
+			ok = false
 		}
-		_, _, ex := sched.LinkLoad(cs, offs, 1)
+		if !ok {
+			cs := make([]sched.Circle, len(us))
+			offs := make([]float64, len(us))
+			m = linkMemo{jobs: make([]*job, len(us)), gen: make([]int, len(us))}
+			for k, u := range us {
+				cs[k] = sched.CommCircle(u.j.baseIter, u.j.comm, u.dem)
+				offs[k] = math.Mod(u.j.phase, u.j.baseIter)
+				m.jobs[k], m.gen[k] = u.j, u.j.gen
+			}
+			_, _, m.extra = sched.LinkLoad(cs, offs, 1)
+			s.linkMemo[rk] = m
+		}
 		for k, u := range us {
-			extra[u.j] = math.Max(extra[u.j], ex[k])
+			shared[u.j] = true
+			extra[u.j] = math.Max(extra[u.j], m.extra[k])
 		}
 	}
 	for _, j := range spread {
