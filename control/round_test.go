@@ -75,7 +75,7 @@ func within(t *testing.T, what string, f func() error) {
 			t.Errorf("%s: %v", what, err)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("%s waited for the round in progress (its policy is still planning)", what)
+		t.Fatalf("%s did not return within 20 s (it waits for a round whose policy is planning, or the round is unbounded)", what)
 	}
 }
 
@@ -354,13 +354,36 @@ func TestBlackHoleServerBecomesSuspect(t *testing.T) {
 	if !named {
 		t.Error("no suspect event naming the failures' last lines")
 	}
-	// undrain clears it; a passing health check would too.
+	// The server is repaired: its next health check passes and clears it.
+	ex.bad = ""
+	c.advance(2 * time.Minute)
+	if err := d.Observe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range d.Nodes() {
+		if n.Name == "b" && n.State != "up" {
+			t.Errorf("after a passing health check b is %q (%s)", n.State, n.SuspectWhy)
+		}
+	}
+	// undrain clears it too.
+	if _, err := d.Drain(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.Undrain(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range d.Nodes() {
 		if n.Name == "b" && (n.Suspect || n.State != "up") {
 			t.Errorf("after undrain b is %q", n.State)
+		}
+	}
+	if nodes, _ := st.Nodes(ctx); len(nodes) == 0 {
+		t.Error("no node records stored")
+	} else {
+		for _, n := range nodes {
+			if n.Suspect {
+				t.Errorf("%s still stored suspect", n.Name)
+			}
 		}
 	}
 }
