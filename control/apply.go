@@ -278,7 +278,7 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 		}
 	}
 	d.history.Prune(snap.Now, d.cfg.TimerWindow.Seconds())
-	d.lastRound = RoundStats{At: d.now(), Duration: time.Since(began), PlanDuration: planned, Actions: len(dec.Actions), Waiting: len(dec.Waiting), Applied: applied, Dropped: dropped}
+	d.lastRound = RoundStats{At: d.now(), Duration: planned, Total: time.Since(began), Actions: len(dec.Actions), Waiting: len(dec.Waiting), Applied: applied, Dropped: dropped}
 	d.publish()
 	return d.lastRound, errors.Join(errs...)
 }

@@ -114,8 +114,8 @@ func TestDaemonBench(t *testing.T) {
 			d.Observe(ctx)
 			st, err := d.Round(ctx)
 			mu.Lock()
-			rounds = append(rounds, st.Duration)
-			plans = append(plans, st.PlanDuration)
+			rounds = append(rounds, st.Total)
+			plans = append(plans, st.Duration)
 			if err != nil {
 				roundErrs++
 				if firstRoundErr == nil {

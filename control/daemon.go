@@ -175,9 +175,9 @@ type RoundStats struct {
 	// since the snapshot) and were left to the next round.
 	Applied int `json:"applied"`
 	Dropped int `json:"dropped"`
-	// PlanDuration is the time the policy took; Duration is the whole
-	// round (snapshot, plan, apply).
-	PlanDuration time.Duration `json:"plan_duration"`
+	// Duration is the time the policy took (as before); Total is the
+	// whole round: snapshot, plan and apply with the executor's work.
+	Total time.Duration `json:"total_duration"`
 }
 
 // New builds a daemon and recovers its state from the store: jobs that
