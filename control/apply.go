@@ -495,7 +495,11 @@ func (d *Daemon) prepare(a sched.Decision, seen seenJob, pinned map[string]strin
 			p.next.CheckpointPlan = js.ckPlan
 		}
 		p.after = func() {
-			d.release(id)
+			if !p.running {
+				d.release(id)
+			}
+			// A running job keeps its old devices until the executor has
+			// moved it (execute frees those it no longer uses).
 			d.take(id, servers)
 			js.plan, js.servers, js.changed = a.Plan, servers, d.now()
 			js.ckpt = rec.Checkpoint
@@ -533,13 +537,17 @@ func (d *Daemon) execute(ctx context.Context, p *prepared) error {
 		err = d.cfg.Exec.Start(ctx, p.next)
 	}
 	js.exec.Unlock()
-	if err == nil {
-		return nil
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.publishSoon()
-	if d.jobs[id] != js || js.rec.State != StateRunning || js.rec.Attempt != p.attempt {
+	mine := d.jobs[id] == js && js.rec.State == StateRunning && js.rec.Attempt == p.attempt
+	if mine && p.running {
+		d.releaseExcept(id, p.servers) // the old launch's devices
+	}
+	if err == nil {
+		return nil
+	}
+	if !mine {
 		return err // cancelled or moved meanwhile; that path cleans up
 	}
 	if ferr := d.launchFailed(ctx, js, p.servers, err); ferr != nil {

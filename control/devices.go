@@ -34,6 +34,32 @@ func (d *Daemon) take(job string, servers []launch.Server) {
 	}
 }
 
+// releaseExcept frees the devices job holds outside servers.
+func (d *Daemon) releaseExcept(job string, servers []launch.Server) {
+	keep := map[string]bool{}
+	for _, s := range servers {
+		for _, g := range s.GPUs {
+			keep[fmt.Sprintf("%s/g%d", s.Name, g)] = true
+		}
+		for _, c := range s.CPUs {
+			keep[fmt.Sprintf("%s/c%d", s.Name, c)] = true
+		}
+	}
+	for i := range d.owner {
+		name := d.cfg.Servers[i].Name
+		for k, o := range d.owner[i].gpu {
+			if o == job && !keep[fmt.Sprintf("%s/g%d", name, k)] {
+				d.owner[i].gpu[k] = ""
+			}
+		}
+		for k, o := range d.owner[i].cpu {
+			if o == job && !keep[fmt.Sprintf("%s/c%d", name, k)] {
+				d.owner[i].cpu[k] = ""
+			}
+		}
+	}
+}
+
 // release frees every device job holds.
 func (d *Daemon) release(job string) {
 	for i := range d.owner {

@@ -428,3 +428,70 @@ func TestCancelCompletesWhenTheClientGoesAway(t *testing.T) {
 	consistent(t, d, st, sim, "after the next round")
 	_ = next
 }
+
+// slowMove is a simulated cluster whose reconfigurations wait until the
+// test lets them finish (a checkpoint and restart take minutes).
+type slowMove struct {
+	*SimExecutor
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (e *slowMove) Reconfigure(ctx context.Context, from, to Launch, last int) error {
+	e.entered <- struct{}{}
+	<-e.release
+	return e.SimExecutor.Reconfigure(ctx, from, to, last)
+}
+
+// TestMovingJobKeepsItsOldDevicesUntilMoved: while the executor moves a
+// job (off the daemon's lock, reads and submits go on), the devices it is
+// leaving stay held by it; they are free once the move is done.
+func TestMovingJobKeepsItsOldDevicesUntilMoved(t *testing.T) {
+	ctx := context.Background()
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	ex := &slowMove{SimExecutor: NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 0), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	inner, _ := sched.New("static")
+	pol := &scripted{Policy: inner}
+	st, _ := openTest(t)
+	d, err := New(ctx, Config{Store: st, Exec: ex, Policy: pol, Clock: c.now,
+		Servers: []ServerInfo{{Name: "a", Address: "10.0.0.1", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}, {Name: "b", Address: "10.0.0.2", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}},
+		Tenants: []TenantInfo{{Name: "research", QuotaGPUs: 16}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mover, _ := d.Submit(ctx, spec(t, "mover", 8, jobspec.BestEffort))
+	d.Round(ctx)
+	from := ""
+	for _, n := range d.Nodes() {
+		if len(n.Jobs) == 1 {
+			from = n.Name
+		}
+	}
+	pol.set(moveOne)
+	done := make(chan struct{})
+	go func() { d.Round(ctx); close(done) }()
+	<-ex.entered
+	within(t, "a submit during the move", func() error { _, err := d.Submit(ctx, spec(t, "other", 8, jobspec.BestEffort)); return err })
+	within(t, "reads during the move", func() error {
+		held := 0
+		for _, n := range d.Nodes() {
+			for _, o := range n.GPUOwners {
+				if o == mover.ID {
+					held++
+				}
+			}
+		}
+		if held != 16 {
+			return fmt.Errorf("mid-move %s holds %d GPUs (want its 8 old and 8 new)", mover.ID, held)
+		}
+		return nil
+	})
+	close(ex.release)
+	<-done
+	consistent(t, d, st, ex.SimExecutor, "after the move")
+	for _, n := range d.Nodes() {
+		if n.Name == from && len(n.Jobs) != 0 {
+			t.Errorf("after the move %s still holds %v", from, n.Jobs)
+		}
+	}
+}
