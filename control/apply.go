@@ -104,6 +104,15 @@ func (d *Daemon) Submit(ctx context.Context, spec *jobspec.Spec) (JobRecord, err
 	return rec, nil
 }
 
+// unsettled reports whether news of job id could not be stored yet (a
+// finish or exit during a store outage, a failed launch's requeue): no
+// round touches it until that news is stored.
+func (d *Daemon) unsettled(id string) bool {
+	_, p := d.pending[id]
+	_, r := d.requeues[id]
+	return p || r
+}
+
 // usable reports whether new work may go to server i.
 func (d *Daemon) usable(i int) bool {
 	n := d.nodes[i]
@@ -149,7 +158,7 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 	order := make([]entry, 0, len(d.jobs))
 	now := d.now()
 	for id, js := range d.jobs {
-		if js.stopping || now.Before(js.backoff) {
+		if js.stopping || now.Before(js.backoff) || d.unsettled(id) {
 			continue
 		}
 		if js.rec.State == StateQueued || js.rec.State == StatePreempted || js.rec.State == StateRunning {
@@ -423,7 +432,7 @@ func (d *Daemon) applyDecisions(ctx context.Context, acts []sched.Decision, seen
 // holds (or breaks a pin, recorded in pinned). The caller holds d.mu.
 func (d *Daemon) prepare(a sched.Decision, seen seenJob, pinned map[string]string, scratch map[int]*serverDevices) *prepared {
 	js := d.jobs[a.Job]
-	if js == nil || js.stopping || seen.state == "" || js.rec.State != seen.state || js.rec.Attempt != seen.attempt {
+	if js == nil || js.stopping || seen.state == "" || js.rec.State != seen.state || js.rec.Attempt != seen.attempt || d.unsettled(a.Job) {
 		return nil
 	}
 	if why := d.breaksPin(a); why != "" {
