@@ -77,6 +77,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	// News whose write failed last time comes again (the executor may not
 	// repeat it: a finished job is reported once).
 	jobs := obs.Jobs
+	var progress []jobUpdate
 	for id, p := range d.pending {
 		k := slices.IndexFunc(jobs, func(o JobObservation) bool { return o.JobID == id })
 		if k < 0 {
@@ -137,10 +138,19 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			if ckpt != js.rec.Checkpoint && since >= d.cfg.ProgressEvery || since >= 4*d.cfg.ProgressEvery && iters != js.rec.Iterations {
 				rec := js.rec
 				rec.Iterations, rec.Checkpoint = iters, ckpt
-				if err := d.write(ctx, []jobUpdate{{js, rec, "progress"}}, Batch{}, func() { js.saved = d.now() }); err != nil {
-					errs = append(errs, fmt.Errorf("observe: progress of %s: %w", id, err))
-				}
+				progress = append(progress, jobUpdate{js, rec, "progress"})
 			}
+		}
+	}
+	// Progress is stored in transactions of up to 256 jobs.
+	for lo := 0; lo < len(progress); lo += 256 {
+		chunk := progress[lo:min(lo+256, len(progress))]
+		if err := d.write(ctx, chunk, Batch{}, func() {
+			for _, u := range chunk {
+				u.js.saved = d.now()
+			}
+		}); err != nil {
+			errs = append(errs, fmt.Errorf("observe: progress of %d jobs: %w", len(chunk), err))
 		}
 	}
 	// Failed launches whose requeue could not be stored.
