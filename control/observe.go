@@ -197,6 +197,15 @@ func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) error {
 	}
 	slices.SortFunc(pl, func(a, b int) int { return b - a })
 	sample := perf.Sample{Plan: js.plan, Resources: perf.Resources{Placement: pl, CPUsPerGPU: float64(cpus) / float64(gpus)}, IterS: float64(js.spec.GlobalBatch) / sps}
+	// Most samples only join the history (no refit, nothing to store):
+	// those go straight to the model; a sample that will refit it works
+	// on a copy, installed once the refitted model is stored.
+	if b, err := o.Model.Predict(sample.Plan, sample.Resources); err != nil || !perf.NeedsRefit(b.Iter, sample.IterS) || len(o.Samples)+1 < perf.MinSamples {
+		if _, err := o.Observe(sample); err != nil {
+			d.log.Warn("refit", "job", js.rec.ID, "err", err)
+		}
+		return nil
+	}
 	c := *o
 	c.Samples = slices.Clone(o.Samples)
 	refitted, err := c.Observe(sample)
