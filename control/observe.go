@@ -77,7 +77,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	// News whose write failed last time comes again (the executor may not
 	// repeat it: a finished job is reported once).
 	jobs := obs.Jobs
-	var progress []jobUpdate
+	var progress []*jobState
 	for id, p := range d.pending {
 		k := slices.IndexFunc(jobs, func(o JobObservation) bool { return o.JobID == id })
 		if k < 0 {
@@ -136,21 +136,8 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			// resumes from); plain progress at most every ProgressEvery.
 			since := d.now().Sub(js.saved)
 			if ckpt != js.rec.Checkpoint && since >= d.cfg.ProgressEvery || since >= 4*d.cfg.ProgressEvery && iters != js.rec.Iterations {
-				rec := js.rec
-				rec.Iterations, rec.Checkpoint = iters, ckpt
-				progress = append(progress, jobUpdate{js, rec, "progress"})
+				progress = append(progress, js)
 			}
-		}
-	}
-	// Progress is stored in transactions of up to 256 jobs.
-	for lo := 0; lo < len(progress); lo += 256 {
-		chunk := progress[lo:min(lo+256, len(progress))]
-		if err := d.write(ctx, chunk, Batch{}, func() {
-			for _, u := range chunk {
-				u.js.saved = d.now()
-			}
-		}); err != nil {
-			errs = append(errs, fmt.Errorf("observe: progress of %d jobs: %w", len(chunk), err))
 		}
 	}
 	// Failed launches whose requeue could not be stored.
@@ -166,6 +153,28 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	}
 	d.publish()
 	d.mu.Unlock()
+	// Progress is stored in transactions of up to 256 jobs, the lock let
+	// go between them (each built from the job's state of that moment).
+	for lo := 0; lo < len(progress); lo += 256 {
+		d.mu.Lock()
+		var ups []jobUpdate
+		for _, js := range progress[lo:min(lo+256, len(progress))] {
+			if d.jobs[js.rec.ID] != js || js.stopping || js.rec.State != StateRunning || d.unsettled(js.rec.ID) {
+				continue
+			}
+			rec := js.rec
+			rec.Iterations, rec.Checkpoint = js.iters, js.ckpt
+			ups = append(ups, jobUpdate{js, rec, "progress"})
+		}
+		if err := d.write(ctx, ups, Batch{}, func() {
+			for _, u := range ups {
+				u.js.saved = d.now()
+			}
+		}); err != nil {
+			errs = append(errs, fmt.Errorf("observe: progress of %d jobs: %w", len(ups), err))
+		}
+		d.mu.Unlock()
+	}
 	for _, s := range stops {
 		if err := d.stopAndRelease(ctx, s.js, s.id, false); err != nil {
 			errs = append(errs, err)
