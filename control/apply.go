@@ -177,6 +177,11 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 	}
 	seen := make(map[string]seenJob, len(ids))
 	total := d.clusterGPUs()
+	totalCPUs := 0
+	for _, sv := range d.cfg.Servers {
+		totalCPUs += sv.CPUs
+	}
+	totalCPUs = max(totalCPUs, 1)
 	for _, id := range ids {
 		js := d.jobs[id]
 		seen[id] = seenJob{state: js.rec.State, attempt: js.rec.Attempt}
@@ -184,7 +189,7 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 		// makes the policy build a curve or enumerate plans beyond what
 		// the cluster can give.
 		req := min(js.spec.Request.GPUs, total)
-		sj := sched.Job{ID: id, Tenant: js.spec.Tenant, Model: d.snapModel(js.spec.Arch), ReqGPUs: req, ReqCPUs: js.spec.Request.CPUs,
+		sj := sched.Job{ID: id, Tenant: js.spec.Tenant, Model: d.snapModel(js.spec.Arch), ReqGPUs: req, ReqCPUs: min(js.spec.Request.CPUs, totalCPUs),
 			ReqPlan: js.spec.Request.Plan, Submit: float64(js.rec.SubmittedAt.UnixNano()) / 1e9,
 			ItersDone: float64(js.iters), ItersTotal: float64(js.spec.Iterations), Restarts: js.rec.Restarts}
 		if js.spec.Class == jobspec.Guaranteed {

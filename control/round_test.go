@@ -201,6 +201,7 @@ func TestHugeRequestDoesNotBlowUpTheRound(t *testing.T) {
 	st, _ := openTest(t)
 	s := spec(t, "huge", 8, jobspec.BestEffort)
 	s.Request.GPUs = 65536
+	s.Request.CPUs = 65536 * 8
 	s.Request.HasPlan = false
 	raw, _ := json.Marshal(s)
 	if err := st.CreateJob(ctx, JobRecord{ID: "j-huge", Name: s.Name, Tenant: s.Tenant, Class: string(s.Class), Spec: raw, State: StateQueued, SubmittedAt: c.now()}); err != nil {
@@ -221,7 +222,7 @@ func TestHugeRequestDoesNotBlowUpTheRound(t *testing.T) {
 		t.Fatal("the policy was not called")
 	}
 	for _, sj := range g.seen[0].Jobs {
-		if sj.ReqGPUs > 16 || sj.ReqPlan.GPUs() > 16 {
+		if sj.ReqGPUs > 16 || sj.ReqPlan.GPUs() > 16 || sj.ReqCPUs > 128 {
 			t.Errorf("%s: the policy was given a request of %d GPUs, plan %s (the cluster has 16)", sj.ID, sj.ReqGPUs, sj.ReqPlan)
 		}
 	}

@@ -198,5 +198,5 @@ func (d *Daemon) Curve(ctx context.Context, id string, maxGPUs int) ([]perf.Curv
 		d.mu.Unlock()
 	}
 	cpg := float64(spec.Request.CPUs) / float64(max(spec.Request.GPUs, 1))
-	return d.curves.Get(m, min(max(maxGPUs, 1), 1024), max(cpg, 1)), nil
+	return d.curves.Get(m, min(max(maxGPUs, 1), 1024, d.clusterGPUs()), max(cpg, 1)), nil
 }
