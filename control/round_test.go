@@ -496,3 +496,67 @@ func TestMovingJobKeepsItsOldDevicesUntilMoved(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentOperationsStayConsistent runs the loop (observe and rounds
+// back to back) while clients submit, cancel, hold, release, drain and
+// undrain at once; afterwards memory equals the store and no GPU is held
+// twice.
+func TestConcurrentOperationsStayConsistent(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	names := []string{"a", "b", "c", "d"}
+	ex := NewSimExecutor(c.now, names, nil, nil, 10*time.Second)
+	st, _ := openTest(t)
+	p, _ := sched.New("morphling")
+	var servers []ServerInfo
+	for i, n := range names {
+		servers = append(servers, ServerInfo{Name: n, Address: fmt.Sprintf("10.0.0.%d", i+1), Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000})
+	}
+	d, err := New(ctx, Config{Store: st, Exec: ex, Policy: p, Clock: c.now, Servers: servers, Tenants: []TenantInfo{{Name: "research", QuotaGPUs: 32}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop := make(chan struct{})
+	go func() {
+		defer close(loop)
+		for ctx.Err() == nil {
+			c.advance(5 * time.Second)
+			d.Observe(ctx)
+			d.Round(ctx)
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < 15; i++ {
+				s := spec(t, fmt.Sprintf("w%d-%d", w, i), []int{1, 2, 4, 8}[i%4], jobspec.BestEffort)
+				s.Iterations = 400
+				r, err := d.Submit(ctx, s)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				switch i % 5 {
+				case 1:
+					d.Cancel(ctx, r.ID)
+				case 2:
+					d.Hold(ctx, r.ID)
+					d.Release(ctx, r.ID)
+				case 3:
+					srv := names[(w+i)%len(names)]
+					d.Drain(ctx, srv)
+					d.Undrain(ctx, srv)
+				}
+				_ = d.Queue()
+				_ = d.Nodes()
+			}
+		}(w)
+	}
+	wg.Wait()
+	cancel()
+	<-loop
+	consistent(t, d, st, ex, "after concurrent operations")
+}
