@@ -299,9 +299,10 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 
 // recordWaits stores the reason of every waiting job whose reason changed,
 // in transactions of at most waitBatch jobs (the lock is let go between
-// them, so a round with thousands of new reasons does not stall submits).
+// them, so a round with thousands of new reasons does not stall submits:
+// smaller transactions cost more fsyncs but hold the lock less).
 func (d *Daemon) recordWaits(ctx context.Context, waits []sched.Wait) []error {
-	const waitBatch = 256
+	const waitBatch = 32
 	var errs []error
 	waiting := make(map[string]bool, len(waits))
 	for _, w := range waits {
@@ -345,7 +346,7 @@ func (d *Daemon) recordWaits(ctx context.Context, waits []sched.Wait) []error {
 }
 
 // applyBatch is how many start decisions are stored in one transaction.
-const applyBatch = 64
+const applyBatch = 32
 
 // prepared is a decision that still holds, ready to be stored.
 type prepared struct {
@@ -407,7 +408,7 @@ func (d *Daemon) applyDecisions(ctx context.Context, acts []sched.Decision, seen
 				p.after()
 			}
 		})
-		d.publishSoon()
+		d.publish() // what the group's events announce is in the view at once
 		d.mu.Unlock()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("apply %d decisions: %w", len(group), err))

@@ -153,12 +153,12 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	}
 	d.publish()
 	d.mu.Unlock()
-	// Progress is stored in transactions of up to 256 jobs, the lock let
+	// Progress is stored in transactions of up to 64 jobs, the lock let
 	// go between them (each built from the job's state of that moment).
-	for lo := 0; lo < len(progress); lo += 256 {
+	for lo := 0; lo < len(progress); lo += 64 {
 		d.mu.Lock()
 		var ups []jobUpdate
-		for _, js := range progress[lo:min(lo+256, len(progress))] {
+		for _, js := range progress[lo:min(lo+64, len(progress))] {
 			if d.jobs[js.rec.ID] != js || js.stopping || js.rec.State != StateRunning || d.unsettled(js.rec.ID) {
 				continue
 			}
