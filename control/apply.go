@@ -60,7 +60,9 @@ func (d *Daemon) write(ctx context.Context, ups []jobUpdate, b Batch, after func
 		after()
 	}
 	if len(b.Events) > 0 {
-		d.broadcast()
+		// Followers of the event stream are woken when the view that
+		// shows the change is published (publish broadcasts).
+		d.announce.Store(true)
 	}
 	return nil
 }

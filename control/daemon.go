@@ -103,6 +103,7 @@ type Daemon struct {
 	// publishedAt is when the view was last rebuilt (wall clock).
 	publishedAt time.Time
 	stale       atomic.Bool                // the view misses changes (see publishSoon)
+	announce    atomic.Bool                // events were stored since the last broadcast
 	links       sched.LinkReport           // the last round's time-shift report
 	curves      perf.CurveCache            // sensitivity curves for the API
 	history     sched.TimerHistory         // the delay-timer auto-tuner's memory
