@@ -18,7 +18,7 @@ import (
 // runSecondDaemon runs `replan daemon` as a child on dir's database with
 // socket sock and returns its exit error and output; a daemon that does not
 // exit within a minute is killed and reported.
-func runSecondDaemon(t *testing.T, dir, db, sock string) (error, string) {
+func runSecondDaemon(t *testing.T, dir, db, sock string) (string, error) {
 	t.Helper()
 	args := []string{"daemon", "--inventory", filepath.Join(dir, "inv.yaml"), "--db", db, "--socket", sock,
 		"--tick", "100ms", "--restart-cost", "0s", "--data", ""}
@@ -32,7 +32,7 @@ func runSecondDaemon(t *testing.T, dir, db, sock string) (error, string) {
 	if ctx.Err() != nil {
 		t.Fatalf("the second daemon did not exit:\n%s", out.String())
 	}
-	return err, out.String()
+	return out.String(), err
 }
 
 // TestSecondDaemonOnOneDatabaseExits: with the same socket and with
@@ -66,7 +66,7 @@ func TestSecondDaemonOnOneDatabaseExits(t *testing.T) {
 	}
 	before, _ := c.Job(context.Background(), job.ID)
 	for _, s := range []string{sock, filepath.Join(dir, "other.sock")} {
-		err, out := runSecondDaemon(t, dir, filepath.Join(dir, "r.db"), s)
+		out, err := runSecondDaemon(t, dir, filepath.Join(dir, "r.db"), s)
 		if err == nil {
 			t.Fatalf("a second daemon on the same database (socket %s) ran:\n%s", s, out)
 		}
@@ -95,7 +95,7 @@ func TestDaemonFilesArePrivateAndSocketFilesKept(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "inv.yaml"), []byte(smokeInventory), 0o644)
 	notes := filepath.Join(dir, "notes.txt")
 	os.WriteFile(notes, []byte("keep me"), 0o644)
-	err, out := runSecondDaemon(t, dir, filepath.Join(dir, "state", "r.db"), notes)
+	out, err := runSecondDaemon(t, dir, filepath.Join(dir, "state", "r.db"), notes)
 	if err == nil || !strings.Contains(out, "not a socket") {
 		t.Errorf("daemon with --socket at a regular file: %v\n%s", err, out)
 	}

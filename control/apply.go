@@ -60,7 +60,9 @@ func (d *Daemon) write(ctx context.Context, ups []jobUpdate, b Batch, after func
 		after()
 	}
 	if len(b.Events) > 0 {
-		d.broadcast()
+		// Followers of the event stream are woken when the view that
+		// shows the change is published (publish broadcasts).
+		d.announce.Store(true)
 	}
 	return nil
 }
@@ -102,6 +104,15 @@ func (d *Daemon) Submit(ctx context.Context, spec *jobspec.Spec) (JobRecord, err
 	d.publishAdded(js)
 	d.mu.Unlock()
 	return rec, nil
+}
+
+// unsettled reports whether news of job id could not be stored yet (a
+// finish or exit during a store outage, a failed launch's requeue): no
+// round touches it until that news is stored.
+func (d *Daemon) unsettled(id string) bool {
+	_, p := d.pending[id]
+	_, r := d.requeues[id]
+	return p || r
 }
 
 // usable reports whether new work may go to server i.
@@ -149,7 +160,7 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 	order := make([]entry, 0, len(d.jobs))
 	now := d.now()
 	for id, js := range d.jobs {
-		if js.stopping || now.Before(js.backoff) {
+		if js.stopping || now.Before(js.backoff) || d.unsettled(id) {
 			continue
 		}
 		if js.rec.State == StateQueued || js.rec.State == StatePreempted || js.rec.State == StateRunning {
@@ -168,6 +179,11 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 	}
 	seen := make(map[string]seenJob, len(ids))
 	total := d.clusterGPUs()
+	totalCPUs := 0
+	for _, sv := range d.cfg.Servers {
+		totalCPUs += sv.CPUs
+	}
+	totalCPUs = max(totalCPUs, 1)
 	for _, id := range ids {
 		js := d.jobs[id]
 		seen[id] = seenJob{state: js.rec.State, attempt: js.rec.Attempt}
@@ -175,7 +191,7 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 		// makes the policy build a curve or enumerate plans beyond what
 		// the cluster can give.
 		req := min(js.spec.Request.GPUs, total)
-		sj := sched.Job{ID: id, Tenant: js.spec.Tenant, Model: d.snapModel(js.spec.Arch), ReqGPUs: req, ReqCPUs: js.spec.Request.CPUs,
+		sj := sched.Job{ID: id, Tenant: js.spec.Tenant, Model: d.snapModel(js.spec.Arch), ReqGPUs: req, ReqCPUs: min(js.spec.Request.CPUs, totalCPUs),
 			ReqPlan: js.spec.Request.Plan, Submit: float64(js.rec.SubmittedAt.UnixNano()) / 1e9,
 			ItersDone: float64(js.iters), ItersTotal: float64(js.spec.Iterations), Restarts: js.rec.Restarts}
 		pinJob(&sj, js.spec) // pins.go
@@ -256,22 +272,9 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 	t0 := time.Now()
 	dec := d.cfg.Policy.Schedule(snap)
 	planned := time.Since(t0)
-	errs := []error{checkErr}
 	pinned := map[string]string{}
-	applied, dropped := 0, 0
-	for _, a := range dec.Actions {
-		ok, err := d.applyDecision(ctx, a, seen[a.Job], pinned)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s %s: %w", a.Kind, a.Job, err))
-		}
-		switch {
-		case ok:
-			applied++
-		case pinned[a.Job] == "":
-			dropped++
-			d.dropped.Add(1)
-		}
-	}
+	applied, dropped, errs := d.applyDecisions(ctx, dec.Actions, seen, pinned)
+	errs = append(errs, checkErr)
 	for id, why := range pinned {
 		dec.Waiting = append(dec.Waiting, sched.Wait{Job: id, Reason: why})
 	}
@@ -294,16 +297,17 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 		}
 	}
 	d.history.Prune(snap.Now, d.cfg.TimerWindow.Seconds())
-	d.lastRound = RoundStats{At: d.now(), Duration: time.Since(began), PlanDuration: planned, Actions: len(dec.Actions), Waiting: len(dec.Waiting), Applied: applied, Dropped: dropped}
+	d.lastRound = RoundStats{At: d.now(), Duration: planned, Total: time.Since(began), Actions: len(dec.Actions), Waiting: len(dec.Waiting), Applied: applied, Dropped: dropped}
 	d.publish()
 	return d.lastRound, errors.Join(errs...)
 }
 
 // recordWaits stores the reason of every waiting job whose reason changed,
 // in transactions of at most waitBatch jobs (the lock is let go between
-// them, so a round with thousands of new reasons does not stall submits).
+// them, so a round with thousands of new reasons does not stall submits:
+// smaller transactions cost more fsyncs but hold the lock less).
 func (d *Daemon) recordWaits(ctx context.Context, waits []sched.Wait) []error {
-	const waitBatch = 256
+	const waitBatch = 32
 	var errs []error
 	waiting := make(map[string]bool, len(waits))
 	for _, w := range waits {
@@ -346,15 +350,101 @@ func (d *Daemon) recordWaits(ctx context.Context, waits []sched.Wait) []error {
 	return errs
 }
 
-// applyDecision re-checks decision a against the current state and, when
-// it still holds, carries it out (store first). It reports whether it was
-// applied; a decision that breaks a pin is recorded in pinned instead.
-func (d *Daemon) applyDecision(ctx context.Context, a sched.Decision, seen seenJob, pinned map[string]string) (bool, error) {
-	d.mu.Lock()
-	js := d.jobs[a.Job]
-	if js == nil || js.stopping || seen.state == "" || js.rec.State != seen.state || js.rec.Attempt != seen.attempt {
+// applyBatch is how many start decisions are stored in one transaction.
+const applyBatch = 32
+
+// prepared is a decision that still holds, ready to be stored.
+type prepared struct {
+	js      *jobState
+	id      string
+	kind    sched.Kind
+	up      jobUpdate
+	dec     DecisionRecord
+	ev      Event
+	after   func() // the change in memory, once stored
+	servers []launch.Server
+	old     Launch
+	next    Launch
+	attempt int
+	running bool // it was running (a reconfiguration of a live job)
+}
+
+// applyDecisions re-checks the decisions one by one against the current
+// state and carries out those that still hold: the store writes of up to
+// applyBatch starts go in one transaction (a preemption or a
+// reconfiguration ends a group, so what it frees is there for the
+// decisions after it), then the executor works without the lock. It
+// returns how many were applied and dropped.
+func (d *Daemon) applyDecisions(ctx context.Context, acts []sched.Decision, seen map[string]seenJob, pinned map[string]string) (applied, dropped int, errs []error) {
+	for lo := 0; lo < len(acts); {
+		d.mu.Lock()
+		scratch := map[int]*serverDevices{}
+		var group []*prepared
+		inGroup := map[string]bool{}
+		for lo < len(acts) && len(group) < applyBatch {
+			a := acts[lo]
+			lo++
+			var p *prepared
+			if !inGroup[a.Job] {
+				p = d.prepare(a, seen[a.Job], pinned, scratch)
+			}
+			if p == nil {
+				if pinned[a.Job] == "" {
+					dropped++
+					d.dropped.Add(1)
+				}
+				continue
+			}
+			group = append(group, p)
+			inGroup[a.Job] = true
+			if p.kind != sched.Start {
+				break
+			}
+		}
+		var ups []jobUpdate
+		var b Batch
+		for _, p := range group {
+			ups = append(ups, p.up)
+			b.Decisions = append(b.Decisions, p.dec)
+			b.Events = append(b.Events, p.ev)
+		}
+		err := d.write(ctx, ups, b, func() {
+			for _, p := range group {
+				p.after()
+			}
+		})
+		d.publish() // what the group's events announce is in the view at once
 		d.mu.Unlock()
-		return false, nil
+		if err != nil {
+			errs = append(errs, fmt.Errorf("apply %d decisions: %w", len(group), err))
+			continue
+		}
+		applied += len(group)
+		for _, p := range group {
+			var err error
+			if p.kind == sched.Preempt {
+				err = d.stopAndRelease(context.WithoutCancel(ctx), p.js, p.id, true)
+			} else {
+				err = d.execute(ctx, p)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s %s: %w", p.kind, p.id, err))
+			}
+		}
+	}
+	return applied, dropped, errs
+}
+
+// prepare re-checks decision a against the current state: the job is where
+// the snapshot saw it (state and attempt) and not being stopped, a start is
+// for a waiting job and a reconfiguration for a running one, the servers
+// are usable and the devices free (scratch holds those given to earlier
+// decisions of the group). It returns nil when the decision no longer
+// holds (or breaks a pin, recorded in pinned). The caller holds d.mu.
+func (d *Daemon) prepare(a sched.Decision, seen seenJob, pinned map[string]string, scratch map[int]*serverDevices) *prepared {
+	js := d.jobs[a.Job]
+	if js == nil || js.stopping || seen.state == "" || js.rec.State != seen.state || js.rec.Attempt != seen.attempt || d.unsettled(a.Job) {
+		return nil
 	}
 	if why := d.breaksPin(a); why != "" {
 		fixed, ok := d.pinnedStart(a)
@@ -362,132 +452,125 @@ func (d *Daemon) applyDecision(ctx context.Context, a sched.Decision, seen seenJ
 			if js.rec.State != StateRunning {
 				pinned[a.Job] = why
 			}
-			d.mu.Unlock()
-			return false, nil
+			return nil
 		}
 		a = fixed
 	}
+	id := js.rec.ID
+	p := &prepared{js: js, id: id, kind: a.Kind}
 	switch a.Kind {
 	case sched.Preempt:
 		if js.rec.State != StateRunning {
-			d.mu.Unlock()
-			return false, nil
+			return nil
 		}
-		id := js.rec.ID
 		rec := js.rec
 		rec.State, rec.Reason, rec.Placement = StatePreempted, a.Why, nil
-		b := Batch{Decisions: []DecisionRecord{{JobID: id, Kind: "preempt", Reason: a.Why, At: d.now()}}, Events: []Event{d.ev("preempt", id, "", a.Why, nil)}}
-		err := d.write(ctx, []jobUpdate{{js, rec, "preempt: " + a.Why}}, b, func() {
+		p.up = jobUpdate{js, rec, "preempt: " + a.Why}
+		p.dec = DecisionRecord{JobID: id, Kind: "preempt", Reason: a.Why, At: d.now()}
+		p.ev = d.ev("preempt", id, "", a.Why, nil)
+		p.after = func() {
 			d.stopRun(js)
 			js.servers = nil
 			js.stopping = true
-		})
-		d.publishSoon()
-		d.mu.Unlock()
-		if err != nil {
-			return false, err
 		}
-		return true, d.stopAndRelease(context.WithoutCancel(ctx), js, id, true)
+		return p
 	case sched.Start, sched.Reconfigure:
 		if (a.Kind == sched.Start) == (js.rec.State == StateRunning) {
-			d.mu.Unlock()
-			return false, nil
+			return nil
 		}
 		for _, al := range a.Alloc {
 			if al.Server < 0 || al.Server >= len(d.nodes) || (al.GPUs > 0 && !d.usable(al.Server)) {
-				d.mu.Unlock()
-				return false, nil
+				return nil
 			}
 		}
-		servers, err := d.devicesFor(a.Alloc, js.rec.ID)
+		servers, err := d.devicesIn(scratch, a.Alloc, id)
 		if err != nil {
-			d.mu.Unlock()
-			return false, nil // the devices went to another job since the snapshot
+			return nil // the devices went to another job since the snapshot
 		}
-		return true, d.launch(ctx, js, a, servers)
+		p.servers = servers
+		p.old = Launch{JobID: id, Spec: js.spec, Plan: js.plan, Servers: js.servers, Attempt: max(js.rec.Attempt-1, 0)}
+		p.running = js.rec.State == StateRunning
+		placement, _ := json.Marshal(servers)
+		plan, _ := json.Marshal(a.Plan)
+		rec := js.rec
+		rec.Plan, rec.Placement, rec.Reason = plan, placement, ""
+		rec.State = StateRunning
+		if rec.StartedAt.IsZero() {
+			rec.StartedAt = d.now()
+		}
+		rec.Checkpoint = max(rec.Checkpoint, js.ckpt)
+		resume := rec.Checkpoint > 0 || rec.Attempt > 0
+		if a.Kind == sched.Reconfigure || rec.Attempt > 0 {
+			rec.Restarts++
+		}
+		rec.Attempt++
+		p.attempt = rec.Attempt
+		p.up = jobUpdate{js, rec, fmt.Sprintf("%s: %s", a.Kind, a.Why)}
+		detail, _ := json.Marshal(map[string]any{"plan": a.Plan, "placement": a.Placement, "throughput": a.Throughput})
+		p.dec = DecisionRecord{JobID: id, Kind: a.Kind.String(), Detail: detail, Reason: a.Why, At: d.now()}
+		p.ev = d.ev(a.Kind.String(), id, "", fmt.Sprintf("%s on %s with %s (%.2f samples/s predicted)", js.spec.Name, a.Placement, a.Plan, a.Throughput),
+			map[string]any{"plan": a.Plan.String(), "placement": a.Placement.String()})
+		p.next = Launch{JobID: id, Spec: js.spec, Plan: a.Plan, Servers: servers, Attempt: rec.Attempt - 1, Resume: resume, From: rec.Checkpoint, Shift: a.Shift}
+		if resume && js.ckPlan != a.Plan {
+			p.next.CheckpointPlan = js.ckPlan
+		}
+		p.after = func() {
+			if !p.running {
+				d.release(id)
+			}
+			// A running job keeps its old devices until the executor has
+			// moved it (execute frees those it no longer uses).
+			d.take(id, servers)
+			js.plan, js.servers, js.changed = a.Plan, servers, d.now()
+			js.ckpt = rec.Checkpoint
+			if js.runFrom.IsZero() {
+				js.runFrom = d.now()
+			}
+			js.phase = d.now().Add(time.Duration(a.Shift * float64(time.Second)))
+			js.predSPS, js.measSPS, js.shift = a.Throughput, 0, a.Shift
+			delete(d.waits, id)
+		}
+		return p
 	}
-	d.mu.Unlock()
-	return false, fmt.Errorf("unknown decision kind %v", a.Kind)
+	return nil
 }
 
-// launch stores a start or reconfiguration of js on servers, takes the
-// devices, lets go of the lock and has the executor carry it out. The
-// caller holds d.mu; launch releases it.
-func (d *Daemon) launch(ctx context.Context, js *jobState, a sched.Decision, servers []launch.Server) error {
-	id := js.rec.ID
-	old := Launch{JobID: id, Spec: js.spec, Plan: js.plan, Servers: js.servers, Attempt: max(js.rec.Attempt-1, 0)}
-	wasRunning := js.rec.State == StateRunning
-	placement, _ := json.Marshal(servers)
-	plan, _ := json.Marshal(a.Plan)
-	rec := js.rec
-	rec.Plan, rec.Placement, rec.Reason = plan, placement, ""
-	rec.State = StateRunning
-	if rec.StartedAt.IsZero() {
-		rec.StartedAt = d.now()
-	}
-	rec.Checkpoint = max(rec.Checkpoint, js.ckpt)
-	resume := rec.Checkpoint > 0 || rec.Attempt > 0
-	if a.Kind == sched.Reconfigure || rec.Attempt > 0 {
-		rec.Restarts++
-	}
-	rec.Attempt++
-	attempt := rec.Attempt
-	detail, _ := json.Marshal(map[string]any{"plan": a.Plan, "placement": a.Placement, "throughput": a.Throughput})
-	b := Batch{
-		Decisions: []DecisionRecord{{JobID: id, Kind: a.Kind.String(), Detail: detail, Reason: a.Why, At: d.now()}},
-		Events: []Event{d.ev(a.Kind.String(), id, "", fmt.Sprintf("%s on %s with %s (%.2f samples/s predicted)", js.spec.Name, a.Placement, a.Plan, a.Throughput),
-			map[string]any{"plan": a.Plan.String(), "placement": a.Placement.String()})},
-	}
-	var next Launch
-	err := d.write(ctx, []jobUpdate{{js, rec, fmt.Sprintf("%s: %s", a.Kind, a.Why)}}, b, func() {
-		d.release(id)
-		d.take(id, servers)
-		js.plan, js.servers, js.changed = a.Plan, servers, d.now()
-		js.ckpt = rec.Checkpoint
-		if js.runFrom.IsZero() {
-			js.runFrom = d.now()
-		}
-		js.phase = d.now().Add(time.Duration(a.Shift * float64(time.Second)))
-		js.predSPS, js.measSPS, js.shift = a.Throughput, 0, a.Shift
-		delete(d.waits, id)
-		next = Launch{JobID: id, Spec: js.spec, Plan: a.Plan, Servers: servers, Attempt: attempt - 1, Resume: resume, From: rec.Checkpoint, Shift: a.Shift}
-		if resume && js.ckPlan != a.Plan {
-			next.CheckpointPlan = js.ckPlan
-		}
-	})
-	d.publishSoon()
-	d.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	// The executor works without the daemon's lock. A cancel or drain
-	// that came in meanwhile has stored the job's new state: then nothing
-	// is launched, and the one who changed it stops what runs.
+// execute has the executor carry out a stored start or reconfiguration,
+// without the daemon's lock. A cancel or drain that came in meanwhile has
+// stored the job's new state: then nothing is launched, and the one who
+// changed it stops what runs (executor calls of one job are serialised).
+func (d *Daemon) execute(ctx context.Context, p *prepared) error {
+	js, id := p.js, p.id
 	js.exec.Lock()
 	d.mu.Lock()
-	still := d.jobs[id] == js && !js.stopping && js.rec.State == StateRunning && js.rec.Attempt == attempt
+	still := d.jobs[id] == js && !js.stopping && js.rec.State == StateRunning && js.rec.Attempt == p.attempt
 	last := js.iters
 	d.mu.Unlock()
 	if !still {
 		js.exec.Unlock()
 		return nil
 	}
-	if a.Kind == sched.Reconfigure && wasRunning {
-		err = d.cfg.Exec.Reconfigure(ctx, old, next, last)
+	var err error
+	if p.kind == sched.Reconfigure && p.running {
+		err = d.cfg.Exec.Reconfigure(ctx, p.old, p.next, last)
 	} else {
-		err = d.cfg.Exec.Start(ctx, next)
+		err = d.cfg.Exec.Start(ctx, p.next)
 	}
 	js.exec.Unlock()
-	if err == nil {
-		return nil
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.publishSoon()
-	if d.jobs[id] != js || js.rec.State != StateRunning || js.rec.Attempt != attempt {
+	mine := d.jobs[id] == js && js.rec.State == StateRunning && js.rec.Attempt == p.attempt
+	if mine && p.running {
+		d.releaseExcept(id, p.servers) // the old launch's devices
+	}
+	if err == nil {
+		return nil
+	}
+	if !mine {
 		return err // cancelled or moved meanwhile; that path cleans up
 	}
-	if ferr := d.launchFailed(ctx, js, servers, err); ferr != nil {
+	if ferr := d.launchFailed(ctx, js, p.servers, err); ferr != nil {
 		return errors.Join(err, ferr)
 	}
 	return err

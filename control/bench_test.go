@@ -106,6 +106,7 @@ func TestDaemonBench(t *testing.T) {
 	var mu sync.Mutex
 	var rounds, plans []time.Duration
 	var roundErrs int
+	var firstRoundErr error
 	loopDone := make(chan struct{})
 	go func() {
 		defer close(loopDone)
@@ -113,10 +114,13 @@ func TestDaemonBench(t *testing.T) {
 			d.Observe(ctx)
 			st, err := d.Round(ctx)
 			mu.Lock()
-			rounds = append(rounds, st.Duration)
-			plans = append(plans, st.PlanDuration)
+			rounds = append(rounds, st.Total)
+			plans = append(plans, st.Duration)
 			if err != nil {
 				roundErrs++
+				if firstRoundErr == nil {
+					firstRoundErr = err
+				}
 			}
 			mu.Unlock()
 		}
@@ -201,6 +205,10 @@ func TestDaemonBench(t *testing.T) {
 	row("Daemon.Queue+Nodes", dread, "-")
 	row("round (whole)", rounds, "-")
 	row("round: policy only", plans, "-")
+	if firstRoundErr != nil {
+		msg := firstRoundErr.Error()
+		fmt.Printf("daemon bench: first round error: %s\n", msg[:min(len(msg), 300)])
+	}
 	if len(fails) > 0 {
 		fmt.Printf("daemon bench: %d requests failed, first: %s\n", len(fails), fails[0])
 	}

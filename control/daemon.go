@@ -103,6 +103,7 @@ type Daemon struct {
 	// publishedAt is when the view was last rebuilt (wall clock).
 	publishedAt time.Time
 	stale       atomic.Bool                // the view misses changes (see publishSoon)
+	announce    atomic.Bool                // events were stored since the last broadcast
 	links       sched.LinkReport           // the last round's time-shift report
 	curves      perf.CurveCache            // sensitivity curves for the API
 	history     sched.TimerHistory         // the delay-timer auto-tuner's memory
@@ -175,9 +176,9 @@ type RoundStats struct {
 	// since the snapshot) and were left to the next round.
 	Applied int `json:"applied"`
 	Dropped int `json:"dropped"`
-	// PlanDuration is the time the policy took; Duration is the whole
-	// round (snapshot, plan, apply).
-	PlanDuration time.Duration `json:"plan_duration"`
+	// Duration is the time the policy took (as before); Total is the
+	// whole round: snapshot, plan and apply with the executor's work.
+	Total time.Duration `json:"total_duration"`
 }
 
 // New builds a daemon and recovers its state from the store: jobs that

@@ -4,6 +4,7 @@ package control
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/replan/replan/launch"
 	"github.com/replan/replan/sched"
@@ -33,6 +34,32 @@ func (d *Daemon) take(job string, servers []launch.Server) {
 	}
 }
 
+// releaseExcept frees the devices job holds outside servers.
+func (d *Daemon) releaseExcept(job string, servers []launch.Server) {
+	keep := map[string]bool{}
+	for _, s := range servers {
+		for _, g := range s.GPUs {
+			keep[fmt.Sprintf("%s/g%d", s.Name, g)] = true
+		}
+		for _, c := range s.CPUs {
+			keep[fmt.Sprintf("%s/c%d", s.Name, c)] = true
+		}
+	}
+	for i := range d.owner {
+		name := d.cfg.Servers[i].Name
+		for k, o := range d.owner[i].gpu {
+			if o == job && !keep[fmt.Sprintf("%s/g%d", name, k)] {
+				d.owner[i].gpu[k] = ""
+			}
+		}
+		for k, o := range d.owner[i].cpu {
+			if o == job && !keep[fmt.Sprintf("%s/c%d", name, k)] {
+				d.owner[i].cpu[k] = ""
+			}
+		}
+	}
+}
+
 // release frees every device job holds.
 func (d *Daemon) release(job string) {
 	for i := range d.owner {
@@ -49,19 +76,27 @@ func (d *Daemon) release(job string) {
 	}
 }
 
-// devicesFor picks free device and core ids for allocs, lowest first;
-// devices self holds count as free (a reconfiguration may keep them).
-func (d *Daemon) devicesFor(allocs []sched.Alloc, self string) ([]launch.Server, error) {
+// devicesIn picks free device and core ids for allocs, lowest first
+// (devices self holds count as free: a reconfiguration may keep them),
+// over a scratch copy of the device owners for a group of decisions stored
+// together: what earlier decisions of the group took is marked there; the
+// daemon's table changes only once the group is stored.
+func (d *Daemon) devicesIn(scratch map[int]*serverDevices, allocs []sched.Alloc, self string) ([]launch.Server, error) {
 	var out []launch.Server
 	for _, a := range allocs {
+		sd := scratch[a.Server]
+		if sd == nil {
+			sd = &serverDevices{gpu: slices.Clone(d.owner[a.Server].gpu), cpu: slices.Clone(d.owner[a.Server].cpu)}
+			scratch[a.Server] = sd
+		}
 		info := d.cfg.Servers[a.Server]
 		s := launch.Server{Name: info.Name, Address: info.Address}
-		for k, o := range d.owner[a.Server].gpu {
+		for k, o := range sd.gpu {
 			if (o == "" || o == self) && len(s.GPUs) < a.GPUs {
 				s.GPUs = append(s.GPUs, k)
 			}
 		}
-		for k, o := range d.owner[a.Server].cpu {
+		for k, o := range sd.cpu {
 			if (o == "" || o == self) && len(s.CPUs) < a.CPUs {
 				s.CPUs = append(s.CPUs, k)
 			}
@@ -71,6 +106,15 @@ func (d *Daemon) devicesFor(allocs []sched.Alloc, self string) ([]launch.Server,
 		}
 		if a.GPUs > 0 {
 			out = append(out, s)
+		}
+	}
+	for _, s := range out {
+		sd := scratch[d.srvIdx[s.Name]]
+		for _, g := range s.GPUs {
+			sd.gpu[g] = self
+		}
+		for _, c := range s.CPUs {
+			sd.cpu[c] = self
 		}
 	}
 	return out, nil

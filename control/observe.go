@@ -77,6 +77,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	// News whose write failed last time comes again (the executor may not
 	// repeat it: a finished job is reported once).
 	jobs := obs.Jobs
+	var progress []*jobState
 	for id, p := range d.pending {
 		k := slices.IndexFunc(jobs, func(o JobObservation) bool { return o.JobID == id })
 		if k < 0 {
@@ -135,11 +136,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			// resumes from); plain progress at most every ProgressEvery.
 			since := d.now().Sub(js.saved)
 			if ckpt != js.rec.Checkpoint && since >= d.cfg.ProgressEvery || since >= 4*d.cfg.ProgressEvery && iters != js.rec.Iterations {
-				rec := js.rec
-				rec.Iterations, rec.Checkpoint = iters, ckpt
-				if err := d.write(ctx, []jobUpdate{{js, rec, "progress"}}, Batch{}, func() { js.saved = d.now() }); err != nil {
-					errs = append(errs, fmt.Errorf("observe: progress of %s: %w", id, err))
-				}
+				progress = append(progress, js)
 			}
 		}
 	}
@@ -156,6 +153,28 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	}
 	d.publish()
 	d.mu.Unlock()
+	// Progress is stored in transactions of up to 64 jobs, the lock let
+	// go between them (each built from the job's state of that moment).
+	for lo := 0; lo < len(progress); lo += 64 {
+		d.mu.Lock()
+		var ups []jobUpdate
+		for _, js := range progress[lo:min(lo+64, len(progress))] {
+			if d.jobs[js.rec.ID] != js || js.stopping || js.rec.State != StateRunning || d.unsettled(js.rec.ID) {
+				continue
+			}
+			rec := js.rec
+			rec.Iterations, rec.Checkpoint = js.iters, js.ckpt
+			ups = append(ups, jobUpdate{js, rec, "progress"})
+		}
+		if err := d.write(ctx, ups, Batch{}, func() {
+			for _, u := range ups {
+				u.js.saved = d.now()
+			}
+		}); err != nil {
+			errs = append(errs, fmt.Errorf("observe: progress of %d jobs: %w", len(ups), err))
+		}
+		d.mu.Unlock()
+	}
 	for _, s := range stops {
 		if err := d.stopAndRelease(ctx, s.js, s.id, false); err != nil {
 			errs = append(errs, err)
@@ -187,6 +206,15 @@ func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) error {
 	}
 	slices.SortFunc(pl, func(a, b int) int { return b - a })
 	sample := perf.Sample{Plan: js.plan, Resources: perf.Resources{Placement: pl, CPUsPerGPU: float64(cpus) / float64(gpus)}, IterS: float64(js.spec.GlobalBatch) / sps}
+	// Most samples only join the history (no refit, nothing to store):
+	// those go straight to the model; a sample that will refit it works
+	// on a copy, installed once the refitted model is stored.
+	if b, err := o.Model.Predict(sample.Plan, sample.Resources); err != nil || !perf.NeedsRefit(b.Iter, sample.IterS) || len(o.Samples)+1 < perf.MinSamples {
+		if _, err := o.Observe(sample); err != nil {
+			d.log.Warn("refit", "job", js.rec.ID, "err", err)
+		}
+		return nil
+	}
 	c := *o
 	c.Samples = slices.Clone(o.Samples)
 	refitted, err := c.Observe(sample)

@@ -75,7 +75,7 @@ func within(t *testing.T, what string, f func() error) {
 			t.Errorf("%s: %v", what, err)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("%s waited for the round in progress (its policy is still planning)", what)
+		t.Fatalf("%s did not return within 20 s (it waits for a round whose policy is planning, or the round is unbounded)", what)
 	}
 }
 
@@ -201,6 +201,7 @@ func TestHugeRequestDoesNotBlowUpTheRound(t *testing.T) {
 	st, _ := openTest(t)
 	s := spec(t, "huge", 8, jobspec.BestEffort)
 	s.Request.GPUs = 65536
+	s.Request.CPUs = 65536 * 8
 	s.Request.HasPlan = false
 	raw, _ := json.Marshal(s)
 	if err := st.CreateJob(ctx, JobRecord{ID: "j-huge", Name: s.Name, Tenant: s.Tenant, Class: string(s.Class), Spec: raw, State: StateQueued, SubmittedAt: c.now()}); err != nil {
@@ -221,7 +222,7 @@ func TestHugeRequestDoesNotBlowUpTheRound(t *testing.T) {
 		t.Fatal("the policy was not called")
 	}
 	for _, sj := range g.seen[0].Jobs {
-		if sj.ReqGPUs > 16 || sj.ReqPlan.GPUs() > 16 {
+		if sj.ReqGPUs > 16 || sj.ReqPlan.GPUs() > 16 || sj.ReqCPUs > 128 {
 			t.Errorf("%s: the policy was given a request of %d GPUs, plan %s (the cluster has 16)", sj.ID, sj.ReqGPUs, sj.ReqPlan)
 		}
 	}
@@ -354,13 +355,36 @@ func TestBlackHoleServerBecomesSuspect(t *testing.T) {
 	if !named {
 		t.Error("no suspect event naming the failures' last lines")
 	}
-	// undrain clears it; a passing health check would too.
+	// The server is repaired: its next health check passes and clears it.
+	ex.bad = ""
+	c.advance(2 * time.Minute)
+	if err := d.Observe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range d.Nodes() {
+		if n.Name == "b" && n.State != "up" {
+			t.Errorf("after a passing health check b is %q (%s)", n.State, n.SuspectWhy)
+		}
+	}
+	// undrain clears it too.
+	if _, err := d.Drain(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.Undrain(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range d.Nodes() {
 		if n.Name == "b" && (n.Suspect || n.State != "up") {
 			t.Errorf("after undrain b is %q", n.State)
+		}
+	}
+	if nodes, _ := st.Nodes(ctx); len(nodes) == 0 {
+		t.Error("no node records stored")
+	} else {
+		for _, n := range nodes {
+			if n.Suspect {
+				t.Errorf("%s still stored suspect", n.Name)
+			}
 		}
 	}
 }
@@ -404,4 +428,135 @@ func TestCancelCompletesWhenTheClientGoesAway(t *testing.T) {
 	d.Round(ctx)
 	consistent(t, d, st, sim, "after the next round")
 	_ = next
+}
+
+// slowMove is a simulated cluster whose reconfigurations wait until the
+// test lets them finish (a checkpoint and restart take minutes).
+type slowMove struct {
+	*SimExecutor
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (e *slowMove) Reconfigure(ctx context.Context, from, to Launch, last int) error {
+	e.entered <- struct{}{}
+	<-e.release
+	return e.SimExecutor.Reconfigure(ctx, from, to, last)
+}
+
+// TestMovingJobKeepsItsOldDevicesUntilMoved: while the executor moves a
+// job (off the daemon's lock, reads and submits go on), the devices it is
+// leaving stay held by it; they are free once the move is done.
+func TestMovingJobKeepsItsOldDevicesUntilMoved(t *testing.T) {
+	ctx := context.Background()
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	ex := &slowMove{SimExecutor: NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 0), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	inner, _ := sched.New("static")
+	pol := &scripted{Policy: inner}
+	st, _ := openTest(t)
+	d, err := New(ctx, Config{Store: st, Exec: ex, Policy: pol, Clock: c.now,
+		Servers: []ServerInfo{{Name: "a", Address: "10.0.0.1", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}, {Name: "b", Address: "10.0.0.2", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}},
+		Tenants: []TenantInfo{{Name: "research", QuotaGPUs: 16}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mover, _ := d.Submit(ctx, spec(t, "mover", 8, jobspec.BestEffort))
+	d.Round(ctx)
+	from := ""
+	for _, n := range d.Nodes() {
+		if len(n.Jobs) == 1 {
+			from = n.Name
+		}
+	}
+	pol.set(moveOne)
+	done := make(chan struct{})
+	go func() { d.Round(ctx); close(done) }()
+	<-ex.entered
+	within(t, "a submit during the move", func() error { _, err := d.Submit(ctx, spec(t, "other", 8, jobspec.BestEffort)); return err })
+	within(t, "reads during the move", func() error {
+		held := 0
+		for _, n := range d.Nodes() {
+			for _, o := range n.GPUOwners {
+				if o == mover.ID {
+					held++
+				}
+			}
+		}
+		if held != 16 {
+			return fmt.Errorf("mid-move %s holds %d GPUs (want its 8 old and 8 new)", mover.ID, held)
+		}
+		return nil
+	})
+	close(ex.release)
+	<-done
+	consistent(t, d, st, ex.SimExecutor, "after the move")
+	for _, n := range d.Nodes() {
+		if n.Name == from && len(n.Jobs) != 0 {
+			t.Errorf("after the move %s still holds %v", from, n.Jobs)
+		}
+	}
+}
+
+// TestConcurrentOperationsStayConsistent runs the loop (observe and rounds
+// back to back) while clients submit, cancel, hold, release, drain and
+// undrain at once; afterwards memory equals the store and no GPU is held
+// twice.
+func TestConcurrentOperationsStayConsistent(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	names := []string{"a", "b", "c", "d"}
+	ex := NewSimExecutor(c.now, names, nil, nil, 10*time.Second)
+	st, _ := openTest(t)
+	p, _ := sched.New("morphling")
+	var servers []ServerInfo
+	for i, n := range names {
+		servers = append(servers, ServerInfo{Name: n, Address: fmt.Sprintf("10.0.0.%d", i+1), Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000})
+	}
+	d, err := New(ctx, Config{Store: st, Exec: ex, Policy: p, Clock: c.now, Servers: servers, Tenants: []TenantInfo{{Name: "research", QuotaGPUs: 32}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop := make(chan struct{})
+	go func() {
+		defer close(loop)
+		for ctx.Err() == nil {
+			c.advance(5 * time.Second)
+			d.Observe(ctx)
+			d.Round(ctx)
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < 15; i++ {
+				s := spec(t, fmt.Sprintf("w%d-%d", w, i), []int{1, 2, 4, 8}[i%4], jobspec.BestEffort)
+				s.Iterations = 400
+				r, err := d.Submit(ctx, s)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				switch i % 5 {
+				case 1:
+					d.Cancel(ctx, r.ID)
+				case 2:
+					d.Hold(ctx, r.ID)
+					d.Release(ctx, r.ID)
+				case 3:
+					srv := names[(w+i)%len(names)]
+					d.Drain(ctx, srv)
+					d.Undrain(ctx, srv)
+				}
+				_ = d.Queue()
+				_ = d.Nodes()
+			}
+		}(w)
+	}
+	wg.Wait()
+	cancel()
+	<-loop
+	consistent(t, d, st, ex, "after concurrent operations")
 }

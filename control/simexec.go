@@ -197,3 +197,16 @@ func (e *SimExecutor) Running() []string {
 }
 
 var _ Executor = (*SimExecutor)(nil)
+
+// Check implements HealthChecker: a simulated server passes unless it is
+// down.
+func (e *SimExecutor) Check(ctx context.Context, server string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.down[server] {
+		return fmt.Errorf("health check on %s: simulated failure", server)
+	}
+	return nil
+}
+
+var _ HealthChecker = (*SimExecutor)(nil)

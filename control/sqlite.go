@@ -108,9 +108,12 @@ var migrations = []string{
 
 // SQLite is the Store on a SQLite database in WAL mode (modernc.org/sqlite,
 // no cgo). Writes are serialised through one connection; every write is
-// durable (synchronous=FULL) before the call returns.
+// durable (synchronous=FULL) before the call returns. Reads go through a
+// small pool of read-only connections, so they never wait for a write
+// (WAL readers see the last committed state).
 type SQLite struct {
-	db *sql.DB
+	db *sql.DB // writes (and the reads of a write's transaction)
+	rd *sql.DB // reads
 }
 
 // OpenSQLite opens (creating if needed) the database at path and brings its
@@ -131,10 +134,23 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
-	s := &SQLite{db: db}
+	s := &SQLite{db: db, rd: db}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if !strings.HasPrefix(path, ":memory:") {
+		rq := url.Values{}
+		for _, p := range []string{"busy_timeout(10000)", "query_only(1)"} {
+			rq.Add("_pragma", p)
+		}
+		rd, err := sql.Open("sqlite", "file:"+path+"?"+rq.Encode())
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open store %s: readers: %w", path, err)
+		}
+		rd.SetMaxOpenConns(4)
+		s.rd = rd
 	}
 	return s, nil
 }
@@ -174,7 +190,12 @@ func (s *SQLite) migrate(ctx context.Context) error {
 }
 
 // Close closes the database.
-func (s *SQLite) Close() error { return s.db.Close() }
+func (s *SQLite) Close() error {
+	if s.rd != s.db {
+		s.rd.Close()
+	}
+	return s.db.Close()
+}
 
 func ns(t time.Time) int64 {
 	if t.IsZero() {
@@ -310,7 +331,7 @@ func (s *SQLite) Commit(ctx context.Context, b Batch) ([]int64, error) {
 
 // GetJob implements Store.
 func (s *SQLite) GetJob(ctx context.Context, id string) (JobRecord, error) {
-	j, err := scanJob(s.db.QueryRowContext(ctx, `SELECT `+jobCols+` FROM jobs WHERE id = ?`, id))
+	j, err := scanJob(s.rd.QueryRowContext(ctx, `SELECT `+jobCols+` FROM jobs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, fmt.Errorf("job %s: %w", id, ErrNotFound)
 	}
@@ -332,7 +353,7 @@ func (s *SQLite) ListJobs(ctx context.Context, f JobFilter) ([]JobRecord, error)
 		args = append(args, f.Tenant)
 	}
 	q += ` ORDER BY submitted_at, id`
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.rd.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -387,7 +408,7 @@ func updateJob(ctx context.Context, tx execer, j JobRecord, reason string, at ti
 
 // History implements Store.
 func (s *SQLite) History(ctx context.Context, jobID string) ([]Transition, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT job_id, from_state, to_state, reason, at FROM job_history WHERE job_id = ? ORDER BY seq`, jobID)
+	rows, err := s.rd.QueryContext(ctx, `SELECT job_id, from_state, to_state, reason, at FROM job_history WHERE job_id = ? ORDER BY seq`, jobID)
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +459,7 @@ func (s *SQLite) Decisions(ctx context.Context, jobID string, limit int) ([]Deci
 	}
 	q += ` ORDER BY id DESC LIMIT ?`
 	args = append(args, limit)
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.rd.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -477,7 +498,7 @@ func (s *SQLite) Events(ctx context.Context, after int64, limit int) ([]Event, e
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT id, kind, job_id, node, msg, data, at, user FROM events WHERE id > ? ORDER BY id LIMIT ?`, after, limit)
+	rows, err := s.rd.QueryContext(ctx, `SELECT id, kind, job_id, node, msg, data, at, user FROM events WHERE id > ? ORDER BY id LIMIT ?`, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -517,7 +538,7 @@ func putNode(ctx context.Context, tx execer, n NodeRecord) error {
 
 // Nodes implements Store.
 func (s *SQLite) Nodes(ctx context.Context) ([]NodeRecord, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, reachable, drained, missed, suspect, suspect_why, status, updated_at FROM nodes ORDER BY name`)
+	rows, err := s.rd.QueryContext(ctx, `SELECT name, reachable, drained, missed, suspect, suspect_why, status, updated_at FROM nodes ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -548,7 +569,7 @@ func (s *SQLite) SaveModel(ctx context.Context, modelType string, data json.RawM
 
 // Models implements Store.
 func (s *SQLite) Models(ctx context.Context) (map[string]json.RawMessage, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT model_type, data FROM models`)
+	rows, err := s.rd.QueryContext(ctx, `SELECT model_type, data FROM models`)
 	if err != nil {
 		return nil, err
 	}
@@ -572,7 +593,7 @@ func (s *SQLite) AddTimerWait(ctx context.Context, w TimerWait) error {
 
 // TimerWaits implements Store.
 func (s *SQLite) TimerWaits(ctx context.Context, since time.Time) ([]TimerWait, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT tier, gpus, wait_ns, at FROM timer_waits WHERE at >= ? ORDER BY seq`, ns(since))
+	rows, err := s.rd.QueryContext(ctx, `SELECT tier, gpus, wait_ns, at FROM timer_waits WHERE at >= ? ORDER BY seq`, ns(since))
 	if err != nil {
 		return nil, err
 	}

@@ -78,6 +78,9 @@ func (d *Daemon) publishSoon() {
 		return
 	}
 	d.stale.Store(true)
+	if d.announce.Swap(false) {
+		d.broadcast()
+	}
 }
 
 // publishNow takes the lock and rebuilds the read view.
@@ -101,6 +104,9 @@ func (d *Daemon) publishAdded(js *jobState) {
 	v.jobs = append(slices.Clip(old.jobs), id)
 	v.queue = append(slices.Clip(old.queue), QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: "not scheduled yet"})
 	d.published.Store(&v)
+	if d.announce.Swap(false) {
+		d.broadcast()
+	}
 }
 
 // publish rebuilds the read view; the caller holds d.mu.
@@ -132,6 +138,9 @@ func (d *Daemon) publish() {
 	sort.Strings(v.jobs)
 	sort.Slice(v.running, func(a, b int) bool { return v.running[a].Job.ID < v.running[b].Job.ID })
 	d.published.Store(v)
+	if d.announce.Swap(false) {
+		d.broadcast()
+	}
 }
 
 // Throughput is a running job's predicted and measured samples per second
@@ -198,5 +207,5 @@ func (d *Daemon) Curve(ctx context.Context, id string, maxGPUs int) ([]perf.Curv
 		d.mu.Unlock()
 	}
 	cpg := float64(spec.Request.CPUs) / float64(max(spec.Request.GPUs, 1))
-	return d.curves.Get(m, min(max(maxGPUs, 1), 1024), max(cpg, 1)), nil
+	return d.curves.Get(m, min(max(maxGPUs, 1), 1024, d.clusterGPUs()), max(cpg, 1)), nil
 }
