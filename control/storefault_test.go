@@ -293,6 +293,15 @@ func moveOne(s sched.Snapshot) []sched.Decision {
 			}
 		}
 	}
+	// A full cluster (the policy grows jobs into every free GPU): restart
+	// the first one-server job where it is, which is a reconfiguration too
+	// (checkpoint, stop, relaunch).
+	for _, j := range s.Jobs {
+		if len(j.Alloc) == 1 {
+			a := j.Alloc[0]
+			return []sched.Decision{{Kind: sched.Reconfigure, Job: j.ID, Plan: j.Plan, Alloc: []sched.Alloc{a}, Placement: perf.Placement{a.GPUs}, Why: "test: restart in place"}}
+		}
+	}
 	return nil
 }
 
