@@ -178,6 +178,7 @@ type job struct {
 	commExp  float64 // exposed communication seconds so far
 	shareSec float64 // progress seconds while sharing
 	inflSum  float64 // ∫ inflation dt while sharing
+	tenant   string  // forward simulations: the job's tenant ("": A or B by class)
 }
 
 // Run simulates trace under policy p.
@@ -213,6 +214,7 @@ type simulator struct {
 	wake    float64 // the policy's wake-up time (+Inf: none)
 	hist    sched.TimerHistory
 	spread  map[*job]bool // running jobs on two servers or more
+	fwd     *forward      // forward simulations from a live state (forward.go); nil for traces
 }
 
 func (s *simulator) init(trace []dataset.WorkloadJob) error {
@@ -327,6 +329,9 @@ func (s *simulator) loop(ctx context.Context) error {
 	nextRound := math.Inf(-1)
 	roundDue := false
 	s.wake = math.Inf(1)
+	if s.fwd != nil {
+		next, s.wake = len(s.jobs), s.now // no arrivals; a round at once
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -350,6 +355,9 @@ func (s *simulator) loop(ctx context.Context) error {
 		wake := false
 		if s.wake < t {
 			t, wake = s.wake, true
+		}
+		if s.fwd != nil && s.fwd.done(s, t) {
+			return nil
 		}
 		if math.IsInf(t, 1) {
 			break
@@ -459,6 +467,9 @@ func (s *simulator) round() error {
 		tenant := "B"
 		if j.class == sched.Guaranteed {
 			tenant = "A"
+		}
+		if j.tenant != "" {
+			tenant = j.tenant
 		}
 		snap.Jobs = append(snap.Jobs, sched.Job{
 			ID: j.w.Name, Tenant: tenant, Class: j.class, Model: j.m,
