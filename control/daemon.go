@@ -83,6 +83,7 @@ type Daemon struct {
 	curves    perf.CurveCache            // sensitivity curves for the API
 	history   sched.TimerHistory         // the delay-timer auto-tuner's memory
 	timers    map[string]sched.JobTimers // last round's timers per waiting job
+	eta       etaState                   // background start estimates (eta.go)
 }
 
 type jobState struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/replan/replan/sched"
 )
@@ -142,12 +143,21 @@ type QueueEntry struct {
 	// server and rack timers, how long it has starved, the widest tier it
 	// accepts now and why, its Nw_sens.
 	Timers *sched.JobTimers `json:"timers,omitempty"`
+	// ETAS is the estimated start in seconds from AsOf (a forward
+	// simulation of the scheduler, eta.go); null when there is no
+	// estimate, and ETAReason says why. ETAAt is the same as a time.
+	ETAS      *float64   `json:"eta_s"`
+	ETAAt     *time.Time `json:"eta_at"`
+	ETAReason string     `json:"eta_reason,omitempty"`
+	// AsOf is the daemon's clock when this entry was taken: waiting_s and
+	// the timers are as of then.
+	AsOf time.Time `json:"as_of"`
 }
 
 // Queue lists the jobs that wait (queued, preempted, held), oldest first,
 // as of the last published view (it never waits for a round or an
 // executor call in progress).
-func (d *Daemon) Queue() []QueueEntry { return d.view().queue }
+func (d *Daemon) Queue() []QueueEntry { return d.withETA(d.view()) }
 
 func (d *Daemon) queueLocked() []QueueEntry {
 	var out []QueueEntry

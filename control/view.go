@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/perf"
@@ -29,6 +30,7 @@ type readView struct {
 	throughput map[string]Throughput
 	running    []RunningJob
 	links      sched.LinkReport
+	at         time.Time // the daemon's clock when it was built (the API's as_of)
 }
 
 // RunningJob is a running job with what the daemon knows of its speed:
@@ -58,7 +60,7 @@ func (d *Daemon) view() *readView {
 
 // publish rebuilds the read view; the caller holds d.mu.
 func (d *Daemon) publish() {
-	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links}
+	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links, at: d.now()}
 	for id, js := range d.jobs {
 		v.jobs = append(v.jobs, id)
 		if js.rec.State == StateRunning {
@@ -82,6 +84,7 @@ func (d *Daemon) publish() {
 	sort.Strings(v.jobs)
 	sort.Slice(v.running, func(a, b int) bool { return v.running[a].Job.ID < v.running[b].Job.ID })
 	d.published.Store(v)
+	d.etaKick() // re-estimate start times in the background (eta.go)
 }
 
 // Throughput is a running job's predicted and measured samples per second

@@ -194,6 +194,10 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.Daemon.EnableETA(func() sched.Policy {
+		p, _ := sched.NewWithRestartCost(o.Policy, o.RestartCost.Seconds())
+		return p
+	}, o.RestartCost)
 	d.Clock.mu.Lock()
 	d.Clock.baseReal = d.Clock.real()
 	d.Clock.mu.Unlock()
@@ -320,6 +324,45 @@ type Summary struct {
 	Restarts    int           `json:"restarts"`
 	VirtualH    float64       `json:"virtual_h"`
 	RealElapsed time.Duration `json:"real_elapsed_ns"`
+	// ETAErrP50 and ETAErrP90 measure the start estimates: for every job
+	// that waited (ETAMinWait or more), |first estimate − actual start| /
+	// actual wait. ETAJobs counts those jobs, ETANoEstimate the ones that
+	// waited that long without ever getting an estimate.
+	ETAErrP50     float64 `json:"eta_err_p50"`
+	ETAErrP90     float64 `json:"eta_err_p90"`
+	ETAJobs       int     `json:"eta_jobs"`
+	ETANoEstimate int     `json:"eta_no_estimate"`
+}
+
+// ETAMinWait is the shortest wait the ETA accuracy counts: below it the
+// ratio measures the round interval, not the estimate.
+const ETAMinWait = time.Minute
+
+// etaErrors fills the ETA accuracy from each job's first estimate.
+func (s *Summary) etaErrors(jobs []control.JobRecord, first map[string]time.Time) {
+	var errs []float64
+	for _, j := range jobs {
+		if j.StartedAt.IsZero() {
+			continue
+		}
+		wait := j.StartedAt.Sub(j.SubmittedAt)
+		if wait < ETAMinWait {
+			continue
+		}
+		at, ok := first[j.ID]
+		if !ok {
+			s.ETANoEstimate++
+			continue
+		}
+		errs = append(errs, math.Abs(at.Sub(j.StartedAt).Seconds())/wait.Seconds())
+	}
+	s.ETAJobs = len(errs)
+	if len(errs) == 0 {
+		return
+	}
+	sort.Float64s(errs)
+	q := func(p float64) float64 { return errs[min(len(errs)-1, int(math.Ceil(p*float64(len(errs))))-1)] }
+	s.ETAErrP50, s.ETAErrP90 = q(0.5), q(0.9)
 }
 
 // Wait blocks until every trace job is in a final state (or ctx ends) and
@@ -334,6 +377,7 @@ func (d *Demo) Wait(ctx context.Context) (Summary, error) {
 			return Summary{}, err
 		}
 		s := summarise(done, d.Source)
+		s.etaErrors(done, d.Daemon.FirstETAs())
 		s.Jobs = len(d.Trace)
 		s.RealElapsed = time.Since(start)
 		s.VirtualH = d.Clock.Now().Sub(Epoch).Hours()
@@ -403,5 +447,9 @@ func summarise(jobs []control.JobRecord, src string) Summary {
 func (s Summary) Print(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "replan demo: %s\n  jobs %d: %d finished, %d failed\n  avg JCT %.2f h (p50 %.2f h, p99 %.2f h), avg queueing %.2f h, makespan %.2f h\n  restarts %d; %.1f virtual hours in %s\n",
 		s.Source, s.Jobs, s.Finished, s.Failed, s.AvgJCTH, s.P50JCTH, s.P99JCTH, s.AvgQueueH, s.MakespanH, s.Restarts, s.VirtualH, s.RealElapsed.Round(time.Millisecond))
+	if err == nil && s.ETAJobs > 0 {
+		_, err = fmt.Fprintf(w, "  start estimates: |first ETA − start| / wait p50 %.2f, p90 %.2f over %d jobs that waited %s or more (%d without an estimate)\n",
+			s.ETAErrP50, s.ETAErrP90, s.ETAJobs, ETAMinWait, s.ETANoEstimate)
+	}
 	return err
 }
