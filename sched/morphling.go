@@ -466,7 +466,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 					cutoff = sl
 				}
 				if js.total == 0 && js.reason == "" {
-					js.reason = fmt.Sprintf("needs %d GPUs; %d free, and no running job may be shrunk for it (higher slopes, at their minRes, or the restart would not pay)", f, st.freeGPUs)
+					js.reason = fmt.Sprintf("needs %s; %d free, and no running job may be shrunk for it (higher slopes, at their minRes, or the restart would not pay)", gpuCount(f), st.freeGPUs)
 				}
 				break
 			}
