@@ -154,3 +154,25 @@ func TestQueueReasonsAreTheirOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusDrainedGPUsAreNotFree: a drained server's idle GPUs are not
+// counted as free; status says when it answered.
+func TestStatusDrainedGPUsAreNotFree(t *testing.T) {
+	st, _ := openTest(t)
+	d, c := newDaemon(t, st, &recorder{}, "static")
+	if _, err := d.Drain(context.Background(), "b"); err != nil {
+		t.Fatal(err)
+	}
+	rr := httptest.NewRecorder()
+	(&API{D: d}).Handler().ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/v1/status", nil))
+	var s Status
+	if err := json.Unmarshal(rr.Body.Bytes(), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.FreeGPUs != 8 || s.UnusableGPUs != 8 {
+		t.Errorf("free %d, unusable %d; want 8 free (server a) and 8 unusable (drained b): %s", s.FreeGPUs, s.UnusableGPUs, rr.Body)
+	}
+	if !s.Now.Equal(c.now()) {
+		t.Errorf("now %v, want the daemon's clock %v", s.Now, c.now())
+	}
+}
