@@ -89,6 +89,11 @@ type model struct {
 	help       bool
 	speed      float64
 
+	// the backend's clock: its Now at the last status poll, the real time
+	// of that poll, and how fast it runs (backend seconds per second)
+	backendNow, backendAt time.Time
+	rate                  float64
+
 	tick  func() tea.Cmd   // the one-second clock; tests stop it
 	clock func() time.Time // stamps polled data; tests fix it
 }
@@ -150,6 +155,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case data.StatusMsg:
 		if msg.Err == nil {
 			m.status, m.haveStatus = msg.Status, true
+			m.observeClock(msg.Status.Now, msg.At)
 		}
 		return m, m.roundPart(msg.Err)
 	case data.NodesMsg:
@@ -236,7 +242,38 @@ func (m *model) broadcast(msg tea.Msg) tea.Cmd {
 	return tea.Batch(cmds...)
 }
 
+// observeClock learns how fast the backend's clock runs from two polls
+// at least a second apart.
+func (m *model) observeClock(backend, at time.Time) {
+	if backend.IsZero() || at.IsZero() {
+		return
+	}
+	if !m.backendNow.IsZero() {
+		dr, db := at.Sub(m.backendAt), backend.Sub(m.backendNow)
+		if dr < time.Second {
+			return
+		}
+		if db >= 0 {
+			m.rate = float64(db) / float64(dr)
+		}
+	}
+	m.backendNow, m.backendAt = backend, at
+}
+
+// clockRate is the backend's seconds per real second: measured, else the
+// speed a Speeder reported, else 1.
+func (m *model) clockRate() float64 {
+	switch {
+	case m.rate > 0:
+		return m.rate
+	case m.speed > 0:
+		return m.speed
+	}
+	return 1
+}
+
 func (m *model) onTick(t data.TickMsg) tea.Cmd {
+	t.Rate = m.clockRate()
 	m.now = t.Now
 	cmds := []tea.Cmd{m.tick(), m.broadcast(t)}
 	if m.flash != "" && !m.now.Before(m.flashUntil) {

@@ -38,7 +38,8 @@ func (b *Backend) Status(ctx context.Context) (data.Status, error) {
 		return data.Status{}, err
 	}
 	return data.Status{Version: s.Version, Policy: s.Policy, Servers: s.Servers, GPUs: s.GPUs, FreeGPUs: s.FreeGPUs,
-		Jobs: s.Jobs, Waiting: s.LastRound.Waiting, RoundAt: s.LastRound.At, RoundTook: s.LastRound.Duration}, nil
+		Jobs: s.Jobs, Waiting: s.LastRound.Waiting, RoundAt: s.LastRound.At, RoundTook: s.LastRound.Duration,
+		Now: s.Now, UnusableGPUs: s.UnusableGPUs}, nil
 }
 
 // Nodes implements tui.Backend.
@@ -57,23 +58,44 @@ func (b *Backend) Nodes(ctx context.Context) ([]data.Node, error) {
 
 // Queue implements tui.Backend. Delay timers come from network-aware
 // policies: the server and rack timers are sent whole with the starvation
-// time, and shown as what is left of them.
+// time, and shown as what is left of them. Every figure is brought from
+// the entry's as_of to the daemon's clock now (status), so that the
+// screen counts down from the moment of the poll, not from older data.
 func (b *Backend) Queue(ctx context.Context) ([]data.QueueRow, error) {
 	q, err := b.c.Queue(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]data.QueueRow, len(q))
-	for i, e := range q {
-		out[i] = data.QueueRow{ID: e.Job.ID, Name: e.Job.Name, Class: e.Job.Class, Tenant: e.Job.Tenant, State: string(e.Job.State),
-			GPUs: e.GPUs, Waited: time.Duration(e.WaitingS * float64(time.Second)), Reason: e.Reason}
-		if t := e.Timers; t != nil {
-			sec := func(s float64) time.Duration { return time.Duration(max(s, 0) * float64(time.Second)) }
-			out[i].Timers = &data.DelayTimers{ServerTimer: sec(t.ServerTimer - t.Starved), RackTimer: sec(t.RackTimer - t.Starved),
-				Starved: sec(t.Starved), AcceptTier: t.AcceptTier.String(), NwSens: t.NwSens, HasNwSens: true}
+	var now time.Time
+	if len(q) > 0 {
+		if s, err := b.c.Status(ctx); err == nil {
+			now = s.Now
 		}
 	}
-	return out, nil
+	return QueueRows(q, now), nil
+}
+
+// QueueRows converts queue entries to rows as of now (the daemon's clock;
+// zero: as of each entry's as_of).
+func QueueRows(q []control.QueueEntry, now time.Time) []data.QueueRow {
+	out := make([]data.QueueRow, len(q))
+	sec := func(s float64) time.Duration { return time.Duration(max(s, 0) * float64(time.Second)) }
+	for i, e := range q {
+		age := 0.0
+		if !now.IsZero() && !e.AsOf.IsZero() && now.After(e.AsOf) {
+			age = now.Sub(e.AsOf).Seconds()
+		}
+		out[i] = data.QueueRow{ID: e.Job.ID, Name: e.Job.Name, Class: e.Job.Class, Tenant: e.Job.Tenant, State: string(e.Job.State),
+			GPUs: e.GPUs, Waited: sec(e.WaitingS + age), Reason: e.Reason, ETAReason: e.ETAReason}
+		if e.ETAS != nil {
+			out[i].ETA, out[i].HasETA = sec(*e.ETAS-age), true
+		}
+		if t := e.Timers; t != nil {
+			out[i].Timers = &data.DelayTimers{ServerTimer: sec(t.ServerTimer - t.Starved - age), RackTimer: sec(t.RackTimer - t.Starved - age),
+				Starved: sec(t.Starved + age), AcceptTier: t.AcceptTier.String(), NwSens: min(max(t.NwSens, 0), 1), HasNwSens: true}
+		}
+	}
+	return out
 }
 
 // Jobs implements tui.Backend.

@@ -26,6 +26,10 @@ type Status struct {
 	// RoundAt is when the last scheduling round ran and RoundTook how long.
 	RoundAt   time.Time
 	RoundTook time.Duration
+	// Now is the backend's clock when it answered (zero: unknown);
+	// UnusableGPUs are idle GPUs on drained or unreachable servers.
+	Now          time.Time
+	UnusableGPUs int
 }
 
 // Node is one server.
@@ -74,6 +78,11 @@ type QueueRow struct {
 	Reason string
 	// Timers is nil when the backend does not report delay timers.
 	Timers *DelayTimers
+	// ETA is the estimated start, from the poll (HasETA false: none, and
+	// ETAReason says why).
+	ETA       time.Duration
+	HasETA    bool
+	ETAReason string
 }
 
 // Server is one server of a job's placement and the GPU indices it holds.

@@ -7,7 +7,20 @@ import (
 )
 
 // TickMsg is the one-second clock: countdowns move and polls are due.
-type TickMsg struct{ Now time.Time }
+// Rate is how many of the backend's seconds pass per real second (the
+// demo's clock runs faster; 0 means 1): countdowns move by that much.
+type TickMsg struct {
+	Now  time.Time
+	Rate float64
+}
+
+// Scale is d of real time in the backend's clock.
+func (t TickMsg) Scale(d time.Duration) time.Duration {
+	if t.Rate <= 0 {
+		return d
+	}
+	return time.Duration(float64(d) * t.Rate)
+}
 
 // StatusMsg carries a polled Status.
 type StatusMsg struct {

@@ -1,8 +1,9 @@
 // Package queue is the TUI's queue screen: the waiting jobs with their
-// class, tenant, GPUs, how long they waited and why. When the backend
-// reports delay timers (data.DelayTimers) the screen adds their columns —
-// server timer, rack timer, starvation time, the tier accepted now and
-// Nw_sens — and counts them down locally on every tick between polls.
+// class, tenant, GPUs, how long they waited, their estimated start, their
+// delay timers (server timer, rack timer, the tier accepted now, Nw_sens)
+// and why they wait. Its columns never change with the data ("-" where a
+// backend reports nothing); the figures count every second between polls
+// at the backend clock's rate.
 package queue
 
 import (
@@ -25,6 +26,7 @@ type Model struct {
 	width, height int
 	rows          []data.QueueRow
 	polledAt, now time.Time
+	rate          float64 // backend seconds per real second (TickMsg.Rate)
 	cursor        int
 	offset        int
 	loaded        bool
@@ -70,6 +72,7 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 		if msg.Now.After(m.now) {
 			m.now = msg.Now
 		}
+		m.rate = msg.Rate
 	case tea.KeyPressMsg:
 		if c, ok := m.keys.Move(msg, m.cursor, len(m.rows), m.height-3); ok {
 			m.cursor = c
@@ -89,12 +92,13 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 	return nil
 }
 
-// elapsed is the local time since the poll.
+// elapsed is the backend's time since the poll (the local time scaled by
+// the backend clock's rate).
 func (m *Model) elapsed() time.Duration {
 	if m.polledAt.IsZero() || m.now.Before(m.polledAt) {
 		return 0
 	}
-	return m.now.Sub(m.polledAt)
+	return data.TickMsg{Rate: m.rate}.Scale(m.now.Sub(m.polledAt))
 }
 
 type column struct {
@@ -104,30 +108,15 @@ type column struct {
 	cell  func(r data.QueueRow) string
 }
 
+// columns are the same whatever the data: a column never appears or
+// vanishes between polls (only a narrow terminal drops some, always the
+// same ones), and every cell fits its width.
 func (m *Model) columns() []column {
 	el := m.elapsed()
-	cols := []column{
-		{"ID", 8, false, func(r data.QueueRow) string { return r.ID }},
-		{"NAME", 12, false, func(r data.QueueRow) string { return r.Name }},
-		{"CLASS", 11, false, func(r data.QueueRow) string { return r.Class }},
-		{"TENANT", 8, false, func(r data.QueueRow) string { return r.Tenant }},
-		{"GPUS", 4, true, func(r data.QueueRow) string { return fmt.Sprint(r.GPUs) }},
-		{"WAITED", 6, true, func(r data.QueueRow) string { return common.Duration(r.Waited + el) }},
-	}
-	var srv, rack, starved, tier, sens bool
-	for _, r := range m.rows {
-		if t := r.Timers; t != nil {
-			srv = srv || t.ServerTimer > 0
-			rack = rack || t.RackTimer > 0
-			starved = starved || t.Starved > 0
-			tier = tier || t.AcceptTier != ""
-			sens = sens || t.HasNwSens
-		}
-	}
-	countdown := func(get func(*data.DelayTimers) time.Duration) func(data.QueueRow) string {
+	timer := func(get func(*data.DelayTimers) time.Duration) func(data.QueueRow) string {
 		return func(r data.QueueRow) string {
 			if r.Timers == nil {
-				return ""
+				return "-"
 			}
 			left := get(r.Timers) - el
 			if left <= 0 {
@@ -136,39 +125,32 @@ func (m *Model) columns() []column {
 			return common.Duration(left)
 		}
 	}
-	if srv {
-		cols = append(cols, column{"SRV-T", 5, true, countdown(func(t *data.DelayTimers) time.Duration { return t.ServerTimer })})
-	}
-	if rack {
-		cols = append(cols, column{"RACK-T", 6, true, countdown(func(t *data.DelayTimers) time.Duration { return t.RackTimer })})
-	}
-	if starved {
-		cols = append(cols, column{"STARVE", 6, true, func(r data.QueueRow) string {
-			if r.Timers == nil {
-				return ""
-			}
-			return common.Duration(r.Timers.Starved + el)
-		}})
-	}
-	if tier {
-		cols = append(cols, column{"TIER", 7, false, func(r data.QueueRow) string {
-			if r.Timers == nil {
-				return ""
+	cols := []column{
+		{"ID", 8, false, func(r data.QueueRow) string { return r.ID }},
+		{"NAME", 12, false, func(r data.QueueRow) string { return r.Name }},
+		{"CLASS", 11, false, func(r data.QueueRow) string { return r.Class }},
+		{"TENANT", 8, false, func(r data.QueueRow) string { return r.Tenant }},
+		{"GPUS", 4, true, func(r data.QueueRow) string { return fmt.Sprint(r.GPUs) }},
+		{"WAITED", 6, true, func(r data.QueueRow) string { return common.Duration(r.Waited + el) }},
+		{"ETA", 6, true, func(r data.QueueRow) string { return ETA(r, el) }},
+		{"SRV-T", 6, true, timer(func(t *data.DelayTimers) time.Duration { return t.ServerTimer })},
+		{"RACK-T", 6, true, timer(func(t *data.DelayTimers) time.Duration { return t.RackTimer })},
+		{"TIER", 10, false, func(r data.QueueRow) string {
+			if r.Timers == nil || r.Timers.AcceptTier == "" {
+				return "-"
 			}
 			return r.Timers.AcceptTier
-		}})
-	}
-	if sens {
-		cols = append(cols, column{"NWSENS", 6, true, func(r data.QueueRow) string {
+		}},
+		{"NWSENS", 6, true, func(r data.QueueRow) string {
 			if r.Timers == nil || !r.Timers.HasNwSens {
-				return ""
+				return "-"
 			}
-			return fmt.Sprintf("%.2f", r.Timers.NwSens)
-		}})
+			return fmt.Sprintf("%.2f", min(max(r.Timers.NwSens, 0), 1))
+		}},
 	}
 	// on narrow terminals the reason keeps at least 20 cells: drop the
-	// tenant, then the name, then the class
-	for _, drop := range []string{"TENANT", "NAME", "CLASS"} {
+	// tenant, the name, the class, Nw_sens and the tier, in that order
+	for _, drop := range []string{"TENANT", "NAME", "CLASS", "NWSENS", "TIER"} {
 		if m.width == 0 || width(cols)+20 <= m.width {
 			break
 		}
@@ -180,6 +162,19 @@ func (m *Model) columns() []column {
 		}
 	}
 	return cols
+}
+
+// ETA is a row's estimated start el after the poll: "-" without one,
+// "now" when due.
+func ETA(r data.QueueRow, el time.Duration) string {
+	if !r.HasETA {
+		return "-"
+	}
+	left := r.ETA - el
+	if left < time.Second {
+		return "now"
+	}
+	return common.Duration(left)
 }
 
 // width is the cells the columns take before the reason.

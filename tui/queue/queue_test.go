@@ -37,16 +37,66 @@ func TestGolden(t *testing.T) {
 	}
 	tuitest.Golden(t, "timers-80", v, *update)
 
-	// without timers the countdown columns are not there at all
+	// without timers the columns stay where they were: "-" in the cells
 	plain := append([]data.QueueRow(nil), rows...)
-	plain[0].Timers = nil
+	for i := range plain {
+		plain[i].Timers = nil
+	}
 	m = newModel(plain, 80)
 	v = m.View()
 	tuitest.CheckSize(t, v, 80, 22)
-	if strings.Contains(v, "SRV-T") || strings.Contains(v, "NWSENS") {
-		t.Errorf("timer columns without timers:\n%s", v)
+	if header(v) != header(newModel(rows, 80).View()) {
+		t.Errorf("the header changed with the data:\n%s\nvs\n%s", header(v), header(newModel(rows, 80).View()))
 	}
 	tuitest.Golden(t, "plain-80", v, *update)
+}
+
+func header(v string) string { return strings.Split(v, "\n")[1] }
+
+// TestColumnsFixedAndUncut: the same columns whatever the rows say, and
+// long values (11h05m, cross-rack) are never cut.
+func TestColumnsFixedAndUncut(t *testing.T) {
+	rows := tuitest.Small().Queue
+	full := newModel(rows, 160).View()
+	for _, want := range []string{"11h05m", "cross-rack", "ETA", "SRV-T", "RACK-T", "NWSENS"} {
+		if !strings.Contains(full, want) {
+			t.Errorf("no %q at 160 columns:\n%s", want, full)
+		}
+	}
+	if strings.Contains(full, "…  ") || strings.Contains(full, "11h0…") {
+		t.Errorf("a value is cut off:\n%s", full)
+	}
+	for n := 0; n <= len(rows); n++ {
+		if h := header(newModel(rows[:n], 160).View()); h != header(full) {
+			t.Errorf("with %d rows the header is %q, want %q", n, h, header(full))
+		}
+	}
+}
+
+// TestNwSensIsAShare: Nw_sens is shown in [0, 1] whatever the backend
+// sends.
+func TestNwSensIsAShare(t *testing.T) {
+	rows := tuitest.Small().Queue
+	rows[0].Timers.NwSens = 64.88
+	v := row(newModel(rows, 160).View(), "j-000006")
+	if strings.Contains(v, "64.88") || !strings.Contains(v, "1.00") {
+		t.Errorf("Nw_sens 64.88 shown as: %q", v)
+	}
+}
+
+// TestCountdownAtTheBackendRate: the demo's clock runs 60× real time;
+// one real second later the timers are a minute further on, so the next
+// poll does not make them jump.
+func TestCountdownAtTheBackendRate(t *testing.T) {
+	m := newModel(tuitest.Small().Queue, 160)
+	m.Update(data.TickMsg{Now: tuitest.T0.Add(time.Second), Rate: 60})
+	r := row(m.View(), "j-000006")
+	// rack timer 2m00s − 60 s; wait 1m35s + 60 s; ETA 11h05m − 1m
+	for _, want := range []string{"1m00s", "2m35s", "11h04m"} {
+		if !strings.Contains(r, want) {
+			t.Errorf("after one second at 60×, row lacks %q: %q", want, r)
+		}
+	}
 }
 
 func row(v, id string) string {

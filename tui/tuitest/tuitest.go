@@ -112,9 +112,12 @@ func Small() Snapshot {
 	queue := []data.QueueRow{
 		{ID: "j-000006", Name: "llama7b-f", Class: "guaranteed", Tenant: "nlp", State: "queued", GPUs: 16, Waited: 95 * time.Second,
 			Reason: "waits for a rack-local offer: rack timer 2m00s",
-			Timers: &data.DelayTimers{ServerTimer: 30 * time.Second, RackTimer: 120 * time.Second, Starved: 95 * time.Second, AcceptTier: "server", NwSens: 0.82, HasNwSens: true}},
-		{ID: "j-000007", Name: "gpt2-g", Class: "best-effort", Tenant: "ads", State: "preempted", GPUs: 8, Waited: 12 * time.Minute, Reason: "preempted for j-000003 (higher slope)"},
-		{ID: "j-000008", Name: "bert-h", Class: "best-effort", Tenant: "vision", State: "held", GPUs: 4, Waited: 3 * time.Hour, Reason: "held by the operator"},
+			Timers: &data.DelayTimers{ServerTimer: 30 * time.Second, RackTimer: 120 * time.Second, Starved: 95 * time.Second, AcceptTier: "server", NwSens: 0.82, HasNwSens: true},
+			ETA:    (11*60 + 5) * time.Minute, HasETA: true},
+		{ID: "j-000007", Name: "gpt2-g", Class: "best-effort", Tenant: "ads", State: "preempted", GPUs: 8, Waited: 12 * time.Minute, Reason: "preempted for j-000003 (higher slope)",
+			Timers: &data.DelayTimers{AcceptTier: "cross-rack", NwSens: 1, HasNwSens: true}, ETA: 25 * time.Minute, HasETA: true},
+		{ID: "j-000008", Name: "bert-h", Class: "best-effort", Tenant: "vision", State: "held", GPUs: 4, Waited: 3 * time.Hour, Reason: "held by the operator",
+			ETAReason: "held by the operator: no start until released"},
 	}
 	ev := func(id int64, kind, job, node, msg string, min int) data.Event {
 		return data.Event{ID: id, Kind: kind, JobID: job, Node: node, Msg: msg, At: T0.Add(time.Duration(min-60) * time.Minute)}
