@@ -31,7 +31,15 @@ type etaState struct {
 	first     map[string]time.Time // the first estimate each job got
 	models    map[string]*perf.Model
 	runs      int
+	// recent are the jobs submitted within the last ETAWindow (as the
+	// policy saw them when first seen, by ID): the forward simulation
+	// expects the next window to bring the same jobs again.
+	recent map[string]sched.Job
 }
+
+// ETAWindow is how far back the estimator looks at submissions to expect
+// as many in the same time ahead.
+var ETAWindow = time.Hour
 
 // ETA is a waiting job's estimated start.
 type ETA struct {
@@ -56,10 +64,11 @@ func (d *Daemon) EnableETA(newPolicy func() sched.Policy, restart time.Duration)
 
 // etaInput is what one forward simulation starts from.
 type etaInput struct {
-	snap  sched.Snapshot
-	extra map[string]sim.ForwardJob
-	held  []string
-	asOf  time.Time
+	snap     sched.Snapshot
+	extra    map[string]sim.ForwardJob
+	arrivals []sched.Job
+	held     []string
+	asOf     time.Time
 }
 
 // etaKick starts a forward simulation of the current state unless one
@@ -130,7 +139,44 @@ func (d *Daemon) etaInputLocked() etaInput {
 			in.held = append(in.held, id)
 		}
 	}
+	in.arrivals = e.expectedLocked(in.snap)
 	return in
+}
+
+// expectedLocked records the snapshot's new submissions and returns the
+// arrivals the estimator expects: every job submitted in the last
+// ETAWindow, submitted again one window later. The caller holds e.mu.
+func (e *etaState) expectedLocked(snap sched.Snapshot) []sched.Job {
+	w := ETAWindow.Seconds()
+	if w <= 0 {
+		return nil
+	}
+	if e.recent == nil {
+		e.recent = map[string]sched.Job{}
+	}
+	for _, sj := range snap.Jobs {
+		if _, ok := e.recent[sj.ID]; !ok && sj.Submit >= snap.Now-w {
+			sj.Alloc, sj.Plan, sj.ItersDone, sj.Restarts, sj.LastRun, sj.RunSeconds, sj.Phase, sj.LastChange = nil, perf.Plan{}, 0, 0, 0, 0, 0, 0
+			e.recent[sj.ID] = sj
+		}
+	}
+	var out []sched.Job
+	for id, sj := range e.recent {
+		if sj.Submit < snap.Now-w {
+			delete(e.recent, id)
+			continue
+		}
+		if sj.Model != nil {
+			sj.Model = e.models[sj.Model.Arch.Name]
+		}
+		if sj.Model == nil {
+			continue
+		}
+		sj.ID = "expected:" + id
+		sj.Submit += w
+		out = append(out, sj)
+	}
+	return out
 }
 
 // etaLoop runs forward simulations until the state stops changing.
@@ -140,7 +186,7 @@ func (d *Daemon) etaLoop(in etaInput) {
 		p, restart := d.eta.policy, d.eta.restart
 		d.eta.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		res, err := sim.Forward(ctx, in.snap, p, nil, in.extra, sim.ForwardConfig{RestartCost: restartOrNone(restart)})
+		res, err := sim.Forward(ctx, in.snap, p, nil, in.extra, sim.ForwardConfig{RestartCost: restartOrNone(restart), Arrivals: in.arrivals})
 		cancel()
 		if err != nil {
 			d.log.Warn("eta", "err", err)

@@ -38,6 +38,11 @@ type ForwardConfig struct {
 	Horizon float64
 	// MaxRounds bounds the policy rounds it runs (default 2000).
 	MaxRounds int
+	// Arrivals are jobs expected to be submitted later (Submit after
+	// Snapshot.Now, no allocation): the estimate of a waiting job counts
+	// with the jobs that will overtake it. Their IDs must not collide with
+	// the snapshot's.
+	Arrivals []sched.Job
 }
 
 // ForwardResult is when each job that waits now starts, in the snapshot's
@@ -54,6 +59,7 @@ type forward struct {
 	horizon float64
 	rounds  int
 	waiting []*job
+	first   int // index of the first expected arrival in simulator.jobs
 }
 
 // done stops the loop before time t once every job that waited has
@@ -120,6 +126,14 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 	}
 	jobs := append([]sched.Job(nil), snap.Jobs...)
 	sort.SliceStable(jobs, func(a, b int) bool { return jobs[a].Submit < jobs[b].Submit })
+	arrivals := append([]sched.Job(nil), cfg.Arrivals...)
+	sort.SliceStable(arrivals, func(a, b int) bool { return arrivals[a].Submit < arrivals[b].Submit })
+	for _, sj := range arrivals {
+		if sj.Submit > snap.Now && len(sj.Alloc) == 0 {
+			sj.ItersDone, sj.Restarts, sj.LastRun, sj.RunSeconds = 0, 0, 0, 0
+			jobs = append(jobs, sj)
+		}
+	}
 	for _, sj := range jobs {
 		if sj.Model == nil {
 			continue
@@ -139,6 +153,11 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 		j.cpg = max(1, sj.ReqCPUs/max(sj.ReqGPUs, 1))
 		if sj.Promise > 0 && sj.Model.Arch.GlobalBatch > 0 {
 			j.promise = sj.Promise / float64(sj.Model.Arch.GlobalBatch)
+		}
+		if sj.Submit > snap.Now {
+			j.st = pending // an expected arrival
+			s.jobs = append(s.jobs, j)
+			continue
 		}
 		if len(sj.Alloc) == 0 {
 			j.st = waiting
@@ -180,6 +199,13 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 		j.version++
 		s.jobs = append(s.jobs, j)
 		heap.Push(&s.heap, ev{t: s.finishTime(j), j: j, v: j.version})
+	}
+	s.fwd.first = len(s.jobs)
+	for i, j := range s.jobs {
+		if j.st == pending {
+			s.fwd.first = i
+			break
+		}
 	}
 	res := ForwardResult{Start: map[string]float64{}, NoStart: map[string]string{}}
 	if len(s.fwd.waiting) == 0 {

@@ -330,7 +330,7 @@ func (s *simulator) loop(ctx context.Context) error {
 	roundDue := false
 	s.wake = math.Inf(1)
 	if s.fwd != nil {
-		next, s.wake = len(s.jobs), s.now // no arrivals; a round at once
+		next, s.wake = s.fwd.first, s.now // expected arrivals only; a round at once
 	}
 	for {
 		if err := ctx.Err(); err != nil {
