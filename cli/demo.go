@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/replan/replan/demo"
 	"github.com/replan/replan/tui"
 	"github.com/replan/replan/tui/controlbackend"
+	"github.com/replan/replan/tui/data"
 )
 
 func newDemoCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -82,10 +84,21 @@ seconds per real second. --headless runs without the TUI and prints a summary wh
 }
 
 // demoBackend is the TUI's view of the demo: the control API, plus the
-// demo clock's speed on "+" and "-".
+// demo clock's speed on "+" and "-". Embedding the tui.Backend interface
+// hides the optional methods of the value inside (Links), so each one is
+// passed on explicitly.
 type demoBackend struct {
 	tui.Backend
 	clock *demo.Clock
+}
+
+// Links implements tui.LinksBackend when the backend inside does.
+func (b demoBackend) Links(ctx context.Context) (data.Links, error) {
+	lb, ok := b.Backend.(tui.LinksBackend)
+	if !ok {
+		return data.Links{}, errors.New("links: not reported by this backend")
+	}
+	return lb.Links(ctx)
 }
 
 // SetSpeed implements tui.Speeder.

@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/replan/replan/control"
+	"github.com/replan/replan/tui"
+	"github.com/replan/replan/tui/controlbackend"
 )
 
 // TestDemoInTmux runs `replan demo` the way a person does, inside tmux:
@@ -151,4 +155,17 @@ func mustWd(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return filepath.Dir(wd)
+}
+
+// TestDemoBackendHasLinks: the demo's backend passes on the optional
+// Links capability of the control backend (screen 6 loads in the demo);
+// embedding tui.Backend alone hid it.
+func TestDemoBackendHasLinks(t *testing.T) {
+	var b tui.Backend = demoBackend{Backend: controlbackend.New(control.NewUnixClient(filepath.Join(t.TempDir(), "none.sock")))}
+	if _, ok := b.(tui.LinksBackend); !ok {
+		t.Fatal("the demo backend does not offer Links: the links screen never loads in the demo")
+	}
+	if _, ok := b.(tui.Speeder); !ok {
+		t.Fatal("the demo backend lost SetSpeed")
+	}
 }
