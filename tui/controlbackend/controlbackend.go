@@ -9,12 +9,12 @@ package controlbackend
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/control"
 	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/launch"
@@ -187,7 +187,7 @@ func decision(d control.DecisionRecord) data.Decision {
 			out.Plan = det.Plan.String()
 		}
 		if len(det.Placement) > 0 {
-			out.Placement = fmt.Sprint([]int(det.Placement))
+			out.Placement = cluster.PlacementText(det.Placement)
 		}
 		out.Throughput = det.Throughput
 	}

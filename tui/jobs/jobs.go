@@ -12,6 +12,7 @@ import (
 	"charm.land/bubbles/v2/key"
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/tui/common"
 	"github.com/replan/replan/tui/data"
 )
@@ -110,29 +111,9 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 func PlacementSummary(servers []data.Server) string {
 	parts := make([]string, 0, len(servers))
 	for _, s := range servers {
-		parts = append(parts, s.Name+"["+ranges(s.GPUs)+"]")
+		parts = append(parts, cluster.ServerGPUs(s.Name, s.GPUs))
 	}
-	return strings.Join(parts, " ")
-}
-
-// ranges writes sorted indices as 0-3,6.
-func ranges(ix []int) string {
-	ix = append([]int(nil), ix...)
-	sort.Ints(ix)
-	var parts []string
-	for i := 0; i < len(ix); {
-		j := i
-		for j+1 < len(ix) && ix[j+1] == ix[j]+1 {
-			j++
-		}
-		if j > i {
-			parts = append(parts, fmt.Sprintf("%d-%d", ix[i], ix[j]))
-		} else {
-			parts = append(parts, fmt.Sprint(ix[i]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ",")
+	return strings.Join(parts, ", ")
 }
 
 // View implements common.Screen.

@@ -50,7 +50,7 @@ func TestEventChangesPlan(t *testing.T) {
 
 func TestPlacementSummary(t *testing.T) {
 	got := PlacementSummary([]data.Server{{Name: "a", GPUs: []int{3, 0, 1, 2, 6}}, {Name: "b", GPUs: []int{7}}})
-	if want := "a[0-3,6] b[7]"; got != want {
+	if want := "a [0-3,6], b [7]"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
