@@ -44,3 +44,10 @@ type Speeder interface {
 type LinksBackend interface {
 	Links(ctx context.Context) (data.Links, error)
 }
+
+// Replayer is the optional capability of a backend that replays a trace
+// on a simulated clock (`replan demo`): the title shows the simulated time
+// and the trace's progress, and says when the trace has ended.
+type Replayer interface {
+	Replay(ctx context.Context) (data.Replay, error)
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/replan/replan/tui/jobdetail"
 	"github.com/replan/replan/tui/jobs"
 	"github.com/replan/replan/tui/links"
+	"github.com/replan/replan/tui/overview"
 	"github.com/replan/replan/tui/queue"
 )
 
@@ -24,7 +25,8 @@ import (
 type screen int
 
 const (
-	scCluster screen = iota
+	scOverview screen = iota
+	scCluster
 	scQueue
 	scJobs
 	scDetail
@@ -33,7 +35,7 @@ const (
 	numScreens
 )
 
-var screenNames = [numScreens]string{"cluster", "queue", "jobs", "detail", "events", "links"}
+var screenNames = [numScreens]string{"overview", "cluster", "queue", "jobs", "detail", "events", "links"}
 
 // prompt is what the footer is asking for, if anything.
 type prompt int
@@ -54,19 +56,22 @@ type model struct {
 	st   common.Styles
 	keys common.Keys
 
-	screens [numScreens]common.Screen
-	cluster *cluster.Model
-	queue   *queue.Model
-	jobs    *jobs.Model
-	detail  *jobdetail.Model
-	events  *events.Model
-	links   *links.Model
+	screens  [numScreens]common.Screen
+	overview *overview.Model
+	cluster  *cluster.Model
+	queue    *queue.Model
+	jobs     *jobs.Model
+	detail   *jobdetail.Model
+	events   *events.Model
+	links    *links.Model
 
 	active, prev  screen
 	width, height int
 	now           time.Time
 	status        data.Status
 	haveStatus    bool
+	replay        data.Replay
+	haveReplay    bool
 
 	// polling and the connection
 	pending        int
@@ -103,12 +108,13 @@ func newModel(ctx context.Context, b Backend, opts Options) *model {
 	st, keys, pal := common.NewStyles(opts.Profile), common.DefaultKeys(), common.NewPalette()
 	m := &model{b: b, call: newCaller(ctx), opts: opts, st: st, keys: keys, width: 80, height: 24, tick: tick, clock: time.Now}
 	m.cluster = cluster.New(st, keys, pal)
+	m.overview = overview.New(st, pal)
 	m.queue = queue.New(st, keys)
 	m.jobs = jobs.New(st, keys, pal)
 	m.detail = jobdetail.New(st, keys)
 	m.events = events.New(st, keys)
 	m.links = links.New(st, keys)
-	m.screens = [numScreens]common.Screen{m.cluster, m.queue, m.jobs, m.detail, m.events, m.links}
+	m.screens = [numScreens]common.Screen{m.overview, m.cluster, m.queue, m.jobs, m.detail, m.events, m.links}
 	m.input.Prompt = "spec file: "
 	m.now = m.clock()
 	m.resize()
@@ -118,7 +124,7 @@ func newModel(ctx context.Context, b Backend, opts Options) *model {
 // Init starts the clock, the first poll and the event stream, and asks a
 // Speeder for its speed (a factor of 1 changes nothing).
 func (m *model) Init() tea.Cmd {
-	return tea.Batch(m.tick(), m.pollRound(), m.pollLinks(), m.pollEvents(), m.setSpeed(1))
+	return tea.Batch(m.tick(), m.pollRound(), m.pollLinks(), m.pollReplay(), m.pollEvents(), m.setSpeed(1))
 }
 
 func (m *model) contentHeight() int {
@@ -179,6 +185,14 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		m.eventsAfter = msg.Events[n-1].ID
 		return m, tea.Batch(m.broadcast(msg), m.pollEvents())
+	case data.ReplayMsg:
+		if msg.Err == nil {
+			if msg.Replay.Done && !m.replay.Done {
+				m.setFlash(fmt.Sprintf("the trace has ended: all %d jobs are done; q prints the summary", msg.Replay.Total), false)
+			}
+			m.replay, m.haveReplay = msg.Replay, true
+		}
+		return m, nil
 	case data.ConnMsg:
 		m.setConn(msg.Err, msg.Attempt, msg.RetryAt)
 		return m, nil
@@ -280,7 +294,7 @@ func (m *model) onTick(t data.TickMsg) tea.Cmd {
 		m.flash = ""
 	}
 	if m.pending == 0 && !m.now.Before(m.nextPoll) {
-		cmds = append(cmds, m.pollRound(), m.pollLinks())
+		cmds = append(cmds, m.pollRound(), m.pollLinks(), m.pollReplay())
 		m.nextPoll = m.now.Add(m.opts.PollEvery)
 		if id := m.detail.JobID(); id != "" && m.active == scDetail {
 			cmds = append(cmds, m.fetchJob(id))
@@ -380,16 +394,18 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 	case key.Matches(k, m.keys.PrevTab):
 		m.switchTo((m.active + numScreens - 1) % numScreens)
 	case key.Matches(k, m.keys.Tab1):
-		m.switchTo(scCluster)
+		m.switchTo(scOverview)
 	case key.Matches(k, m.keys.Tab2):
-		m.switchTo(scQueue)
+		m.switchTo(scCluster)
 	case key.Matches(k, m.keys.Tab3):
-		m.switchTo(scJobs)
+		m.switchTo(scQueue)
 	case key.Matches(k, m.keys.Tab4):
-		return m.openDetail()
+		m.switchTo(scJobs)
 	case key.Matches(k, m.keys.Tab5):
-		m.switchTo(scEvents)
+		return m.openDetail()
 	case key.Matches(k, m.keys.Tab6):
+		m.switchTo(scEvents)
+	case key.Matches(k, m.keys.Tab7):
 		m.switchTo(scLinks)
 	case key.Matches(k, m.keys.Submit):
 		m.prompt = promptSubmit
@@ -453,27 +469,44 @@ func (m *model) render() string {
 
 func (m *model) titleBar() string {
 	var b strings.Builder
+	// narrow terminals name only the active screen: the status needs room
+	short := m.width < 150
 	for i, n := range screenNames {
 		t := fmt.Sprintf(" %d %s ", i+1, n)
+		if short && (screen(i) != m.active || m.help) {
+			t = fmt.Sprintf(" %d ", i+1)
+		}
 		if screen(i) == m.active && !m.help {
 			b.WriteString(m.st.TabActive.Render(t))
 		} else {
 			b.WriteString(m.st.TabInactive.Render(t))
 		}
 	}
-	// the right side drops its least useful parts first when narrow
-	var parts []string
-	if m.haveStatus {
-		s := m.status
-		parts = append(parts, fmt.Sprintf("%d/%d GPUs busy", s.GPUs-s.FreeGPUs, s.GPUs), fmt.Sprintf("%d jobs", s.Jobs))
+	// the right side drops its least useful parts (first ones) when narrow:
+	// the title, the policy, the speed, the trace's progress, then the
+	// counts; the simulated clock stays
+	parts := []string{m.opts.Title}
+	if m.haveStatus && m.status.Policy != "" {
+		parts = append(parts, "policy "+m.status.Policy)
 	}
 	if m.speed > 0 {
 		parts = append(parts, fmt.Sprintf("×%g", m.speed))
 	}
-	if m.haveStatus && m.status.Policy != "" {
-		parts = append([]string{"policy " + m.status.Policy}, parts...)
+	if m.haveReplay {
+		r := m.replay
+		if r.Done {
+			parts = append(parts, fmt.Sprintf("trace ended (%d jobs)", r.Total))
+		} else {
+			parts = append(parts, fmt.Sprintf("trace %d/%d in, %d done", r.Submitted, r.Total, r.Ended))
+		}
 	}
-	parts = append([]string{m.opts.Title}, parts...)
+	if m.haveStatus {
+		s := m.status
+		parts = append(parts, fmt.Sprintf("%d running · %d waiting · %d/%d GPUs free", max(s.Jobs-s.Waiting, 0), s.Waiting, s.FreeGPUs, s.GPUs))
+	}
+	if m.haveReplay {
+		parts = append(parts, m.replay.Clock.Format("Mon 15:04:05"))
+	}
 	left := b.String()
 	room := m.width - ansi.StringWidth(left) - 1
 	for len(parts) > 1 && ansi.StringWidth(strings.Join(parts, " · ")) > room {
@@ -513,11 +546,14 @@ func (m *model) footer() string {
 		}
 		return m.st.OK.Render(common.Truncate(m.flash, m.width))
 	}
-	parts := []string{m.st.Key.Render("↑↓/jk") + " move"}
+	var parts []string
+	if len(m.screens[m.active].Help()) > len(m.ownKeys(m.screens[m.active])) {
+		parts = append(parts, m.st.Key.Render("↑↓/jk")+" move") // only on screens with a cursor
+	}
 	for _, b := range m.ownKeys(m.screens[m.active]) {
 		parts = append(parts, m.st.Key.Render(b.Help().Key)+" "+b.Help().Desc)
 	}
-	parts = append(parts, m.st.Key.Render("tab/1-6")+" screens", m.st.Key.Render("?")+" help", m.st.Key.Render("q")+" quit")
+	parts = append(parts, m.st.Key.Render("tab/1-7")+" screens", m.st.Key.Render("?")+" help", m.st.Key.Render("q")+" quit")
 	return m.st.Footer.Render(common.Truncate(strings.Join(parts, "  "), m.width))
 }
 
@@ -543,7 +579,11 @@ func (m *model) helpPage() string {
 		return m.st.Key.Render(common.Pad(b.Help().Key, 10)) + " " + b.Help().Desc
 	}
 	lines := []string{m.st.Header.Render("Keys everywhere")}
-	global := append([]key.Binding{k.NextTab, k.PrevTab, k.Tab1, k.Tab2, k.Tab3, k.Tab4, k.Tab5, k.Tab6, k.Submit, k.Faster, k.Slower, k.Help, k.Quit}, k.Moves()...)
+	global := append([]key.Binding{k.NextTab, k.PrevTab, k.Tab1, k.Tab2, k.Tab3, k.Tab4, k.Tab5, k.Tab6, k.Tab7, k.Submit}, k.Help, k.Quit)
+	if _, ok := m.b.(Speeder); ok {
+		global = append(global, k.Faster, k.Slower) // only where they do something
+	}
+	global = append(global, k.Moves()...)
 	for i := 0; i < len(global); i += 2 {
 		l := "  " + common.Pad(cell(global[i]), half-2)
 		if i+1 < len(global) {

@@ -67,6 +67,19 @@ func (m *model) pollRound() tea.Cmd {
 	)
 }
 
+// pollReplay fetches the replay's progress when the backend replays a
+// trace (the demo).
+func (m *model) pollReplay() tea.Cmd {
+	rb, ok := m.b.(Replayer)
+	if !ok {
+		return nil
+	}
+	return m.call(m.opts.CallTimeout, func(ctx context.Context) tea.Msg {
+		r, err := rb.Replay(ctx)
+		return data.ReplayMsg{Replay: r, Err: err}
+	})
+}
+
 // pollLinks fetches the link report when the backend has one (it does not
 // count in the poll round: a backend without it is no less connected).
 func (m *model) pollLinks() tea.Cmd {

@@ -13,6 +13,7 @@ type Keys struct {
 	Faster, Slower                          key.Binding
 	NextTab, PrevTab                        key.Binding
 	Tab1, Tab2, Tab3, Tab4, Tab5, Tab6      key.Binding
+	Tab7                                    key.Binding
 	Help, Quit                              key.Binding
 }
 
@@ -38,12 +39,13 @@ func DefaultKeys() Keys {
 		Slower:   b("-", "slower", "-"),
 		NextTab:  b("tab", "next screen", "tab"),
 		PrevTab:  b("shift+tab", "previous screen", "shift+tab"),
-		Tab1:     b("1", "cluster", "1"),
-		Tab2:     b("2", "queue", "2"),
-		Tab3:     b("3", "jobs", "3"),
-		Tab4:     b("4", "job detail", "4"),
-		Tab5:     b("5", "events", "5"),
-		Tab6:     b("6", "links", "6"),
+		Tab1:     b("1", "overview", "1"),
+		Tab2:     b("2", "cluster", "2"),
+		Tab3:     b("3", "queue", "3"),
+		Tab4:     b("4", "jobs", "4"),
+		Tab5:     b("5", "job detail", "5"),
+		Tab6:     b("6", "events", "6"),
+		Tab7:     b("7", "links", "7"),
 		Help:     b("?", "help", "?"),
 		Quit:     b("q", "quit", "q", "ctrl+c"),
 	}

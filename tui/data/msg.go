@@ -116,3 +116,21 @@ type ResultMsg struct {
 	Text string
 	Err  error
 }
+
+// Replay is where a backend replaying a trace (the demo) stands: its
+// simulated clock, how many of the trace's jobs were submitted and have
+// ended, and whether the trace is over.
+type Replay struct {
+	Clock     time.Time
+	Speed     float64
+	Submitted int
+	Ended     int
+	Total     int
+	Done      bool
+}
+
+// ReplayMsg carries a polled Replay.
+type ReplayMsg struct {
+	Replay Replay
+	Err    error
+}
