@@ -44,9 +44,14 @@ seconds per real second. --headless runs without the TUI and prints a summary wh
 			}
 			defer d.Stop()
 			if !headless {
-				b := demoBackend{Backend: controlbackend.New(control.NewUnixClient(d.Socket)), clock: d.Clock}
+				b := demoBackend{Backend: controlbackend.New(control.NewUnixClient(d.Socket)), clock: d.Clock, demo: d}
 				title := fmt.Sprintf("replan demo · 64 A800 GPUs · %s", filepath.Base(d.Source))
-				return tui.Run(ctx, b, tui.Options{Title: title, Input: os.Stdin, Output: stdout})
+				err := tui.Run(ctx, b, tui.Options{Title: title, Input: os.Stdin, Output: stdout})
+				// on quit, what the run did so far
+				if s, serr := d.Summary(context.WithoutCancel(ctx)); serr == nil {
+					s.Print(stdout)
+				}
+				return err
 			}
 			fmt.Fprintf(stderr, "replan demo: %d jobs from %s at %gx; API on %s\n", len(d.Trace), d.Source, d.Clock.Speed(), d.Socket)
 			wctx := ctx
@@ -90,6 +95,17 @@ seconds per real second. --headless runs without the TUI and prints a summary wh
 type demoBackend struct {
 	tui.Backend
 	clock *demo.Clock
+	demo  *demo.Demo
+}
+
+// Replay implements tui.Replayer: the simulated clock and the trace's
+// progress.
+func (b demoBackend) Replay(ctx context.Context) (data.Replay, error) {
+	if b.demo == nil {
+		return data.Replay{}, errors.New("replay: no demo")
+	}
+	sub, ended, total, err := b.demo.Progress(ctx)
+	return data.Replay{Clock: b.clock.Now(), Speed: b.clock.Speed(), Submitted: sub, Ended: ended, Total: total, Done: total > 0 && ended >= total}, err
 }
 
 // Links implements tui.LinksBackend when the backend inside does.

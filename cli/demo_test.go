@@ -50,18 +50,25 @@ func TestDemoInTmux(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	s := waitFor("cluster grid with a running job", func(s string) bool {
-		return strings.Contains(s, "rack-a") && strings.Contains(s, "a800-08") && strings.Contains(s, "j-0000")
+	// the first screen: grid, queue head, running jobs with their plan
+	// and throughput, the simulated clock and the trace's progress
+	s := waitFor("the overview with a running job", func(s string) bool {
+		return strings.Contains(s, "a800-08") && strings.Contains(s, "WAITING") && strings.Contains(s, "RUNNING") &&
+			strings.Contains(s, "j-0000") && strings.Contains(s, "·TP") && strings.Contains(s, "MEAS/PRED") && strings.Contains(s, "GPUs free · Mon ")
 	})
-	t.Logf("cluster screen:\n%s", s)
-	tmux("send-keys", "-t", sess, "3")
+	t.Logf("overview:\n%s", s)
+	tmux("send-keys", "-t", sess, "2")
+	waitFor("the cluster grid", func(s string) bool { return strings.Contains(s, "rack-a") && strings.Contains(s, "a800-08") })
+	tmux("send-keys", "-t", sess, "4")
 	waitFor("a job plan", func(s string) bool {
 		return strings.Contains(s, "DP") && strings.Contains(s, "·TP") && strings.Contains(s, "ZeRO-")
 	})
-	tmux("send-keys", "-t", sess, "2")
-	waitFor("the queue", func(s string) bool { return strings.Contains(s, "REASON") })
-	tmux("send-keys", "-t", sess, "5")
+	tmux("send-keys", "-t", sess, "3")
+	waitFor("the queue", func(s string) bool { return strings.Contains(s, "REASON") && strings.Contains(s, "ETA") })
+	tmux("send-keys", "-t", sess, "6")
 	waitFor("events", func(s string) bool { return strings.Contains(s, "submit") && strings.Contains(s, "start") })
+	tmux("send-keys", "-t", sess, "7")
+	waitFor("the links report", func(s string) bool { return strings.Contains(s, "shared links") })
 	tmux("send-keys", "-t", sess, "q")
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -104,19 +111,22 @@ func TestDemoQueueCountsDownInTmux(t *testing.T) {
 	}
 	t.Cleanup(func() { tmux("kill-session", "-t", sess) })
 	rack := func() (string, string) {
+		col := -1
 		for _, line := range strings.Split(tmux("capture-pane", "-p", "-t", sess), "\n") {
-			if strings.Contains(line, "bert-9") {
-				// the rack timer is the first whole "NNhNNm" duration
-				for _, w := range strings.Fields(line) {
-					if timerRE.MatchString(w) {
-						return w, line
-					}
+			r := []rune(line)
+			if i := strings.Index(line, "RACK-T"); i >= 0 {
+				col = len([]rune(line[:i]))
+			}
+			if strings.Contains(line, "bert-9") && col >= 0 && col+6 <= len(r) {
+				// the rack timer is the cell under RACK-T
+				if w := strings.TrimSpace(string(r[col : col+6])); timerRE.MatchString(w) {
+					return w, line
 				}
 			}
 		}
 		return "", ""
 	}
-	tmux("send-keys", "-t", sess, "2")
+	tmux("send-keys", "-t", sess, "3")
 	deadline := time.Now().Add(30 * time.Second)
 	var first string
 	for first == "" {
@@ -124,7 +134,7 @@ func TestDemoQueueCountsDownInTmux(t *testing.T) {
 			t.Fatalf("no waiting job with timers:\n%s", tmux("capture-pane", "-p", "-t", sess))
 		}
 		time.Sleep(300 * time.Millisecond)
-		tmux("send-keys", "-t", sess, "2")
+		tmux("send-keys", "-t", sess, "3")
 		first, _ = rack()
 	}
 	if !strings.Contains(tmux("capture-pane", "-p", "-t", sess), "RACK-T") {

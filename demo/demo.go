@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/replan/replan/control"
@@ -101,8 +102,10 @@ type Demo struct {
 	Trace  []dataset.WorkloadJob
 	Source string // where the trace came from
 
-	dir     string
-	tempDir bool
+	dir       string
+	tempDir   bool
+	submitted atomic.Int64 // trace jobs submitted so far
+	start     time.Time
 	errc    chan error
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -141,7 +144,7 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Demo{errc: make(chan error, 4)}
+	d := &Demo{errc: make(chan error, 4), start: time.Now()}
 	trace, src, err := loadTrace(ctx, o)
 	if err != nil {
 		return nil, err
@@ -287,6 +290,7 @@ func (d *Demo) replay(ctx context.Context, tick time.Duration) error {
 			}
 			spec, err := Spec(w)
 			next++
+			d.submitted.Add(1)
 			if err != nil {
 				continue
 			}
@@ -365,24 +369,33 @@ func (s *Summary) etaErrors(jobs []control.JobRecord, first map[string]time.Time
 	s.ETAErrP50, s.ETAErrP90 = q(0.5), q(0.9)
 }
 
+// Progress is how many of the trace's jobs were submitted and have ended
+// (finished, failed or cancelled), of how many.
+func (d *Demo) Progress(ctx context.Context) (submitted, ended, total int, err error) {
+	done, err := d.Store.ListJobs(ctx, control.JobFilter{States: []control.JobState{control.StateFinished, control.StateFailed, control.StateCancelled}})
+	return int(d.submitted.Load()), len(done), len(d.Trace), err
+}
+
+// Summary summarises the run so far from the store.
+func (d *Demo) Summary(ctx context.Context) (Summary, error) {
+	done, err := d.Store.ListJobs(context.WithoutCancel(ctx), control.JobFilter{States: []control.JobState{control.StateFinished, control.StateFailed, control.StateCancelled}})
+	if err != nil {
+		return Summary{}, err
+	}
+	s := summarise(done, d.Source)
+	s.etaErrors(done, d.Daemon.FirstETAs())
+	s.Jobs = len(d.Trace)
+	s.RealElapsed = time.Since(d.start)
+	s.VirtualH = d.Clock.Now().Sub(Epoch).Hours()
+	return s, nil
+}
+
 // Wait blocks until every trace job is in a final state (or ctx ends) and
 // summarises the run from the store.
 func (d *Demo) Wait(ctx context.Context) (Summary, error) {
-	start := time.Now()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	final := func() (Summary, error) {
-		done, err := d.Store.ListJobs(context.WithoutCancel(ctx), control.JobFilter{States: []control.JobState{control.StateFinished, control.StateFailed, control.StateCancelled}})
-		if err != nil {
-			return Summary{}, err
-		}
-		s := summarise(done, d.Source)
-		s.etaErrors(done, d.Daemon.FirstETAs())
-		s.Jobs = len(d.Trace)
-		s.RealElapsed = time.Since(start)
-		s.VirtualH = d.Clock.Now().Sub(Epoch).Hours()
-		return s, nil
-	}
+	final := func() (Summary, error) { return d.Summary(ctx) }
 	for {
 		if ctx.Err() != nil {
 			s, err := final()
