@@ -106,9 +106,9 @@ type Demo struct {
 	tempDir   bool
 	submitted atomic.Int64 // trace jobs submitted so far
 	start     time.Time
-	errc    chan error
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	errc      chan error
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // Cluster is the demo's cluster: 2 racks × 4 servers × 8 A800 GPUs, 96
