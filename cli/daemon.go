@@ -146,6 +146,7 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	d.EnableETA(func() sched.Policy { p, _ := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds()); return p }, o.restartCost, o.tick) // start estimates (control/eta.go)
 	l, err := control.ListenUnix(o.socket)
 	if err != nil {
 		return err

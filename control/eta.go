@@ -23,6 +23,7 @@ type etaState struct {
 	newPolicy func() sched.Policy
 	policy    sched.Policy
 	restart   float64 // the executor's checkpoint-restart cost, seconds
+	every     float64 // seconds between the daemon's rounds
 	running   bool
 	dirty     bool
 	asOf      time.Time            // the daemon's clock when the estimated state was taken
@@ -51,13 +52,14 @@ type ETA struct {
 
 // EnableETA starts estimating waiting jobs' start times in the background
 // after every change, with policies made by newPolicy (the daemon's policy
-// with the same options; the estimator keeps its own instance) and a
-// checkpoint-restart cost of restart per start or reconfiguration.
-func (d *Daemon) EnableETA(newPolicy func() sched.Policy, restart time.Duration) {
+// with the same options; the estimator keeps its own instance), a
+// checkpoint-restart cost of restart per start or reconfiguration, and a
+// scheduling round every roundEvery of the daemon's clock (0: at once).
+func (d *Daemon) EnableETA(newPolicy func() sched.Policy, restart, roundEvery time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.eta.mu.Lock()
-	d.eta.newPolicy, d.eta.restart = newPolicy, restart.Seconds()
+	d.eta.newPolicy, d.eta.restart, d.eta.every = newPolicy, restart.Seconds(), roundEvery.Seconds()
 	d.eta.mu.Unlock()
 	d.etaKick()
 }
@@ -183,10 +185,10 @@ func (e *etaState) expectedLocked(snap sched.Snapshot) []sched.Job {
 func (d *Daemon) etaLoop(in etaInput) {
 	for {
 		d.eta.mu.Lock()
-		p, restart := d.eta.policy, d.eta.restart
+		p, restart, every := d.eta.policy, d.eta.restart, d.eta.every
 		d.eta.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		res, err := sim.Forward(ctx, in.snap, p, nil, in.extra, sim.ForwardConfig{RestartCost: restartOrNone(restart), Arrivals: in.arrivals})
+		res, err := sim.Forward(ctx, in.snap, p, nil, in.extra, sim.ForwardConfig{RestartCost: restartOrNone(restart), Arrivals: in.arrivals, RoundEvery: every})
 		cancel()
 		if err != nil {
 			d.log.Warn("eta", "err", err)

@@ -35,7 +35,7 @@ func etaDaemon(t *testing.T, policy string) (*Daemon, *clock) {
 	d.Submit(ctx, spec(t, "w2", 2, jobspec.BestEffort))
 	d.Submit(ctx, spec(t, "w4", 4, jobspec.BestEffort))
 	d.Round(ctx)
-	d.EnableETA(func() sched.Policy { p, _ := sched.New(policy); return p }, time.Minute)
+	d.EnableETA(func() sched.Policy { p, _ := sched.New(policy); return p }, time.Minute, 0)
 	return d, c
 }
 

@@ -200,7 +200,7 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 	d.Daemon.EnableETA(func() sched.Policy {
 		p, _ := sched.NewWithRestartCost(o.Policy, o.RestartCost.Seconds())
 		return p
-	}, o.RestartCost)
+	}, o.RestartCost, time.Duration(float64(o.Tick)*o.Speed))
 	d.Clock.mu.Lock()
 	d.Clock.baseReal = d.Clock.real()
 	d.Clock.mu.Unlock()

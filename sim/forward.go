@@ -38,6 +38,10 @@ type ForwardConfig struct {
 	Horizon float64
 	// MaxRounds bounds the policy rounds it runs (default 2000).
 	MaxRounds int
+	// RoundEvery is how often the control plane observes and schedules,
+	// in seconds (0: on every event): a job that could start between two
+	// rounds starts at the next one.
+	RoundEvery float64
 	// Arrivals are jobs expected to be submitted later (Submit after
 	// Snapshot.Now, no allocation): the estimate of a waiting job counts
 	// with the jobs that will overtake it. Their IDs must not collide with
@@ -107,7 +111,7 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 	for n, fm := range m.Fitted {
 		names[fm] = n
 	}
-	s := &simulator{cfg: Config{RestartCost: cfg.RestartCost}.withDefaults(), p: p, models: &m, r: &rates{m: &m, cache: map[rateKey]rateVal{}}}
+	s := &simulator{cfg: Config{RestartCost: cfg.RestartCost, RoundInterval: cfg.RoundEvery}.withDefaults(), p: p, models: &m, r: &rates{m: &m, cache: map[rateKey]rateVal{}}}
 	s.fwd = &forward{horizon: snap.Now + cfg.Horizon, rounds: cfg.MaxRounds}
 	s.now = snap.Now
 	s.servers = append([]sched.Server(nil), snap.Servers...)
