@@ -118,8 +118,6 @@ func (m *Model) setNodes(nodes []data.Node) {
 	m.nodes, m.loaded = nodes, true
 	var racks []string
 	byRack := map[string][]int{}
-	var live []string
-	seen := map[string]bool{}
 	m.nameW, m.gpuW = 6, 4
 	for i, n := range nodes {
 		if _, ok := byRack[n.Rack]; !ok {
@@ -128,15 +126,7 @@ func (m *Model) setNodes(nodes []data.Node) {
 		byRack[n.Rack] = append(byRack[n.Rack], i)
 		m.nameW = max(m.nameW, ansi.StringWidth(n.Name))
 		m.gpuW = max(m.gpuW, len(n.Owners), n.GPUs)
-		for _, o := range n.Owners {
-			if o != "" && !seen[o] {
-				seen[o] = true
-				live = append(live, o)
-			}
-		}
 	}
-	sort.Strings(live)
-	m.pal.Retain(live)
 	m.rows, m.order, m.srvRow = m.rows[:0], m.order[:0], m.srvRow[:0]
 	m.cursor = 0
 	for _, r := range racks {
@@ -187,8 +177,22 @@ func (m *Model) View() string {
 		m.offset = common.Window(m.offset, cur, lh, len(m.rows))
 		m.offset = min(m.offset, want)
 	}
+	// letters go to the jobs on screen, so that none repeats however
+	// many jobs the cluster runs
 	var visible []string
 	vseen := map[string]bool{}
+	for r := m.offset; r < len(m.rows) && r < m.offset+lh; r++ {
+		if rw := m.rows[r]; rw.node >= 0 {
+			for _, o := range m.nodes[rw.node].Owners {
+				if o != "" && !vseen[o] {
+					vseen[o] = true
+					visible = append(visible, o)
+				}
+			}
+		}
+	}
+	sort.Strings(visible)
+	m.pal.Retain(visible)
 	for r := m.offset; r < len(m.rows) && r < m.offset+lh; r++ {
 		rw := m.rows[r]
 		if rw.node < 0 {
@@ -196,12 +200,6 @@ func (m *Model) View() string {
 			continue
 		}
 		lines = append(lines, m.server(m.nodes[rw.node], r == cur))
-		for _, o := range m.nodes[rw.node].Owners {
-			if o != "" && !vseen[o] {
-				vseen[o] = true
-				visible = append(visible, o)
-			}
-		}
 	}
 	for len(lines) < 2+lh {
 		lines = append(lines, "")

@@ -96,6 +96,7 @@ func (m *Model) elapsed() time.Duration {
 // View implements common.Screen.
 func (m *Model) View() string {
 	h := max(m.height, 1)
+	m.retainShown(max(2, h/3))
 	grid := m.grid(max(2, h/3))
 	rest := h - len(grid)
 	qh := max(3, rest/2)
@@ -114,9 +115,6 @@ func (m *Model) grid(maxLines int) []string {
 		return []string{m.st.Faint.Render("waiting for the first poll of the servers…")}
 	}
 	gpus, free, unusable, down, drained := 0, 0, 0, 0, 0
-	nameW, gpuW := 4, 1
-	var live []string
-	seen := map[string]bool{}
 	for _, n := range m.nodes {
 		gpus += n.GPUs
 		switch {
@@ -129,32 +127,14 @@ func (m *Model) grid(maxLines int) []string {
 		default:
 			free += n.FreeGPUs
 		}
-		nameW = max(nameW, ansi.StringWidth(n.Name))
-		gpuW = max(gpuW, n.GPUs, len(n.Owners))
-		for _, o := range n.Owners {
-			if o != "" && !seen[o] {
-				seen[o] = true
-				live = append(live, o)
-			}
-		}
 	}
-	sort.Strings(live)
-	m.pal.Retain(live)
 	busy := gpus - free - unusable
 	sum := fmt.Sprintf("CLUSTER  %d servers · %d GPUs: %d busy · %d free", len(m.nodes), gpus, busy, free)
 	if unusable > 0 {
 		sum += fmt.Sprintf(" · %d unusable (%d drained, %d down servers)", unusable, drained, down)
 	}
 	lines := []string{m.st.Header.Render(sum)}
-	cellW := nameW + 1 + gpuW + 2
-	per := max(1, (m.width-1)/cellW)
-	rows := (len(m.nodes) + per - 1) / per
-	room := maxLines - 1
-	more := 0
-	if rows > room {
-		rows = max(room-1, 0)
-		more = len(m.nodes) - rows*per
-	}
+	nameW, gpuW, per, rows, more := m.layout(maxLines)
 	for r := 0; r < rows; r++ {
 		var b strings.Builder
 		b.WriteByte(' ')
@@ -172,6 +152,47 @@ func (m *Model) grid(maxLines int) []string {
 		lines = append(lines, m.st.Faint.Render(fmt.Sprintf(" +%d more servers: screen 2 (cluster)", more)))
 	}
 	return lines
+}
+
+// layout is how the grid fits maxLines: cell widths, servers per line,
+// lines of servers, and how many servers do not fit.
+func (m *Model) layout(maxLines int) (nameW, gpuW, per, rows, more int) {
+	nameW, gpuW = 4, 1
+	for _, n := range m.nodes {
+		nameW = max(nameW, ansi.StringWidth(n.Name))
+		gpuW = max(gpuW, n.GPUs, len(n.Owners))
+	}
+	per = max(1, (m.width-1)/(nameW+1+gpuW+2))
+	rows = (len(m.nodes) + per - 1) / per
+	if room := maxLines - 1; rows > room {
+		rows = max(room-1, 0)
+		more = len(m.nodes) - rows*per
+	}
+	return nameW, gpuW, per, rows, more
+}
+
+// retainShown gives letters to the jobs the grid shows (and the running
+// jobs listed), so that no letter names two jobs on screen.
+func (m *Model) retainShown(maxLines int) {
+	_, _, per, rows, _ := m.layout(maxLines)
+	seen := map[string]bool{}
+	var ids []string
+	for _, n := range m.nodes[:min(len(m.nodes), per*rows)] {
+		for _, o := range n.Owners {
+			if o != "" && !seen[o] {
+				seen[o] = true
+				ids = append(ids, o)
+			}
+		}
+	}
+	for _, j := range m.jobs {
+		if !seen[j.ID] && len(ids) < 40 {
+			seen[j.ID] = true
+			ids = append(ids, j.ID)
+		}
+	}
+	sort.Strings(ids)
+	m.pal.Retain(ids)
 }
 
 // server is one server's cell: its name and one glyph per GPU (the job's
