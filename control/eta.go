@@ -306,3 +306,20 @@ func (d *Daemon) withETA(v *readView) []QueueEntry {
 	}
 	return out
 }
+
+// restartLeft is how long a running job's restart still takes at now: 0
+// once it reports throughput or when the restart cost is unknown. The
+// caller holds d.mu.
+func (d *Daemon) restartLeft(js *jobState, now time.Time) float64 {
+	if js.measSPS > 0 || js.changed.IsZero() {
+		return 0
+	}
+	d.eta.mu.Lock()
+	cost := d.eta.restart
+	d.eta.mu.Unlock()
+	if cost <= 0 {
+		return 0
+	}
+	ready := js.changed.Add(time.Duration((cost + js.shift) * float64(time.Second)))
+	return max(ready.Sub(now).Seconds(), 0)
+}

@@ -46,6 +46,10 @@ type RunningJob struct {
 	// "" for best-effort jobs.
 	SLA    string  `json:"sla,omitempty"`
 	ShiftS float64 `json:"shift_s"`
+	// RestartLeftS is how long its checkpoint-restart still takes before
+	// it makes progress (the executor's restart cost as the estimator
+	// knows it, plus its time-shift; 0 once it reports throughput).
+	RestartLeftS float64 `json:"restart_left_s,omitempty"`
 }
 
 func (d *Daemon) view() *readView {
@@ -66,7 +70,7 @@ func (d *Daemon) publish() {
 		if js.rec.State == StateRunning {
 			tp := Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
 			v.throughput[id] = tp
-			r := RunningJob{Job: js.rec, Throughput: tp, ShiftS: js.shift}
+			r := RunningJob{Job: js.rec, Throughput: tp, ShiftS: js.shift, RestartLeftS: d.restartLeft(js, v.at)}
 			if js.spec.Class == jobspec.Guaranteed {
 				r.PromisedSPS = d.promised(js)
 				got := tp.MeasuredSPS

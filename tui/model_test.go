@@ -113,7 +113,7 @@ func TestOverviewIsTheFirstScreen(t *testing.T) {
 		t.Fatalf("starts on %s", screenNames[h.m.active])
 	}
 	v := h.view()
-	for _, want := range []string{"srv-01 aaaaaaaa", "WAITING", "in 25m00s", "2m00s", "RUNNING", "DP8·TP2·PP1", "14.2/21.0", "7%", "2 servers × 8 GPUs"} {
+	for _, want := range []string{"srv-01 aaaaaaaa", "WAITING", "in 25m00s", "2m00s", "RUNNING", "DP8·TP2·PP1", "14.2/21.0", "7%", "restarting, 3m left"} {
 		if !strings.Contains(v, want) {
 			t.Errorf("overview lacks %q:\n%s", want, v)
 		}

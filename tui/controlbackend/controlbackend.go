@@ -110,6 +110,7 @@ func (b *Backend) Jobs(ctx context.Context) ([]data.Job, error) {
 		out[i].PredictedSPS, out[i].MeasuredSPS = r.Throughput.PredictedSPS, r.Throughput.MeasuredSPS
 		out[i].PromisedSPS, out[i].SLA = r.PromisedSPS, r.SLA
 		out[i].Shift = time.Duration(r.ShiftS * float64(time.Second))
+		out[i].RestartLeft = time.Duration(r.RestartLeftS * float64(time.Second))
 	}
 	return out, nil
 }

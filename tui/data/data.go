@@ -125,6 +125,9 @@ type Job struct {
 	PredictedSPS, MeasuredSPS, PromisedSPS float64
 	SLA                                    string
 	Shift                                  time.Duration
+	// RestartLeft is how long its checkpoint-restart still takes at the
+	// poll (0: it runs).
+	RestartLeft time.Duration
 }
 
 // GPUs is the number of GPUs the job holds.

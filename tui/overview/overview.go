@@ -262,6 +262,17 @@ func (m *Model) queueHead(h int) []string {
 	return lines
 }
 
+// roughly is a duration to the minute: "45s", "3m", "1h05m".
+func roughly(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return common.Duration(d)
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int((d+time.Minute-1)/time.Minute))
+	}
+	return common.Duration(d)
+}
+
 // eta is "in 3m20s", "now" or "no estimate".
 func eta(r data.QueueRow, el time.Duration) string {
 	s := queue.ETA(r, el)
@@ -286,13 +297,18 @@ func (m *Model) running(h int) []string {
 	for _, j := range m.jobs {
 		gpus += j.GPUs()
 	}
+	el := m.elapsed()
 	lines := []string{"", m.st.Header.Render(fmt.Sprintf("RUNNING  %d jobs on %s", len(m.jobs), cluster.GPUCount(gpus)))}
 	if len(m.jobs) == 0 {
 		return append(lines, m.st.Faint.Render("  nothing runs"))
 	}
-	placeW := 20
-	planW := min(40, max(10, m.width-2-11-5-placeW-1-13-6))
-	lines = append(lines, m.st.Faint.Render("  "+common.Pad("  ID", 11)+common.PadLeft("GPUS", 4)+" "+common.Pad("PLACEMENT", placeW)+" "+common.Pad("PLAN", planW)+common.PadLeft("MEAS/PRED/s", 13)+common.PadLeft("DONE", 6)))
+	// the placement goes first when narrow (the grid shows it)
+	placeW := 21
+	if m.width < 110 {
+		placeW = 0
+	}
+	planW := min(40, max(10, m.width-2-11-5-placeW-13-22))
+	lines = append(lines, m.st.Faint.Render("  "+common.Pad("  ID", 11)+common.PadLeft("GPUS", 4)+" "+common.Pad("PLACEMENT", placeW)+common.Pad("PLAN", planW)+common.PadLeft("MEAS/PRED/s", 13)+"  PROGRESS"))
 	jobs := append([]data.Job(nil), m.jobs...)
 	sort.SliceStable(jobs, func(a, b int) bool {
 		if jobs[a].GPUs() != jobs[b].GPUs() {
@@ -319,13 +335,16 @@ func (m *Model) running(h int) []string {
 		}
 		done := "-"
 		if j.TotalIterations > 0 {
-			done = fmt.Sprintf("%d%%", min(100, j.Iterations*100/j.TotalIterations))
+			done = fmt.Sprintf("%3d%%", min(100, j.Iterations*100/j.TotalIterations))
+		}
+		if left := j.RestartLeft - el; j.RestartLeft > 0 && left > 0 {
+			done = m.st.Warn.Render("restarting, " + roughly(left) + " left")
 		}
 		plan := j.PlanString
 		if plan == "" {
 			plan = "-"
 		}
-		lines = append(lines, "  "+m.st.Job(m.pal.Slot(j.ID)).Render(m.pal.Letter(j.ID))+" "+common.Pad(j.ID, 9)+common.PadLeft(fmt.Sprint(j.GPUs()), 4)+" "+common.Pad(place, placeW)+" "+common.Pad(plan, planW)+common.PadLeft(tp, 13)+common.PadLeft(done, 6))
+		lines = append(lines, "  "+m.st.Job(m.pal.Slot(j.ID)).Render(m.pal.Letter(j.ID))+" "+common.Pad(j.ID, 9)+common.PadLeft(fmt.Sprint(j.GPUs()), 4)+" "+common.Pad(place, placeW)+common.Pad(plan, planW)+common.PadLeft(tp, 13)+"  "+done)
 	}
 	if k := len(jobs) - n; k > 0 {
 		lines = append(lines, m.st.Faint.Render(fmt.Sprintf("  +%d more: screen 4 (jobs)", k)))

@@ -80,7 +80,7 @@ func Small() Snapshot {
 	// what the daemon reports of their speed: guaranteed jobs with their
 	// promise and SLA, a cross-rack job with a time-shift
 	jobs[0].PredictedSPS, jobs[0].MeasuredSPS, jobs[0].PromisedSPS, jobs[0].SLA = 18.2, 17.9, 15.0, "ok"
-	jobs[1].PredictedSPS = 95.3
+	jobs[1].PredictedSPS, jobs[1].RestartLeft = 95.3, 3*time.Minute // just restarted
 	jobs[2].PredictedSPS, jobs[2].MeasuredSPS, jobs[2].PromisedSPS, jobs[2].SLA, jobs[2].Shift = 21.0, 14.2, 19.5, "below", 1800*time.Millisecond
 	jobs[4].PredictedSPS, jobs[4].MeasuredSPS, jobs[4].PromisedSPS, jobs[4].SLA = 61.0, 63.4, 55.0, "ok"
 	nodes := make([]data.Node, 8)
@@ -149,7 +149,7 @@ func Small() Snapshot {
 	}
 	return Snapshot{
 		Status: data.Status{Version: "dev", Policy: "replan", Servers: 8, GPUs: 64, FreeGPUs: 64 - busy, Jobs: 8, Waiting: 3, RoundAt: T0.Add(-2 * time.Second), RoundTook: 3 * time.Millisecond},
-		Nodes:  nodes, Queue: queue, Jobs: jobs, Details: details, Events: events,
+		Nodes: nodes, Queue: queue, Jobs: jobs, Details: details, Events: events,
 	}
 }
 
