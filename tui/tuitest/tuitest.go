@@ -149,7 +149,7 @@ func Small() Snapshot {
 	}
 	return Snapshot{
 		Status: data.Status{Version: "dev", Policy: "replan", Servers: 8, GPUs: 64, FreeGPUs: 64 - busy, Jobs: 8, Waiting: 3, RoundAt: T0.Add(-2 * time.Second), RoundTook: 3 * time.Millisecond},
-		Nodes: nodes, Queue: queue, Jobs: jobs, Details: details, Events: events,
+		Nodes:  nodes, Queue: queue, Jobs: jobs, Details: details, Events: events,
 	}
 }
 
