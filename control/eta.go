@@ -187,7 +187,7 @@ func (d *Daemon) etaLoop(in etaInput) {
 		d.eta.mu.Lock()
 		p, restart, every := d.eta.policy, d.eta.restart, d.eta.every
 		d.eta.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		res, err := sim.Forward(ctx, in.snap, p, nil, in.extra, sim.ForwardConfig{RestartCost: restartOrNone(restart), Arrivals: in.arrivals, RoundEvery: every})
 		cancel()
 		if err != nil {

@@ -62,6 +62,8 @@ type ForwardResult struct {
 type forward struct {
 	horizon float64
 	rounds  int
+	steps   int // loop iterations so far
+	cut     bool
 	waiting []*job
 	first   int // index of the first expected arrival in simulator.jobs
 }
@@ -69,7 +71,9 @@ type forward struct {
 // done stops the loop before time t once every job that waited has
 // started, past the horizon, or after too many rounds.
 func (f *forward) done(s *simulator, t float64) bool {
-	if t > f.horizon || s.rounds >= f.rounds {
+	f.steps++
+	if t > f.horizon || s.rounds >= f.rounds || f.steps > 50*f.rounds {
+		f.cut = f.cut || t <= f.horizon
 		return true
 	}
 	for _, j := range f.waiting {
@@ -224,8 +228,8 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 			res.Start[j.w.Name] = j.first
 		} else {
 			why := j.why
-			if why == "" {
-				why = "does not start within the simulated horizon"
+			if why == "" || s.fwd.cut {
+				why = "the simulation stopped before it started"
 			}
 			res.NoStart[j.w.Name] = why
 		}

@@ -393,10 +393,14 @@ func (s *simulator) loop(ctx context.Context) error {
 			next++
 			changed = true
 		}
-		if wake && !changed && !roundDue {
-			// the policy asked to be woken up: a round with nothing new
+		if wake {
+			// the policy asked to be woken up: a round (with nothing new
+			// unless a round is due anyway); the wake-up is spent either
+			// way, or time would go back to it forever
 			s.wake = math.Inf(1)
-			changed = true
+			if !changed && !roundDue {
+				changed = true
+			}
 		}
 		if changed {
 			roundDue = true
