@@ -74,7 +74,19 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 		}
 	case data.JobsMsg:
 		if msg.Err == nil {
-			m.jobs, m.haveJobs = msg.Jobs, true
+			// biggest first, sorted once per poll rather than per frame
+			m.jobs, m.haveJobs = append([]data.Job(nil), msg.Jobs...), true
+			gpus := make(map[string]int, len(m.jobs))
+			for _, j := range m.jobs {
+				gpus[j.ID] = j.GPUs()
+			}
+			sort.SliceStable(m.jobs, func(a, b int) bool {
+				x, y := m.jobs[a], m.jobs[b]
+				if gpus[x.ID] != gpus[y.ID] {
+					return gpus[x.ID] > gpus[y.ID]
+				}
+				return x.ID < y.ID
+			})
 		}
 	case data.TickMsg:
 		if msg.Now.After(m.now) {
@@ -198,27 +210,53 @@ func (m *Model) retainShown(maxLines int) {
 // server is one server's cell: its name and one glyph per GPU (the job's
 // letter, · free, - drained, x down).
 func (m *Model) server(n data.Node, nameW, gpuW int) string {
-	var b strings.Builder
+	var b, run strings.Builder
 	b.WriteString(common.Pad(n.Name, nameW))
 	b.WriteByte(' ')
+	// cells in runs of the same look, one Render per run
+	const none, blank, bad, warn, dim = -5, -4, -3, -2, -1
+	style := none
+	flush := func() {
+		if run.Len() == 0 {
+			return
+		}
+		switch style {
+		case blank:
+			b.WriteString(run.String())
+		case bad:
+			b.WriteString(m.st.Bad.Render(run.String()))
+		case warn:
+			b.WriteString(m.st.Warn.Render(run.String()))
+		case dim:
+			b.WriteString(m.st.Dim.Render(run.String()))
+		default:
+			b.WriteString(m.st.Job(style).Render(run.String()))
+		}
+		run.Reset()
+	}
 	for i := range gpuW {
 		o := ""
 		if i < len(n.Owners) {
 			o = n.Owners[i]
 		}
+		st, glyph := dim, "·"
 		switch {
 		case i >= max(n.GPUs, len(n.Owners)):
-			b.WriteByte(' ')
+			st, glyph = blank, " "
 		case !n.Reachable:
-			b.WriteString(m.st.Bad.Render("x"))
+			st, glyph = bad, "x"
 		case o != "":
-			b.WriteString(m.st.Job(m.pal.Slot(o)).Render(m.pal.Letter(o)))
+			st, glyph = m.pal.Slot(o), m.pal.Letter(o)
 		case n.Drained:
-			b.WriteString(m.st.Warn.Render("-"))
-		default:
-			b.WriteString(m.st.Dim.Render("·"))
+			st, glyph = warn, "-"
 		}
+		if st != style {
+			flush()
+			style = st
+		}
+		run.WriteString(glyph)
 	}
+	flush()
 	return b.String()
 }
 
@@ -295,7 +333,9 @@ func (m *Model) running(h int) []string {
 	}
 	gpus := 0
 	for _, j := range m.jobs {
-		gpus += j.GPUs()
+		for _, s := range j.Placement {
+			gpus += len(s.GPUs)
+		}
 	}
 	el := m.elapsed()
 	lines := []string{"", m.st.Header.Render(fmt.Sprintf("RUNNING  %d jobs on %s", len(m.jobs), cluster.GPUCount(gpus)))}
@@ -309,13 +349,7 @@ func (m *Model) running(h int) []string {
 	}
 	planW := min(40, max(10, m.width-2-11-5-placeW-13-22))
 	lines = append(lines, m.st.Faint.Render("  "+common.Pad("  ID", 11)+common.PadLeft("GPUS", 4)+" "+common.Pad("PLACEMENT", placeW)+common.Pad("PLAN", planW)+common.PadLeft("MEAS/PRED/s", 13)+"  PROGRESS"))
-	jobs := append([]data.Job(nil), m.jobs...)
-	sort.SliceStable(jobs, func(a, b int) bool {
-		if jobs[a].GPUs() != jobs[b].GPUs() {
-			return jobs[a].GPUs() > jobs[b].GPUs()
-		}
-		return jobs[a].ID < jobs[b].ID
-	})
+	jobs := m.jobs
 	n := max(0, h-len(lines))
 	if len(jobs) > n && n > 0 {
 		n--
