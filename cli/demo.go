@@ -98,6 +98,34 @@ type demoBackend struct {
 	demo  *demo.Demo
 }
 
+// Undrain, Hold and Release implement tui.Operator when the backend
+// inside does.
+func (b demoBackend) Undrain(ctx context.Context, server string) error {
+	op, ok := b.Backend.(tui.Operator)
+	if !ok {
+		return errors.New("undrain: not supported by this backend")
+	}
+	return op.Undrain(ctx, server)
+}
+
+// Hold implements tui.Operator.
+func (b demoBackend) Hold(ctx context.Context, id string) error {
+	op, ok := b.Backend.(tui.Operator)
+	if !ok {
+		return errors.New("hold: not supported by this backend")
+	}
+	return op.Hold(ctx, id)
+}
+
+// Release implements tui.Operator.
+func (b demoBackend) Release(ctx context.Context, id string) error {
+	op, ok := b.Backend.(tui.Operator)
+	if !ok {
+		return errors.New("release: not supported by this backend")
+	}
+	return op.Release(ctx, id)
+}
+
 // Replay implements tui.Replayer: the simulated clock and the trace's
 // progress.
 func (b demoBackend) Replay(ctx context.Context) (data.Replay, error) {

@@ -178,4 +178,7 @@ func TestDemoBackendHasLinks(t *testing.T) {
 	if _, ok := b.(tui.Speeder); !ok {
 		t.Fatal("the demo backend lost SetSpeed")
 	}
+	if _, ok := b.(tui.Operator); !ok {
+		t.Fatal("the demo backend hides undrain, hold and release")
+	}
 }

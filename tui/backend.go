@@ -51,3 +51,11 @@ type LinksBackend interface {
 type Replayer interface {
 	Replay(ctx context.Context) (data.Replay, error)
 }
+
+// Operator is the optional capability of a backend that undrains servers
+// and holds and releases jobs (u, h and H).
+type Operator interface {
+	Undrain(ctx context.Context, server string) error
+	Hold(ctx context.Context, id string) error
+	Release(ctx context.Context, id string) error
+}

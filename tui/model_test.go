@@ -280,7 +280,8 @@ func TestActions(t *testing.T) {
 	}
 	h.press("n")
 	h.press("c", "y")
-	h.press("2", "j", "j", "j", "d", "y")
+	h.press("2", "j", "j", "j", "d", "y", "u", "y")
+	h.press("3", "h", "y", "H", "y")
 	spec := filepath.Join(t.TempDir(), "job.yaml")
 	if err := os.WriteFile(spec, []byte("name: x\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -294,7 +295,7 @@ func TestActions(t *testing.T) {
 		t.Errorf("no submit result:\n%s", h.view())
 	}
 	h.press("+", "+", "-")
-	want := []string{"speed 1", "cancel j-000001", "drain srv-04", "submit job.yaml", "speed 2", "speed 2", "speed 0.5"}
+	want := []string{"speed 1", "cancel j-000001", "drain srv-04", "undrain srv-04", "hold j-000006", "release j-000006", "submit job.yaml", "speed 2", "speed 2", "speed 0.5"}
 	if !slices.Equal(h.fake.Ops, want) {
 		t.Errorf("ops %q, want %q", h.fake.Ops, want)
 	}

@@ -2,6 +2,7 @@ package tui
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -121,11 +122,25 @@ func (m *model) runAction(a data.ActionMsg) tea.Cmd {
 			err = b.Cancel(ctx, a.Target)
 		case data.ActDrain:
 			err = b.Drain(ctx, a.Target)
+		case data.ActUndrain, data.ActHold, data.ActRelease:
+			op, ok := b.(Operator)
+			if !ok {
+				err = errors.New("this backend cannot do that")
+				break
+			}
+			switch a.Action {
+			case data.ActUndrain:
+				err = op.Undrain(ctx, a.Target)
+			case data.ActHold:
+				err = op.Hold(ctx, a.Target)
+			default:
+				err = op.Release(ctx, a.Target)
+			}
 		}
 		if err != nil {
 			return data.ResultMsg{Err: fmt.Errorf("%s %s: %w", a.Action, a.Target, err)}
 		}
-		done := map[data.Action]string{data.ActCancel: "cancelled", data.ActDrain: "drained"}[a.Action]
+		done := map[data.Action]string{data.ActCancel: "cancelled", data.ActDrain: "drained", data.ActUndrain: "back in service", data.ActHold: "held", data.ActRelease: "released"}[a.Action]
 		return data.ResultMsg{Text: a.Target + " " + done}
 	})
 }

@@ -58,7 +58,7 @@ func (m *Model) Capturing() bool { return false }
 
 // Help implements common.Screen.
 func (m *Model) Help() []key.Binding {
-	return append(m.keys.Moves(), m.keys.Drain, withHelp(m.keys.Enter, "first job's detail"))
+	return append(m.keys.Moves(), m.keys.Drain, m.keys.Undrain, withHelp(m.keys.Enter, "first job's detail"))
 }
 
 func withHelp(b key.Binding, desc string) key.Binding {
@@ -98,6 +98,10 @@ func (m *Model) key(k tea.KeyPressMsg) tea.Cmd {
 		if s := m.Selected(); s != "" {
 			return func() tea.Msg { return data.ActionMsg{Action: data.ActDrain, Target: s} }
 		}
+	case key.Matches(k, m.keys.Undrain):
+		if s := m.Selected(); s != "" {
+			return func() tea.Msg { return data.ActionMsg{Action: data.ActUndrain, Target: s} }
+		}
 	case key.Matches(k, m.keys.Enter):
 		if n > 0 {
 			for _, o := range m.nodes[m.order[m.cursor]].Owners {
@@ -134,7 +138,9 @@ func (m *Model) setNodes(nodes []data.Node) {
 		for _, i := range byRack[r] {
 			h.n++
 			h.gpus += nodes[i].GPUs
-			h.free += nodes[i].FreeGPUs
+			if nodes[i].Reachable && !nodes[i].Drained {
+				h.free += nodes[i].FreeGPUs
+			}
 		}
 		m.rows = append(m.rows, h)
 		for _, i := range byRack[r] {
@@ -213,7 +219,9 @@ func (m *Model) summary() string {
 	gpus, free, drained, down := 0, 0, 0, 0
 	for _, n := range m.nodes {
 		gpus += n.GPUs
-		free += n.FreeGPUs
+		if n.Reachable && !n.Drained {
+			free += n.FreeGPUs // a drained or dead server's GPUs are not free
+		}
 		if n.Drained {
 			drained++
 		}
@@ -221,7 +229,15 @@ func (m *Model) summary() string {
 			down++
 		}
 	}
-	s := fmt.Sprintf("%d servers · %d GPUs · %d busy · %d free", len(m.nodes), gpus, gpus-free, free)
+	busy := 0
+	for _, n := range m.nodes {
+		for _, o := range n.Owners {
+			if o != "" {
+				busy++
+			}
+		}
+	}
+	s := fmt.Sprintf("%d servers · %d GPUs · %d busy · %d free", len(m.nodes), gpus, busy, free)
 	if drained > 0 {
 		s += fmt.Sprintf(" · %d drained", drained)
 	}

@@ -10,6 +10,7 @@ type Keys struct {
 	Up, Down, PageUp, PageDown, Top, Bottom key.Binding
 	Enter, Back, Filter                     key.Binding
 	Cancel, Drain, Submit                   key.Binding
+	Undrain, Hold, Release                  key.Binding
 	Faster, Slower                          key.Binding
 	NextTab, PrevTab                        key.Binding
 	Tab1, Tab2, Tab3, Tab4, Tab5, Tab6      key.Binding
@@ -34,6 +35,9 @@ func DefaultKeys() Keys {
 		Filter:   b("/", "filter", "/"),
 		Cancel:   b("c", "cancel job", "c"),
 		Drain:    b("d", "drain server", "d"),
+		Undrain:  b("u", "undrain server", "u"),
+		Hold:     b("h", "hold job", "h"),
+		Release:  b("H", "release job", "H"),
 		Submit:   b("s", "submit spec", "s"),
 		Faster:   b("+", "faster", "+", "="),
 		Slower:   b("-", "slower", "-"),

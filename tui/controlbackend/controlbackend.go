@@ -226,6 +226,24 @@ func (b *Backend) Drain(ctx context.Context, server string) error {
 	return err
 }
 
+// Undrain implements tui.Operator.
+func (b *Backend) Undrain(ctx context.Context, server string) error {
+	_, err := b.c.NodeOp(ctx, server, "undrain")
+	return err
+}
+
+// Hold implements tui.Operator.
+func (b *Backend) Hold(ctx context.Context, id string) error {
+	_, err := b.c.JobOp(ctx, id, "hold")
+	return err
+}
+
+// Release implements tui.Operator.
+func (b *Backend) Release(ctx context.Context, id string) error {
+	_, err := b.c.JobOp(ctx, id, "release")
+	return err
+}
+
 // Submit implements tui.Backend.
 func (b *Backend) Submit(ctx context.Context, file string, spec []byte) (string, error) {
 	r, err := b.c.Submit(ctx, file, spec)

@@ -90,8 +90,11 @@ type Action int
 
 // Actions.
 const (
-	ActCancel Action = iota // cancel job Target
-	ActDrain                // drain server Target
+	ActCancel  Action = iota // cancel job Target
+	ActDrain                 // drain server Target
+	ActUndrain               // put server Target back in service
+	ActHold                  // hold waiting job Target
+	ActRelease               // release held job Target
 )
 
 // String names the action as the confirmation prompt does.
@@ -101,6 +104,12 @@ func (a Action) String() string {
 		return "cancel job"
 	case ActDrain:
 		return "drain server"
+	case ActUndrain:
+		return "undrain server"
+	case ActHold:
+		return "hold job"
+	case ActRelease:
+		return "release job"
 	}
 	return "?"
 }

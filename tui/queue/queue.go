@@ -43,7 +43,7 @@ func (m *Model) Capturing() bool { return false }
 
 // Help implements common.Screen.
 func (m *Model) Help() []key.Binding {
-	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel)
+	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel, m.keys.Hold, m.keys.Release)
 }
 
 // Selected is the job under the cursor ("" when none).
@@ -86,6 +86,14 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 		case key.Matches(msg, m.keys.Cancel):
 			if id := m.Selected(); id != "" {
 				return func() tea.Msg { return data.ActionMsg{Action: data.ActCancel, Target: id} }
+			}
+		case key.Matches(msg, m.keys.Hold):
+			if id := m.Selected(); id != "" {
+				return func() tea.Msg { return data.ActionMsg{Action: data.ActHold, Target: id} }
+			}
+		case key.Matches(msg, m.keys.Release):
+			if id := m.Selected(); id != "" {
+				return func() tea.Msg { return data.ActionMsg{Action: data.ActRelease, Target: id} }
 			}
 		}
 	}

@@ -148,7 +148,7 @@ func Small() Snapshot {
 		},
 	}
 	return Snapshot{
-		Status: data.Status{Version: "dev", Policy: "replan", Servers: 8, GPUs: 64, FreeGPUs: 64 - busy, Jobs: 8, Waiting: 3, RoundAt: T0.Add(-2 * time.Second), RoundTook: 3 * time.Millisecond},
+		Status: data.Status{Version: "dev", Policy: "replan", Servers: 8, GPUs: 64, FreeGPUs: 64 - busy - 16, UnusableGPUs: 16, Now: T0, Jobs: 8, Waiting: 3, RoundAt: T0.Add(-2 * time.Second), RoundTook: 3 * time.Millisecond},
 		Nodes:  nodes, Queue: queue, Jobs: jobs, Details: details, Events: events,
 	}
 }
@@ -272,6 +272,22 @@ func (f *Fake) Drain(_ context.Context, server string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Ops = append(f.Ops, "drain "+server)
+	return f.err()
+}
+
+// Undrain implements tui.Operator.
+func (f *Fake) Undrain(_ context.Context, server string) error { return f.op("undrain " + server) }
+
+// Hold implements tui.Operator.
+func (f *Fake) Hold(_ context.Context, id string) error { return f.op("hold " + id) }
+
+// Release implements tui.Operator.
+func (f *Fake) Release(_ context.Context, id string) error { return f.op("release " + id) }
+
+func (f *Fake) op(s string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Ops = append(f.Ops, s)
 	return f.err()
 }
 
