@@ -84,6 +84,7 @@ type Daemon struct {
 	history   sched.TimerHistory         // the delay-timer auto-tuner's memory
 	timers    map[string]sched.JobTimers // last round's timers per waiting job
 	eta       etaState                   // background start estimates (eta.go)
+	telemetry map[int][]GPUStat          // per server: its GPUs as last observed (telemetry.go)
 }
 
 type jobState struct {
@@ -561,6 +562,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			continue
 		}
 		ns := &d.nodes[i]
+		d.keepTelemetry(i, n) // GPU figures (telemetry.go)
 		was := ns.missed
 		if n.Reachable {
 			ns.missed, ns.reachable = 0, true

@@ -195,6 +195,11 @@ type NodeView struct {
 	Jobs      []string `json:"jobs"`
 	// GPUOwners is the job holding each GPU index ("" when free).
 	GPUOwners []string `json:"gpu_owners"`
+	// State is up, drained or down; GPUStats the GPUs' figures as last
+	// observed (telemetry.go); IdleHeld the GPUs a job holds that are idle.
+	State    string    `json:"state"`
+	GPUStats []GPUStat `json:"gpu_stats"`
+	IdleHeld []int     `json:"idle_held_gpus,omitempty"`
 }
 
 // Nodes lists every server, as of the last published view.
@@ -215,6 +220,7 @@ func (d *Daemon) nodesLocked() []NodeView {
 			}
 		}
 		sort.Strings(v.Jobs)
+		d.nodeTelemetry(i, &v) // state and GPU figures (telemetry.go)
 		out = append(out, v)
 	}
 	return out
