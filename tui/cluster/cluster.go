@@ -165,7 +165,7 @@ func (m *Model) View() string {
 		return common.FitLines([]string{m.st.Faint.Render("waiting for the first poll of the servers…")}, m.height)
 	}
 	lines := make([]string, 0, m.height)
-	hdr := "  " + common.Pad("SERVER", m.nameW) + " " + common.Pad("GPUS", m.gpuW) + "  FREE STATE  JOBS"
+	hdr := "  " + common.Pad("SERVER", m.nameW) + " " + common.Pad("GPUS", m.gpuW) + "  FREE STATE  UTIL TEMP POWER  JOBS"
 	if len(m.order) > 0 {
 		pos := fmt.Sprintf("%d/%d", m.cursor+1, len(m.order))
 		hdr = common.Pad(hdr, max(0, m.width-len(pos))) + pos
@@ -308,6 +308,10 @@ func (m *Model) server(n data.Node, selected bool) string {
 	default:
 		b.WriteString(m.st.OK.Render(common.Pad("ok", 6)))
 	}
+	b.WriteString(telemetry(n))
+	if k := len(n.IdleHeld); k > 0 {
+		b.WriteString(m.st.Warn.Render(fmt.Sprintf("%d held idle ", k)))
+	}
 	seen := map[string]bool{}
 	var jobs []string
 	for _, o := range n.Owners {
@@ -351,4 +355,19 @@ func (m *Model) legend(ids []string) []string {
 		}
 	}
 	return lines
+}
+
+// telemetry is a server's GPU figures in fixed columns: mean utilisation,
+// hottest GPU, total power ("-" when not reported).
+func telemetry(n data.Node) string {
+	if len(n.Stats) == 0 {
+		return common.PadLeft("-", 4) + " " + common.PadLeft("-", 4) + " " + common.PadLeft("-", 5) + "  "
+	}
+	util, _ := n.Util()
+	hot, watts := 0.0, 0.0
+	for _, g := range n.Stats {
+		hot = max(hot, g.TempC)
+		watts += g.PowerW
+	}
+	return common.PadLeft(fmt.Sprintf("%.0f%%", util), 4) + " " + common.PadLeft(fmt.Sprintf("%.0f°C", hot), 4) + " " + common.PadLeft(fmt.Sprintf("%.1fkW", watts/1000), 5) + "  "
 }

@@ -51,7 +51,11 @@ func (b *Backend) Nodes(ctx context.Context) ([]data.Node, error) {
 	out := make([]data.Node, len(ns))
 	for i, n := range ns {
 		out[i] = data.Node{Name: n.Name, Rack: n.Rack, GPUs: n.GPUs, Reachable: n.Reachable, Drained: n.Drained,
-			Missed: n.Missed, FreeGPUs: n.FreeGPUs, Owners: n.GPUOwners}
+			Missed: n.Missed, FreeGPUs: n.FreeGPUs, Owners: n.GPUOwners, IdleHeld: n.IdleHeld}
+		for _, g := range n.GPUStats {
+			out[i].Stats = append(out[i].Stats, data.GPUStat{Index: g.Index, UtilPct: g.UtilPct, MemUsedGB: g.MemUsedGB, MemTotalGB: g.MemTotalGB,
+				TempC: g.TempC, PowerW: g.PowerW, ECC: g.ECCErrors, Xid: g.XidErrors})
+		}
 	}
 	return out, nil
 }

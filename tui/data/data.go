@@ -43,6 +43,30 @@ type Node struct {
 	FreeGPUs  int
 	// Owners is the job holding each GPU index ("" when free).
 	Owners []string
+	// GPUs are the GPUs' figures as last observed (nil: not reported);
+	// IdleHeld the indices a job holds that do nothing.
+	Stats    []GPUStat
+	IdleHeld []int
+}
+
+// GPUStat is one GPU's telemetry.
+type GPUStat struct {
+	Index                          int
+	UtilPct, MemUsedGB, MemTotalGB float64
+	TempC, PowerW                  float64
+	ECC, Xid                       int
+}
+
+// Util is the mean utilisation of a server's GPUs and how many report.
+func (n Node) Util() (float64, int) {
+	sum := 0.0
+	for _, g := range n.Stats {
+		sum += g.UtilPct
+	}
+	if len(n.Stats) == 0 {
+		return 0, 0
+	}
+	return sum / float64(len(n.Stats)), len(n.Stats)
 }
 
 // DelayTimers are a waiting job's placement delay timers (Dally). Every

@@ -141,9 +141,25 @@ func (m *Model) grid(maxLines int) []string {
 		}
 	}
 	busy := gpus - free - unusable
-	sum := fmt.Sprintf("CLUSTER  %d servers · %d GPUs: %d busy · %d free", len(m.nodes), gpus, busy, free)
+	sum := fmt.Sprintf("CLUSTER  %d/%d GPUs busy · %d free", busy, gpus, free)
 	if unusable > 0 {
-		sum += fmt.Sprintf(" · %d unusable (%d drained, %d down servers)", unusable, drained, down)
+		sum += fmt.Sprintf(" · %d unusable", unusable)
+	}
+	utilSum, reported, idle := 0.0, 0, 0
+	for _, n := range m.nodes {
+		u, k := n.Util()
+		utilSum += u * float64(k)
+		reported += k
+		idle += len(n.IdleHeld)
+	}
+	if reported > 0 {
+		sum += fmt.Sprintf(" · GPU util %.0f%%", utilSum/float64(reported))
+	}
+	if idle > 0 {
+		sum += " · " + m.st.Warn.Render(fmt.Sprintf("%d held idle", idle))
+	}
+	if drained+down > 0 {
+		sum += fmt.Sprintf(" · %d servers drained, %d down", drained, down)
 	}
 	lines := []string{m.st.Header.Render(sum)}
 	nameW, gpuW, per, rows, more := m.layout(maxLines)
@@ -347,8 +363,30 @@ func (m *Model) running(h int) []string {
 	if m.width < 110 {
 		placeW = 0
 	}
-	planW := min(40, max(10, m.width-2-11-5-placeW-13-22))
-	lines = append(lines, m.st.Faint.Render("  "+common.Pad("  ID", 11)+common.PadLeft("GPUS", 4)+" "+common.Pad("PLACEMENT", placeW)+common.Pad("PLAN", planW)+common.PadLeft("MEAS/PRED/s", 13)+"  PROGRESS"))
+	planW := min(40, max(10, m.width-2-11-5-placeW-13-5-22))
+	lines = append(lines, m.st.Faint.Render("  "+common.Pad("  ID", 11)+common.PadLeft("GPUS", 4)+" "+common.Pad("PLACEMENT", placeW)+common.Pad("PLAN", planW)+common.PadLeft("MEAS/PRED/s", 13)+common.PadLeft("UTIL", 5)+"  PROGRESS"))
+	stats := map[string]data.Node{}
+	for _, n := range m.nodes {
+		stats[n.Name] = n
+	}
+	utilOf := func(j data.Job) string {
+		sum, k := 0.0, 0
+		for _, s := range j.Placement {
+			n := stats[s.Name]
+			for _, g := range s.GPUs {
+				for _, st := range n.Stats {
+					if st.Index == g {
+						sum += st.UtilPct
+						k++
+					}
+				}
+			}
+		}
+		if k == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f%%", sum/float64(k))
+	}
 	jobs := m.jobs
 	n := max(0, h-len(lines))
 	if len(jobs) > n && n > 0 {
@@ -378,7 +416,7 @@ func (m *Model) running(h int) []string {
 		if plan == "" {
 			plan = "-"
 		}
-		lines = append(lines, "  "+m.st.Job(m.pal.Slot(j.ID)).Render(m.pal.Letter(j.ID))+" "+common.Pad(j.ID, 9)+common.PadLeft(fmt.Sprint(j.GPUs()), 4)+" "+common.Pad(place, placeW)+common.Pad(plan, planW)+common.PadLeft(tp, 13)+"  "+done)
+		lines = append(lines, "  "+m.st.Job(m.pal.Slot(j.ID)).Render(m.pal.Letter(j.ID))+" "+common.Pad(j.ID, 9)+common.PadLeft(fmt.Sprint(j.GPUs()), 4)+" "+common.Pad(place, placeW)+common.Pad(plan, planW)+common.PadLeft(tp, 13)+common.PadLeft(utilOf(j), 5)+"  "+done)
 	}
 	if k := len(jobs) - n; k > 0 {
 		lines = append(lines, m.st.Faint.Render(fmt.Sprintf("  +%d more: screen 4 (jobs)", k)))

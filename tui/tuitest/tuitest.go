@@ -98,6 +98,18 @@ func Small() Snapshot {
 			}
 		}
 	}
+	for i := range nodes {
+		for g, o := range nodes[i].Owners {
+			st := data.GPUStat{Index: g, UtilPct: 0, MemUsedGB: 0.5, MemTotalGB: 80, TempC: 34, PowerW: 60}
+			if o != "" && o != "j-000002" {
+				st.UtilPct, st.MemUsedGB, st.TempC, st.PowerW = 92, 61, 71, 360
+			}
+			if o == "j-000002" { // restarting: held but idle
+				nodes[i].IdleHeld = append(nodes[i].IdleHeld, g)
+			}
+			nodes[i].Stats = append(nodes[i].Stats, st)
+		}
+	}
 	nodes[3].Drained = true
 	nodes[7].Reachable, nodes[7].Missed = false, 4
 	busy := 0
