@@ -54,7 +54,7 @@ func TestDemoInTmux(t *testing.T) {
 	// and throughput, the simulated clock and the trace's progress
 	s := waitFor("the overview with a running job", func(s string) bool {
 		return strings.Contains(s, "a800-08") && strings.Contains(s, "WAITING") && strings.Contains(s, "RUNNING") &&
-			strings.Contains(s, "j-0000") && strings.Contains(s, "·TP") && strings.Contains(s, "MEAS/PRED") && strings.Contains(s, "GPUs free · Mon ")
+			strings.Contains(s, "j-0000") && strings.Contains(s, "·TP") && strings.Contains(s, "MEAS/PRED") && strings.Contains(s, "GPUs free · Mon ") && strings.Contains(s, "GPU util ") && strings.Contains(s, "UTIL")
 	})
 	t.Logf("overview:\n%s", s)
 	tmux("send-keys", "-t", sess, "2")
