@@ -10,7 +10,7 @@ type Keys struct {
 	Up, Down, PageUp, PageDown, Top, Bottom key.Binding
 	Enter, Back, Filter                     key.Binding
 	Cancel, Drain, Submit                   key.Binding
-	Undrain, Hold, Release                  key.Binding
+	Undrain, Hold, Release, Sort            key.Binding
 	Faster, Slower                          key.Binding
 	NextTab, PrevTab                        key.Binding
 	Tab1, Tab2, Tab3, Tab4, Tab5, Tab6      key.Binding
@@ -38,6 +38,7 @@ func DefaultKeys() Keys {
 		Undrain:  b("u", "undrain server", "u"),
 		Hold:     b("h", "hold job", "h"),
 		Release:  b("H", "release job", "H"),
+		Sort:     b("o", "sort order", "o"),
 		Submit:   b("s", "submit spec", "s"),
 		Faster:   b("+", "faster", "+", "="),
 		Slower:   b("-", "slower", "-"),

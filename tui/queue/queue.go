@@ -8,6 +8,7 @@ package queue
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -26,24 +27,91 @@ type Model struct {
 	width, height int
 	rows          []data.QueueRow
 	polledAt, now time.Time
-	rate          float64 // backend seconds per real second (TickMsg.Rate)
+	rate          float64         // backend seconds per real second (TickMsg.Rate)
+	all           []data.QueueRow // as polled; rows is what the filter and order show
+	filter        common.Input
+	filtering     bool
+	order         int // index into orders
 	cursor        int
 	offset        int
 	loaded        bool
 }
 
 // New is an empty queue screen.
-func New(st common.Styles, keys common.Keys) *Model { return &Model{st: st, keys: keys} }
+func New(st common.Styles, keys common.Keys) *Model {
+	return &Model{st: st, keys: keys, filter: common.Input{Prompt: "filter: "}}
+}
+
+// orders are the sort orders "o" cycles through.
+var orders = []struct {
+	name string
+	less func(a, b data.QueueRow) bool
+}{
+	{"submission", func(a, b data.QueueRow) bool { return a.ID < b.ID }},
+	{"estimated start", func(a, b data.QueueRow) bool {
+		if a.HasETA != b.HasETA {
+			return a.HasETA
+		}
+		return a.HasETA && a.ETA < b.ETA
+	}},
+	{"longest wait", func(a, b data.QueueRow) bool { return a.Waited > b.Waited }},
+	{"most GPUs", func(a, b data.QueueRow) bool { return a.GPUs > b.GPUs }},
+}
+
+// matches is the filter: every word must match; tenant:, state: and
+// class: match that field's start, other words any field or the reason.
+func matches(r data.QueueRow, q string) bool {
+	for _, w := range strings.Fields(strings.ToLower(q)) {
+		field, val, ok := strings.Cut(w, ":")
+		var hit bool
+		switch {
+		case ok && field == "tenant":
+			hit = strings.HasPrefix(strings.ToLower(r.Tenant), val)
+		case ok && field == "state":
+			hit = strings.HasPrefix(strings.ToLower(r.State), val)
+		case ok && field == "class":
+			hit = strings.HasPrefix(strings.ToLower(r.Class), val)
+		default:
+			hit = strings.Contains(strings.ToLower(strings.Join([]string{r.ID, r.Name, r.Tenant, r.Class, r.State, r.Reason}, " ")), w)
+		}
+		if !hit {
+			return false
+		}
+	}
+	return true
+}
+
+// reshape applies the filter and the order to what was polled, keeping
+// the cursor on the same job.
+func (m *Model) reshape() {
+	sel := m.Selected()
+	m.rows = m.rows[:0]
+	for _, r := range m.all {
+		if matches(r, m.filter.Value()) {
+			m.rows = append(m.rows, r)
+		}
+	}
+	sort.SliceStable(m.rows, func(a, b int) bool { return orders[m.order].less(m.rows[a], m.rows[b]) })
+	m.cursor = 0
+	for i, r := range m.rows {
+		if r.ID == sel {
+			m.cursor = i
+		}
+	}
+}
+
+// Filter is the filter in force.
+func (m *Model) Filter() string { return m.filter.Value() }
 
 // SetSize implements common.Screen.
 func (m *Model) SetSize(w, h int) { m.width, m.height = w, h }
 
-// Capturing implements common.Screen.
-func (m *Model) Capturing() bool { return false }
+// Capturing implements common.Screen: while the filter reads text.
+func (m *Model) Capturing() bool { return m.filtering }
 
 // Help implements common.Screen.
 func (m *Model) Help() []key.Binding {
-	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel, m.keys.Hold, m.keys.Release)
+	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel, m.keys.Hold, m.keys.Release, m.keys.Filter, m.keys.Sort)
 }
 
 // Selected is the job under the cursor ("" when none).
@@ -59,14 +127,8 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 	switch msg := msg.(type) {
 	case data.QueueMsg:
 		if msg.Err == nil {
-			sel := m.Selected()
-			m.rows, m.polledAt, m.now, m.loaded = msg.Rows, msg.At, msg.At, true
-			m.cursor = 0
-			for i, r := range m.rows {
-				if r.ID == sel {
-					m.cursor = i
-				}
-			}
+			m.all, m.polledAt, m.now, m.loaded = msg.Rows, msg.At, msg.At, true
+			m.reshape()
 		}
 	case data.TickMsg:
 		if msg.Now.After(m.now) {
@@ -74,11 +136,35 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 		}
 		m.rate = msg.Rate
 	case tea.KeyPressMsg:
+		if m.filtering {
+			// typed text is only ever the filter, never a command
+			switch msg.String() {
+			case "enter":
+				m.filtering = false
+			case "esc":
+				m.filtering = false
+				m.filter.SetValue("")
+			default:
+				m.filter.Update(msg)
+			}
+			m.reshape()
+			return nil
+		}
 		if c, ok := m.keys.Move(msg, m.cursor, len(m.rows), m.height-3); ok {
 			m.cursor = c
 			return nil
 		}
 		switch {
+		case key.Matches(msg, m.keys.Filter):
+			m.filtering = true
+		case key.Matches(msg, m.keys.Sort):
+			m.order = (m.order + 1) % len(orders)
+			m.reshape()
+		case key.Matches(msg, m.keys.Back):
+			if m.filter.Value() != "" {
+				m.filter.SetValue("")
+				m.reshape()
+			}
 		case key.Matches(msg, m.keys.Enter):
 			if id := m.Selected(); id != "" {
 				return func() tea.Msg { return data.OpenJobMsg{ID: id} }
@@ -213,7 +299,7 @@ func (m *Model) View() string {
 	}
 	hdr.WriteString("REASON")
 	lines := []string{
-		common.Truncate(fmt.Sprintf("%d waiting", len(m.rows)), m.width),
+		common.Truncate(m.summary(), m.width),
 		m.st.Header.Render(common.Truncate(hdr.String(), m.width)),
 	}
 	if len(m.rows) == 0 {
@@ -247,4 +333,20 @@ func (m *Model) View() string {
 		lines = append(lines, common.Truncate(line+reason, m.width))
 	}
 	return common.FitLines(lines, m.height)
+}
+
+// summary is the first line: how many wait, how many the filter shows,
+// the order; the filter being typed.
+func (m *Model) summary() string {
+	if m.filtering {
+		return m.filter.View(m.width)
+	}
+	s := fmt.Sprintf("%d waiting", len(m.all))
+	if f := m.filter.Value(); f != "" {
+		s += fmt.Sprintf(" · %d match %q (esc clears)", len(m.rows), f)
+	}
+	if m.order != 0 {
+		s += " · by " + orders[m.order].name
+	}
+	return s
 }

@@ -145,3 +145,41 @@ func TestCursorCancel(t *testing.T) {
 		t.Errorf("c asked %v, want %v", got, want)
 	}
 }
+
+// TestFilterAndSort: "/" filters (typed text is never a command), tenant:
+// and state: pick a field, "o" changes the order, esc clears.
+func TestFilterAndSort(t *testing.T) {
+	m := newModel(tuitest.Small().Queue, 160)
+	m.Update(tuitest.Key("/"))
+	if !m.Capturing() {
+		t.Fatal("/ does not start the filter")
+	}
+	for _, k := range "tenant:ads c" {
+		if cmd := m.Update(tuitest.Key(string(k))); cmd != nil {
+			t.Fatalf("typing %q ran a command", k)
+		}
+	}
+	m.Update(tuitest.Key("enter"))
+	v := m.View()
+	if !strings.Contains(v, "j-000007") || strings.Contains(v, "j-000006") || strings.Contains(v, "j-000008") {
+		t.Errorf("tenant:ads c shows:\n%s", v)
+	}
+	m.Update(tuitest.Key("esc"))
+	m.Update(tuitest.Key("/"))
+	for _, k := range "state:held" {
+		m.Update(tuitest.Key(string(k)))
+	}
+	m.Update(tuitest.Key("enter"))
+	if v := m.View(); !strings.Contains(v, "j-000008") || strings.Contains(v, "j-000007") {
+		t.Errorf("state:held shows:\n%s", v)
+	}
+	m.Update(tuitest.Key("esc"))
+	m.Update(tuitest.Key("o")) // by estimated start: j-000007 (25m) first
+	if got := m.Selected(); got == "" {
+		t.Fatal("no selection")
+	}
+	lines := strings.Split(m.View(), "\n")
+	if !strings.Contains(lines[2], "j-000007") || !strings.Contains(lines[0], "by estimated start") {
+		t.Errorf("sorted by ETA:\n%s", m.View())
+	}
+}
