@@ -154,7 +154,7 @@ func TestFilterAndSort(t *testing.T) {
 	if !m.Capturing() {
 		t.Fatal("/ does not start the filter")
 	}
-	for _, k := range "tenant:ads c" {
+	for _, k := range "tenant:ads pre" {
 		if cmd := m.Update(tuitest.Key(string(k))); cmd != nil {
 			t.Fatalf("typing %q ran a command", k)
 		}
@@ -162,7 +162,7 @@ func TestFilterAndSort(t *testing.T) {
 	m.Update(tuitest.Key("enter"))
 	v := m.View()
 	if !strings.Contains(v, "j-000007") || strings.Contains(v, "j-000006") || strings.Contains(v, "j-000008") {
-		t.Errorf("tenant:ads c shows:\n%s", v)
+		t.Errorf("tenant:ads pre shows:\n%s", v)
 	}
 	m.Update(tuitest.Key("esc"))
 	m.Update(tuitest.Key("/"))
