@@ -200,6 +200,8 @@ type NodeView struct {
 	State    string    `json:"state"`
 	GPUStats []GPUStat `json:"gpu_stats"`
 	IdleHeld []int     `json:"idle_held_gpus,omitempty"`
+	// AsOf is the daemon's clock when this view was taken.
+	AsOf time.Time `json:"as_of"`
 }
 
 // Nodes lists every server, as of the last published view.

@@ -44,6 +44,7 @@ func (d *Daemon) keepTelemetry(i int, n NodeObservation) {
 // nodeTelemetry fills a node view's state, GPU figures and the GPUs held
 // but idle; the caller holds d.mu.
 func (d *Daemon) nodeTelemetry(i int, v *NodeView) {
+	v.AsOf = d.now()
 	switch {
 	case !v.Reachable:
 		v.State = "down"

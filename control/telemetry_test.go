@@ -29,6 +29,9 @@ func TestNodesShowTelemetry(t *testing.T) {
 		k = 1
 	}
 	a := nodes[k]
+	if a.AsOf.IsZero() {
+		t.Error("the node view does not say when it was taken (as_of)")
+	}
 	if a.State != "up" || len(a.GPUStats) != 8 {
 		t.Fatalf("server a: state %q, %d GPU figures", a.State, len(a.GPUStats))
 	}

@@ -50,6 +50,8 @@ type RunningJob struct {
 	// it makes progress (the executor's restart cost as the estimator
 	// knows it, plus its time-shift; 0 once it reports throughput).
 	RestartLeftS float64 `json:"restart_left_s,omitempty"`
+	// AsOf is the daemon's clock when this view was taken.
+	AsOf time.Time `json:"as_of"`
 }
 
 func (d *Daemon) view() *readView {
@@ -70,7 +72,7 @@ func (d *Daemon) publish() {
 		if js.rec.State == StateRunning {
 			tp := Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
 			v.throughput[id] = tp
-			r := RunningJob{Job: js.rec, Throughput: tp, ShiftS: js.shift, RestartLeftS: d.restartLeft(js, v.at)}
+			r := RunningJob{Job: js.rec, Throughput: tp, ShiftS: js.shift, RestartLeftS: d.restartLeft(js, v.at), AsOf: v.at}
 			if js.spec.Class == jobspec.Guaranteed {
 				r.PromisedSPS = d.promised(js)
 				got := tp.MeasuredSPS
