@@ -126,6 +126,15 @@ func (b demoBackend) Release(ctx context.Context, id string) error {
 	return op.Release(ctx, id)
 }
 
+// History implements tui.Historian when the backend inside does.
+func (b demoBackend) History(ctx context.Context) ([]data.HistoryRow, error) {
+	hb, ok := b.Backend.(tui.Historian)
+	if !ok {
+		return nil, errors.New("history: not kept by this backend")
+	}
+	return hb.History(ctx)
+}
+
 // Replay implements tui.Replayer: the simulated clock and the trace's
 // progress.
 func (b demoBackend) Replay(ctx context.Context) (data.Replay, error) {

@@ -178,6 +178,9 @@ func TestDemoBackendHasLinks(t *testing.T) {
 	if _, ok := b.(tui.Speeder); !ok {
 		t.Fatal("the demo backend lost SetSpeed")
 	}
+	if _, ok := b.(tui.Historian); !ok {
+		t.Fatal("the demo backend hides the history")
+	}
 	if _, ok := b.(tui.Operator); !ok {
 		t.Fatal("the demo backend hides undrain, hold and release")
 	}

@@ -59,3 +59,9 @@ type Operator interface {
 	Hold(ctx context.Context, id string) error
 	Release(ctx context.Context, id string) error
 }
+
+// Historian is the optional capability of a backend that lists the jobs
+// that ended (the history screen).
+type Historian interface {
+	History(ctx context.Context) ([]data.HistoryRow, error)
+}

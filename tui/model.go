@@ -14,6 +14,7 @@ import (
 	"github.com/replan/replan/tui/common"
 	"github.com/replan/replan/tui/data"
 	"github.com/replan/replan/tui/events"
+	"github.com/replan/replan/tui/history"
 	"github.com/replan/replan/tui/jobdetail"
 	"github.com/replan/replan/tui/jobs"
 	"github.com/replan/replan/tui/links"
@@ -32,10 +33,11 @@ const (
 	scDetail
 	scEvents
 	scLinks
+	scHistory
 	numScreens
 )
 
-var screenNames = [numScreens]string{"overview", "cluster", "queue", "jobs", "detail", "events", "links"}
+var screenNames = [numScreens]string{"overview", "cluster", "queue", "jobs", "detail", "events", "links", "history"}
 
 // prompt is what the footer is asking for, if anything.
 type prompt int
@@ -64,6 +66,7 @@ type model struct {
 	detail   *jobdetail.Model
 	events   *events.Model
 	links    *links.Model
+	history  *history.Model
 
 	active, prev  screen
 	width, height int
@@ -114,7 +117,8 @@ func newModel(ctx context.Context, b Backend, opts Options) *model {
 	m.detail = jobdetail.New(st, keys)
 	m.events = events.New(st, keys)
 	m.links = links.New(st, keys)
-	m.screens = [numScreens]common.Screen{m.overview, m.cluster, m.queue, m.jobs, m.detail, m.events, m.links}
+	m.history = history.New(st, keys)
+	m.screens = [numScreens]common.Screen{m.overview, m.cluster, m.queue, m.jobs, m.detail, m.events, m.links, m.history}
 	m.input.Prompt = "spec file: "
 	m.now = m.clock()
 	m.resize()
@@ -295,6 +299,9 @@ func (m *model) onTick(t data.TickMsg) tea.Cmd {
 	}
 	if m.pending == 0 && !m.now.Before(m.nextPoll) {
 		cmds = append(cmds, m.pollRound(), m.pollLinks(), m.pollReplay())
+		if m.active == scHistory {
+			cmds = append(cmds, m.pollHistory()) // only while it is shown
+		}
 		m.nextPoll = m.now.Add(m.opts.PollEvery)
 		if id := m.detail.JobID(); id != "" && m.active == scDetail {
 			cmds = append(cmds, m.fetchJob(id))
@@ -407,6 +414,9 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 		m.switchTo(scEvents)
 	case key.Matches(k, m.keys.Tab7):
 		m.switchTo(scLinks)
+	case key.Matches(k, m.keys.Tab8):
+		m.switchTo(scHistory)
+		return m.pollHistory()
 	case key.Matches(k, m.keys.Submit):
 		m.prompt = promptSubmit
 		m.input.SetValue("")
@@ -553,7 +563,7 @@ func (m *model) footer() string {
 	for _, b := range m.ownKeys(m.screens[m.active]) {
 		parts = append(parts, m.st.Key.Render(b.Help().Key)+" "+b.Help().Desc)
 	}
-	parts = append(parts, m.st.Key.Render("tab/1-7")+" screens", m.st.Key.Render("?")+" help", m.st.Key.Render("q")+" quit")
+	parts = append(parts, m.st.Key.Render("tab/1-8")+" screens", m.st.Key.Render("?")+" help", m.st.Key.Render("q")+" quit")
 	return m.st.Footer.Render(common.Truncate(strings.Join(parts, "  "), m.width))
 }
 
@@ -579,7 +589,7 @@ func (m *model) helpPage() string {
 		return m.st.Key.Render(common.Pad(b.Help().Key, 10)) + " " + b.Help().Desc
 	}
 	lines := []string{m.st.Header.Render("Keys everywhere")}
-	global := append([]key.Binding{k.NextTab, k.PrevTab, k.Tab1, k.Tab2, k.Tab3, k.Tab4, k.Tab5, k.Tab6, k.Tab7, k.Submit}, k.Help, k.Quit)
+	global := append([]key.Binding{k.NextTab, k.PrevTab, k.Tab1, k.Tab2, k.Tab3, k.Tab4, k.Tab5, k.Tab6, k.Tab7, k.Tab8, k.Submit}, k.Help, k.Quit)
 	if _, ok := m.b.(Speeder); ok {
 		global = append(global, k.Faster, k.Slower) // only where they do something
 	}

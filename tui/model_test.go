@@ -104,6 +104,23 @@ func TestGoldenEveryScreen(t *testing.T) {
 	}
 }
 
+// TestHistoryScreen: 8 lists the jobs that ended, like sacct; enter opens
+// one.
+func TestHistoryScreen(t *testing.T) {
+	h := newHarness(t)
+	h.press("8")
+	v := h.view()
+	for _, want := range []string{"2 ended: 1 finished · 1 failed", "j-000010", "1h35m", "j-000009", "failed"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("history lacks %q:\n%s", want, v)
+		}
+	}
+	h.press("enter")
+	if h.m.active != scDetail {
+		t.Errorf("enter went to %s", screenNames[h.m.active])
+	}
+}
+
 // TestOverviewIsTheFirstScreen: the first screen shows the grid, the
 // queue with its estimated starts and timers, and the running jobs with
 // their plan, throughput and progress.
@@ -324,7 +341,7 @@ func TestAllScreensAnySize(t *testing.T) {
 	h.press("4", "enter") // load a detail
 	for _, sz := range [][2]int{{0, 0}, {1, 1}, {20, 5}, {40, 10}, {80, 24}, {200, 60}} {
 		h.send(tea.WindowSizeMsg{Width: sz[0], Height: sz[1]})
-		for _, k := range []string{"1", "2", "3", "4", "5", "6", "7", "?"} {
+		for _, k := range []string{"1", "2", "3", "4", "5", "6", "7", "8", "?"} {
 			h.press(k)
 			for _, mv := range []string{"j", "end", "pgdown", "k", "home"} {
 				h.press(mv)

@@ -81,6 +81,18 @@ func (m *model) pollReplay() tea.Cmd {
 	})
 }
 
+// pollHistory fetches the jobs that ended when the backend lists them.
+func (m *model) pollHistory() tea.Cmd {
+	hb, ok := m.b.(Historian)
+	if !ok {
+		return func() tea.Msg { return data.HistoryMsg{Err: errors.New("this backend keeps no history")} }
+	}
+	return m.call(m.opts.CallTimeout, func(ctx context.Context) tea.Msg {
+		rows, err := hb.History(ctx)
+		return data.HistoryMsg{Rows: rows, Err: err}
+	})
+}
+
 // pollLinks fetches the link report when the backend has one (it does not
 // count in the poll round: a backend without it is no less connected).
 func (m *model) pollLinks() tea.Cmd {

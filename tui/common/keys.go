@@ -14,7 +14,7 @@ type Keys struct {
 	Faster, Slower                          key.Binding
 	NextTab, PrevTab                        key.Binding
 	Tab1, Tab2, Tab3, Tab4, Tab5, Tab6      key.Binding
-	Tab7                                    key.Binding
+	Tab7, Tab8                              key.Binding
 	Help, Quit                              key.Binding
 }
 
@@ -51,6 +51,7 @@ func DefaultKeys() Keys {
 		Tab5:     b("5", "job detail", "5"),
 		Tab6:     b("6", "events", "6"),
 		Tab7:     b("7", "links", "7"),
+		Tab8:     b("8", "history", "8"),
 		Help:     b("?", "help", "?"),
 		Quit:     b("q", "quit", "q", "ctrl+c"),
 	}

@@ -230,6 +230,23 @@ func (b *Backend) Drain(ctx context.Context, server string) error {
 	return err
 }
 
+// History implements tui.Historian: the jobs that ended, newest first.
+func (b *Backend) History(ctx context.Context) ([]data.HistoryRow, error) {
+	h, err := b.c.History(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]data.HistoryRow, 0, len(h))
+	for i := len(h) - 1; i >= 0; i-- {
+		e := h[i]
+		out = append(out, data.HistoryRow{ID: e.Job.ID, Name: e.Job.Name, Tenant: e.Job.Tenant, Class: e.Job.Class, State: string(e.Job.State),
+			JCT: time.Duration(e.JCTS * float64(time.Second)), Queued: time.Duration(e.QueueS * float64(time.Second)),
+			Restarts: e.Job.Restarts, Iterations: e.Job.Iterations, Ended: e.Job.FinishedAt})
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].Ended.After(out[b].Ended) })
+	return out, nil
+}
+
 // Undrain implements tui.Operator.
 func (b *Backend) Undrain(ctx context.Context, server string) error {
 	_, err := b.c.NodeOp(ctx, server, "undrain")

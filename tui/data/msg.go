@@ -143,3 +143,18 @@ type ReplayMsg struct {
 	Replay Replay
 	Err    error
 }
+
+// HistoryRow is a job that ended (finished, failed or cancelled).
+type HistoryRow struct {
+	ID, Name, Tenant, Class, State string
+	// JCT is submission to end, Queued submission to first start.
+	JCT, Queued          time.Duration
+	Restarts, Iterations int
+	Ended                time.Time
+}
+
+// HistoryMsg carries the polled history, newest first.
+type HistoryMsg struct {
+	Rows []HistoryRow
+	Err  error
+}

@@ -287,6 +287,16 @@ func (f *Fake) Drain(_ context.Context, server string) error {
 	return f.err()
 }
 
+// History implements tui.Historian.
+func (f *Fake) History(context.Context) ([]data.HistoryRow, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return []data.HistoryRow{
+		{ID: "j-000010", Name: "gpt2-x", Tenant: "vision", Class: "best-effort", State: "finished", JCT: 95 * time.Minute, Queued: 4 * time.Minute, Restarts: 1, Iterations: 5000, Ended: T0.Add(-5 * time.Minute)},
+		{ID: "j-000009", Name: "bert-y", Tenant: "nlp", Class: "guaranteed", State: "failed", JCT: 20 * time.Minute, Queued: 30 * time.Second, Restarts: 4, Iterations: 310, Ended: T0.Add(-30 * time.Minute)},
+	}, f.err()
+}
+
 // Undrain implements tui.Operator.
 func (f *Fake) Undrain(_ context.Context, server string) error { return f.op("undrain " + server) }
 
