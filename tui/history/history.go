@@ -120,7 +120,11 @@ func (m *Model) View() string {
 		b.WriteString(common.PadLeft(common.Duration(r.Queued), 7))
 		b.WriteString(common.PadLeft(fmt.Sprint(r.Restarts), 4))
 		b.WriteString(common.PadLeft(fmt.Sprint(r.Iterations), 8))
-		b.WriteString("  " + r.Ended.UTC().Format("01-02 15:04"))
+		ended := r.Ended.UTC().Format("15:04") // never cut: the date only where it fits
+		if m.width >= 100 {
+			ended = r.Ended.UTC().Format("01-02 15:04")
+		}
+		b.WriteString("  " + ended)
 		line := b.String()
 		if r.State == "failed" {
 			line = m.st.Bad.Render(line)
