@@ -504,7 +504,7 @@ func (d *Daemon) apply(ctx context.Context, a sched.Decision) error {
 		d.take(a.Job, servers)
 		delete(d.waits, a.Job)
 		d.cfg.Store.AddDecision(ctx, DecisionRecord{JobID: a.Job, Kind: a.Kind.String(), Detail: detail, Reason: a.Why, At: d.now()})
-		d.event(ctx, a.Kind.String(), a.Job, "", fmt.Sprintf("%s on %s with %s (%.2f samples/s predicted)", js.spec.Name, placementWords(servers), a.Plan, a.Throughput), map[string]any{"plan": a.Plan.String(), "placement": a.Placement.String()})
+		d.event(ctx, a.Kind.String(), a.Job, "", fmt.Sprintf("%s on %s with %s (%.2f samples/s predicted)", js.spec.Name, placementWords(servers), a.Plan, a.Throughput), map[string]any{"plan": a.Plan.String(), "placement": placementWords(servers)})
 		next := Launch{JobID: a.Job, Spec: js.spec, Plan: a.Plan, Servers: servers, Attempt: js.rec.Attempt - 1, Resume: resume, From: js.rec.Checkpoint, Shift: a.Shift}
 		if resume && js.ckPlan != a.Plan {
 			next.CheckpointPlan = js.ckPlan
