@@ -5,8 +5,11 @@ package control
 
 import (
 	"hash/fnv"
+
 	"math"
 	"time"
+
+	"github.com/replan/replan/agent"
 )
 
 // GPUStat is one GPU as last observed: utilisation, memory, temperature,
@@ -89,6 +92,30 @@ func simGPUs(server string, gpus int, owners map[int]*simJob, now time.Time) []G
 			}
 		}
 		out[i] = g
+	}
+	return out
+}
+
+// gpuStats converts an agent's GPU snapshot: each GPU's figures and its
+// ECC and Xid events among the recent health events.
+func gpuStats(snap agent.GPUSnapshot) []GPUStat {
+	out := make([]GPUStat, 0, len(snap.GPUs))
+	at := map[int]int{}
+	for _, g := range snap.GPUs {
+		at[g.Index] = len(out)
+		out = append(out, GPUStat{Index: g.Index, UtilPct: float64(g.UtilizationPct), MemUsedGB: float64(g.MemoryUsedBytes) / (1 << 30),
+			MemTotalGB: float64(g.MemoryTotalBytes) / (1 << 30), TempC: float64(g.TemperatureC), PowerW: g.PowerW})
+	}
+	for _, h := range snap.Health {
+		k, ok := at[h.GPUIndex]
+		if !ok {
+			continue
+		}
+		if h.Kind == agent.HealthXid {
+			out[k].XidErrors++
+		} else {
+			out[k].ECCErrors++
+		}
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replan/replan/agent"
 	"github.com/replan/replan/jobspec"
 )
 
@@ -72,4 +73,20 @@ func getNodes(t *testing.T, d *Daemon) []NodeView {
 		t.Fatalf("GET /v1/nodes: %v %s", err, rr.Body)
 	}
 	return ns
+}
+
+// TestAgentGPUStats: an agent's GPU snapshot becomes the daemon's figures,
+// with its Xid and ECC events counted per GPU.
+func TestAgentGPUStats(t *testing.T) {
+	snap := agent.GPUSnapshot{GPUs: []agent.GPU{
+		{Index: 0, MemoryUsedBytes: 40 << 30, MemoryTotalBytes: 80 << 30, UtilizationPct: 97, TemperatureC: 71, PowerW: 390},
+		{Index: 1, MemoryTotalBytes: 80 << 30, TemperatureC: 35, PowerW: 60},
+	}, Health: []agent.HealthEvent{{GPUIndex: 1, Kind: agent.HealthXid, Xid: 79}, {GPUIndex: 1, Kind: agent.HealthECCDBE}, {GPUIndex: 9, Kind: agent.HealthXid}}}
+	got := gpuStats(snap)
+	if len(got) != 2 || got[0].UtilPct != 97 || got[0].MemUsedGB != 40 || got[0].MemTotalGB != 80 || got[0].TempC != 71 || got[0].PowerW != 390 {
+		t.Fatalf("figures %+v", got)
+	}
+	if got[1].XidErrors != 1 || got[1].ECCErrors != 1 || got[0].XidErrors != 0 {
+		t.Errorf("errors %+v", got)
+	}
 }
