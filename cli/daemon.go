@@ -162,6 +162,7 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	d.EnableETA(func() sched.Policy { p, _ := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds()); return p }, o.restartCost, o.tick) // start estimates (control/eta.go)
 	api := &control.API{D: d, Version: version}
 	errc := make(chan error, 5)
 	if err := setupAuth(ctx, o, inv, api, log, stderr, errc); err != nil { // daemon_auth.go: users, TLS and metrics listeners

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/replan/replan/demo"
 	"github.com/replan/replan/tui"
 	"github.com/replan/replan/tui/controlbackend"
+	"github.com/replan/replan/tui/data"
 )
 
 func newDemoCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -42,9 +44,14 @@ seconds per real second. --headless runs without the TUI and prints a summary wh
 			}
 			defer d.Stop()
 			if !headless {
-				b := demoBackend{Backend: controlbackend.New(control.NewUnixClient(d.Socket)), clock: d.Clock}
+				b := demoBackend{Backend: controlbackend.New(control.NewUnixClient(d.Socket)), clock: d.Clock, demo: d}
 				title := fmt.Sprintf("replan demo · 64 A800 GPUs · %s", filepath.Base(d.Source))
-				return tui.Run(ctx, b, tui.Options{Title: title, Input: os.Stdin, Output: stdout})
+				err := tui.Run(ctx, b, tui.Options{Title: title, Input: os.Stdin, Output: stdout})
+				// on quit, what the run did so far
+				if s, serr := d.Summary(context.WithoutCancel(ctx)); serr == nil {
+					s.Print(stdout)
+				}
+				return err
 			}
 			fmt.Fprintf(stderr, "replan demo: %d jobs from %s at %gx; API on %s\n", len(d.Trace), d.Source, d.Clock.Speed(), d.Socket)
 			wctx := ctx
@@ -82,10 +89,69 @@ seconds per real second. --headless runs without the TUI and prints a summary wh
 }
 
 // demoBackend is the TUI's view of the demo: the control API, plus the
-// demo clock's speed on "+" and "-".
+// demo clock's speed on "+" and "-". Embedding the tui.Backend interface
+// hides the optional methods of the value inside (Links), so each one is
+// passed on explicitly.
 type demoBackend struct {
 	tui.Backend
 	clock *demo.Clock
+	demo  *demo.Demo
+}
+
+// Undrain, Hold and Release implement tui.Operator when the backend
+// inside does.
+func (b demoBackend) Undrain(ctx context.Context, server string) error {
+	op, ok := b.Backend.(tui.Operator)
+	if !ok {
+		return errors.New("undrain: not supported by this backend")
+	}
+	return op.Undrain(ctx, server)
+}
+
+// Hold implements tui.Operator.
+func (b demoBackend) Hold(ctx context.Context, id string) error {
+	op, ok := b.Backend.(tui.Operator)
+	if !ok {
+		return errors.New("hold: not supported by this backend")
+	}
+	return op.Hold(ctx, id)
+}
+
+// Release implements tui.Operator.
+func (b demoBackend) Release(ctx context.Context, id string) error {
+	op, ok := b.Backend.(tui.Operator)
+	if !ok {
+		return errors.New("release: not supported by this backend")
+	}
+	return op.Release(ctx, id)
+}
+
+// History implements tui.Historian when the backend inside does.
+func (b demoBackend) History(ctx context.Context) ([]data.HistoryRow, error) {
+	hb, ok := b.Backend.(tui.Historian)
+	if !ok {
+		return nil, errors.New("history: not kept by this backend")
+	}
+	return hb.History(ctx)
+}
+
+// Replay implements tui.Replayer: the simulated clock and the trace's
+// progress.
+func (b demoBackend) Replay(ctx context.Context) (data.Replay, error) {
+	if b.demo == nil {
+		return data.Replay{}, errors.New("replay: no demo")
+	}
+	sub, ended, total, err := b.demo.Progress(ctx)
+	return data.Replay{Clock: b.clock.Now(), Speed: b.clock.Speed(), Submitted: sub, Ended: ended, Total: total, Done: total > 0 && ended >= total}, err
+}
+
+// Links implements tui.LinksBackend when the backend inside does.
+func (b demoBackend) Links(ctx context.Context) (data.Links, error) {
+	lb, ok := b.Backend.(tui.LinksBackend)
+	if !ok {
+		return data.Links{}, errors.New("links: not reported by this backend")
+	}
+	return lb.Links(ctx)
 }
 
 // SetSpeed implements tui.Speeder.

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replan/replan/control"
 	"github.com/replan/replan/internal/waitfor"
+	"github.com/replan/replan/tui"
+	"github.com/replan/replan/tui/controlbackend"
 )
 
 // TestDemoInTmux runs `replan demo` the way a person does, inside tmux:
@@ -49,18 +52,25 @@ func TestDemoInTmux(t *testing.T) {
 		})
 		return s
 	}
-	s := waitFor("cluster grid with a running job", func(s string) bool {
-		return strings.Contains(s, "rack-a") && strings.Contains(s, "a800-08") && strings.Contains(s, "j-0000")
+	// the first screen: grid, queue head, running jobs with their plan
+	// and throughput, the simulated clock and the trace's progress
+	s := waitFor("the overview with a running job", func(s string) bool {
+		return strings.Contains(s, "a800-08") && strings.Contains(s, "WAITING") && strings.Contains(s, "RUNNING") &&
+			strings.Contains(s, "j-0000") && strings.Contains(s, "·TP") && strings.Contains(s, "MEAS/PRED") && strings.Contains(s, "GPUs free · Mon ") && strings.Contains(s, "GPU util ") && strings.Contains(s, "UTIL")
 	})
-	t.Logf("cluster screen:\n%s", s)
-	tmux("send-keys", "-t", sess, "3")
+	t.Logf("overview:\n%s", s)
+	tmux("send-keys", "-t", sess, "2")
+	waitFor("the cluster grid", func(s string) bool { return strings.Contains(s, "rack-a") && strings.Contains(s, "a800-08") })
+	tmux("send-keys", "-t", sess, "4")
 	waitFor("a job plan", func(s string) bool {
 		return strings.Contains(s, "DP") && strings.Contains(s, "·TP") && strings.Contains(s, "ZeRO-")
 	})
-	tmux("send-keys", "-t", sess, "2")
-	waitFor("the queue", func(s string) bool { return strings.Contains(s, "REASON") })
-	tmux("send-keys", "-t", sess, "5")
+	tmux("send-keys", "-t", sess, "3")
+	waitFor("the queue", func(s string) bool { return strings.Contains(s, "REASON") && strings.Contains(s, "ETA") })
+	tmux("send-keys", "-t", sess, "6")
 	waitFor("events", func(s string) bool { return strings.Contains(s, "submit") && strings.Contains(s, "start") })
+	tmux("send-keys", "-t", sess, "7")
+	waitFor("the links report", func(s string) bool { return strings.Contains(s, "shared links") })
 	tmux("send-keys", "-t", sess, "q")
 	waitfor.T(t, context.Background(), "q exits the demo", screenWait, func() error {
 		if _, err := exec.Command("tmux", "has-session", "-t", sess).CombinedOutput(); err != nil {
@@ -102,13 +112,16 @@ func TestDemoQueueCountsDownInTmux(t *testing.T) {
 	}
 	t.Cleanup(func() { tmux("kill-session", "-t", sess) })
 	rack := func() (string, string) {
+		col := -1
 		for _, line := range strings.Split(tmux("capture-pane", "-p", "-t", sess), "\n") {
-			if strings.Contains(line, "bert-9") {
-				// the rack timer is the first whole "NNhNNm" duration
-				for _, w := range strings.Fields(line) {
-					if timerRE.MatchString(w) {
-						return w, line
-					}
+			r := []rune(line)
+			if i := strings.Index(line, "RACK-T"); i >= 0 {
+				col = len([]rune(line[:i]))
+			}
+			if strings.Contains(line, "bert-9") && col >= 0 && col+6 <= len(r) {
+				// the rack timer is the cell under RACK-T
+				if w := strings.TrimSpace(string(r[col : col+6])); timerRE.MatchString(w) {
+					return w, line
 				}
 			}
 		}
@@ -116,7 +129,7 @@ func TestDemoQueueCountsDownInTmux(t *testing.T) {
 	}
 	var first string
 	waitfor.T(t, context.Background(), "a waiting job with timers", screenWait, func() error {
-		tmux("send-keys", "-t", sess, "2")
+		tmux("send-keys", "-t", sess, "3")
 		if first, _ = rack(); first == "" {
 			return fmt.Errorf("screen:\n%s", tmux("capture-pane", "-p", "-t", sess))
 		}
@@ -147,4 +160,23 @@ func mustWd(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return filepath.Dir(wd)
+}
+
+// TestDemoBackendHasLinks: the demo's backend passes on the optional
+// Links capability of the control backend (screen 6 loads in the demo);
+// embedding tui.Backend alone hid it.
+func TestDemoBackendHasLinks(t *testing.T) {
+	var b tui.Backend = demoBackend{Backend: controlbackend.New(control.NewUnixClient(filepath.Join(t.TempDir(), "none.sock")))}
+	if _, ok := b.(tui.LinksBackend); !ok {
+		t.Fatal("the demo backend does not offer Links: the links screen never loads in the demo")
+	}
+	if _, ok := b.(tui.Speeder); !ok {
+		t.Fatal("the demo backend lost SetSpeed")
+	}
+	if _, ok := b.(tui.Historian); !ok {
+		t.Fatal("the demo backend hides the history")
+	}
+	if _, ok := b.(tui.Operator); !ok {
+		t.Fatal("the demo backend hides undrain, hold and release")
+	}
 }

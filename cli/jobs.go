@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -148,23 +149,76 @@ func newWhoamiCmd(stdout, stderr io.Writer) *cobra.Command {
 }
 
 func newQueueCmd(stdout, stderr io.Writer) *cobra.Command {
-	return clientCmd("queue", "Waiting jobs: why each waits, how long, and its delay timers counting down", cobra.NoArgs, stdout,
+	var start bool
+	cmd := clientCmd("queue", "Waiting jobs: why each waits, how long, its delay timers and its estimated start (--start: by start time, like squeue --start)", cobra.NoArgs, stdout,
 		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
 			q, err := c.Queue(ctx)
+			if start {
+				sortByETA(q)
+			}
 			return q, func(w io.Writer) error {
+				if start {
+					return writeStartTable(w, q)
+				}
 				tw := newTable(w)
-				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCLASS\tGPUS\tSTATE\tWAITING\tSERVER TIMER\tRACK TIMER\tACCEPTS\tNW_SENS\tREASON")
+				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCLASS\tGPUS\tSTATE\tWAITING\tETA\tSERVER TIMER\tRACK TIMER\tACCEPTS\tNW_SENS\tREASON")
 				for _, e := range q {
 					st, rt, acc, nw := "-", "-", "-", "-"
 					if t := e.Timers; t != nil {
 						st, rt = age(max(t.ServerTimer-t.Starved, 0)), age(max(t.RackTimer-t.Starved, 0))
-						acc, nw = t.AcceptTier.String(), fmt.Sprintf("%.2f", t.NwSens)
+						acc, nw = t.AcceptTier.String(), fmt.Sprintf("%.2f", min(max(t.NwSens, 0), 1))
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Job.ID, clean(e.Job.Name), clean(e.Job.Tenant), e.Job.Class, e.GPUs, e.Job.State, age(e.WaitingS), st, rt, acc, nw, clean(e.Reason))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Job.ID, clean(e.Job.Name), clean(e.Job.Tenant), e.Job.Class, e.GPUs, e.Job.State, age(e.WaitingS), etaShort(e), st, rt, acc, nw, clean(e.Reason))
 				}
 				return tw.Flush()
 			}, err
 		})
+	cmd.Flags().BoolVar(&start, "start", false, "expected start times (a forward simulation of the scheduler), soonest first, like squeue --start")
+	return cmd
+}
+
+// etaShort is a queue entry's estimated start: "in 12m (10:42)", "now",
+// or "-" without an estimate.
+func etaShort(e control.QueueEntry) string {
+	if e.ETAS == nil || e.ETAAt == nil {
+		return "-"
+	}
+	if *e.ETAS < 1 {
+		return "now"
+	}
+	return "in " + age(*e.ETAS) + " (" + e.ETAAt.Local().Format("15:04") + ")"
+}
+
+// sortByETA orders entries by estimated start, those without one last.
+func sortByETA(q []control.QueueEntry) {
+	sort.SliceStable(q, func(a, b int) bool {
+		x, y := q[a].ETAS, q[b].ETAS
+		if (x == nil) != (y == nil) {
+			return y == nil
+		}
+		if x != nil && *x != *y {
+			return *x < *y
+		}
+		return q[a].Job.ID < q[b].Job.ID
+	})
+}
+
+// writeStartTable is `queue --start`: squeue --start's columns.
+func writeStartTable(w io.Writer, q []control.QueueEntry) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "ID\tNAME\tTENANT\tGPUS\tSTATE\tSTART_TIME\tIN\tREASON")
+	for _, e := range q {
+		at, in := "N/A", "-"
+		if e.ETAAt != nil && e.ETAS != nil {
+			at, in = e.ETAAt.Local().Format("2006-01-02T15:04:05"), age(*e.ETAS)
+		}
+		why := e.Reason
+		if e.ETAS == nil && e.ETAReason != "" {
+			why = e.ETAReason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.Job.ID, clean(e.Job.Name), clean(e.Job.Tenant), e.GPUs, e.Job.State, at, in, clean(why))
+	}
+	return tw.Flush()
 }
 
 func newJobsCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -193,10 +247,14 @@ func newJobCmd(stdout, stderr io.Writer) *cobra.Command {
 	return clientCmd("job ID", "One job: state, plan, plan history and decisions with their reasons", cobra.ExactArgs(1), stdout,
 		func(ctx context.Context, c *control.Client, args []string) (any, func(io.Writer) error, error) {
 			d, err := c.Job(ctx, args[0])
+			var q []control.QueueEntry
+			if err == nil && d.Job.State != control.StateRunning && !d.Job.State.Final() {
+				q, _ = c.Queue(ctx)
+			}
 			return d, func(w io.Writer) error {
 				j := d.Job
 				fmt.Fprintf(w, "%s  %s  tenant %s  %s\nstate %s  iterations %d (checkpoint %d)  restarts %d\nplan %s\n", j.ID, clean(j.Name), clean(j.Tenant), j.Class, j.State, j.Iterations, j.Checkpoint, j.Restarts, planOf(j.Plan))
-				if j.Reason != "" {
+				if !writeWaiting(w, j.ID, q) && j.Reason != "" {
 					fmt.Fprintf(w, "reason: %s\n", clean(j.Reason))
 				}
 				if tp := d.Throughput; tp.PredictedSPS > 0 {
@@ -375,4 +433,42 @@ func newLinksCmd(stdout, stderr io.Writer) *cobra.Command {
 				return tw.Flush()
 			}, err
 		})
+}
+
+// writeWaiting prints a waiting job's "waiting" block: queue position,
+// reason, estimated start, and each tier timer with when it expires and
+// what the job accepts then. It reports whether the job was in q.
+func writeWaiting(w io.Writer, id string, q []control.QueueEntry) bool {
+	sortByETA(q)
+	for i, e := range q {
+		if e.Job.ID != id {
+			continue
+		}
+		pos := i + 1
+		fmt.Fprintf(w, "waiting: %s (position %d of %d by estimated start)\n", age(e.WaitingS), pos, len(q))
+		fmt.Fprintf(w, "  reason: %s\n", clean(e.Reason))
+		if e.ETAS != nil && e.ETAAt != nil {
+			fmt.Fprintf(w, "  estimated start: in %s, at %s\n", age(*e.ETAS), e.ETAAt.Local().Format(time.DateTime))
+		} else {
+			fmt.Fprintf(w, "  estimated start: none (%s)\n", e.ETAReason)
+		}
+		if t := e.Timers; t != nil {
+			for _, tm := range []struct {
+				name  string
+				timer float64
+				then  string
+			}{{"server timer", t.ServerTimer, "it accepts a placement within one rack"}, {"rack timer", t.RackTimer, "it accepts a placement across racks"}} {
+				left := tm.timer - t.Starved
+				if left <= 0 {
+					fmt.Fprintf(w, "  %s: expired; %s\n", tm.name, tm.then)
+					continue
+				}
+				at := e.AsOf.Add(time.Duration(left * float64(time.Second)))
+				fmt.Fprintf(w, "  %s: %s left, expires at %s; then %s\n", tm.name, age(left), at.Local().Format(time.DateTime), tm.then)
+			}
+			fmt.Fprintf(w, "  accepts now: %s (%s)\n", t.AcceptTier, t.Why)
+		}
+		return true
+	}
+	return false
 }

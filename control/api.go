@@ -71,6 +71,11 @@ type Status struct {
 	FreeGPUs  int        `json:"free_gpus"`
 	Jobs      int        `json:"jobs"`
 	LastRound RoundStats `json:"last_round"`
+	// Now is the daemon's clock when it answered (the demo's runs
+	// faster than real time): clients count down from the data's as_of.
+	// UnusableGPUs are on drained or unreachable servers (not free).
+	Now          time.Time `json:"now"`
+	UnusableGPUs int       `json:"unusable_gpus"`
 }
 
 // API serves the daemon over HTTP/JSON.
@@ -177,8 +182,13 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	for _, n := range a.D.Nodes() {
 		st.Servers++
 		st.GPUs += n.GPUs
+		if n.Drained || !n.Reachable {
+			st.UnusableGPUs += n.FreeGPUs // drained GPUs are not free
+			continue
+		}
 		st.FreeGPUs += n.FreeGPUs
 	}
+	st.Now = a.D.now()
 	st.Jobs = len(a.D.jobsSnapshot())
 	writeJSON(w, http.StatusOK, st)
 }

@@ -123,8 +123,10 @@ type Daemon struct {
 	// launchFails are the recent launch failures per server (suspects).
 	launchFails map[string][]launchFailure
 	// counters for metrics
-	dropped     atomic.Int64 // decisions dropped at apply (stale)
-	storeErrors atomic.Int64 // store writes that failed
+	dropped     atomic.Int64      // decisions dropped at apply (stale)
+	storeErrors atomic.Int64      // store writes that failed
+	eta         etaState          // background start estimates (eta.go)
+	telemetry   map[int][]GPUStat // per server: its GPUs as last observed (telemetry.go)
 }
 
 type jobState struct {

@@ -42,6 +42,9 @@ type NodeObservation struct {
 	Name      string `json:"name"`
 	Reachable bool   `json:"reachable"`
 	Err       string `json:"err,omitempty"`
+	// GPUs are the server's GPU figures, when the executor reports them
+	// (telemetry.go).
+	GPUs []GPUStat `json:"gpus,omitempty"`
 }
 
 // Observation is one Observe's worth of news.

@@ -35,6 +35,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			continue
 		}
 		ns := d.nodes[i]
+		d.keepTelemetry(i, n) // GPU figures (telemetry.go)
 		next := ns
 		var b Batch
 		var ups []jobUpdate

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/replan/replan/sched"
 )
@@ -188,12 +189,21 @@ type QueueEntry struct {
 	// server and rack timers, how long it has starved, the widest tier it
 	// accepts now and why, its Nw_sens.
 	Timers *sched.JobTimers `json:"timers,omitempty"`
+	// ETAS is the estimated start in seconds from AsOf (a forward
+	// simulation of the scheduler, eta.go); null when there is no
+	// estimate, and ETAReason says why. ETAAt is the same as a time.
+	ETAS      *float64   `json:"eta_s"`
+	ETAAt     *time.Time `json:"eta_at"`
+	ETAReason string     `json:"eta_reason,omitempty"`
+	// AsOf is the daemon's clock when this entry was taken: waiting_s and
+	// the timers are as of then.
+	AsOf time.Time `json:"as_of"`
 }
 
 // Queue lists the jobs that wait (queued, preempted, held), oldest first,
 // as of the last published view (it never waits for a round or an
 // executor call in progress).
-func (d *Daemon) Queue() []QueueEntry { return d.view().queue }
+func (d *Daemon) Queue() []QueueEntry { return d.withETA(d.view()) }
 
 func (d *Daemon) queueLocked() []QueueEntry {
 	ids := make([]string, 0, len(d.jobs))
@@ -243,6 +253,12 @@ type NodeView struct {
 	Jobs     []string `json:"jobs"`
 	// GPUOwners is the job holding each GPU index ("" when free).
 	GPUOwners []string `json:"gpu_owners"`
+	// GPUStats are the GPUs' figures as last observed (telemetry.go);
+	// IdleHeld the GPUs a job holds that are idle.
+	GPUStats []GPUStat `json:"gpu_stats"`
+	IdleHeld []int     `json:"idle_held_gpus,omitempty"`
+	// AsOf is the daemon's clock when this view was taken.
+	AsOf time.Time `json:"as_of"`
 }
 
 // Nodes lists every server, as of the last published view.
@@ -274,6 +290,7 @@ func (d *Daemon) nodesLocked() []NodeView {
 			}
 		}
 		sort.Strings(v.Jobs)
+		d.nodeTelemetry(i, &v) // GPU figures (telemetry.go)
 		out = append(out, v)
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
@@ -66,7 +67,7 @@ func (d *Daemon) breaksPin(a sched.Decision) string {
 	}
 	pin := js.spec.Pin
 	if pin.Plan && js.spec.Request.HasPlan && a.Plan != js.spec.Request.Plan {
-		return fmt.Sprintf("plan pinned to %s; the scheduler offered %s on %s", js.spec.Request.Plan, a.Plan, a.Placement)
+		return fmt.Sprintf("plan pinned to %s; the scheduler offered %s on %s", js.spec.Request.Plan, a.Plan, cluster.PlacementText(a.Placement))
 	}
 	if len(pin.Tiers) > 0 {
 		tier := perf.TierServer
@@ -81,7 +82,7 @@ func (d *Daemon) breaksPin(a sched.Decision) string {
 			tier = perf.TierRack
 		}
 		if tier > slices.Max(pin.Tiers) {
-			return fmt.Sprintf("pinned to tiers %v; the scheduler offered a %s placement (%s)", pin.Tiers, tier, a.Placement)
+			return fmt.Sprintf("pinned to tiers %v; the scheduler offered a %s placement (%s)", pin.Tiers, tier, cluster.PlacementText(a.Placement))
 		}
 	}
 	return ""

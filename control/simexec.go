@@ -23,6 +23,8 @@ type SimExecutor struct {
 	Measured    *dataset.Measured // may be nil
 	Models      func(perf.Arch) perf.Model
 	RestartCost time.Duration
+	// GPUsPerServer is what each server reports GPU figures for (0: 8).
+	GPUsPerServer int
 
 	mu      sync.Mutex
 	running map[string]*simJob
@@ -140,10 +142,23 @@ func (e *SimExecutor) Observe(ctx context.Context) (Observation, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var o Observation
+	owners := map[string]map[int]*simJob{}
+	for _, j := range e.running {
+		for _, s := range j.l.Servers {
+			if owners[s.Name] == nil {
+				owners[s.Name] = map[int]*simJob{}
+			}
+			for _, g := range s.GPUs {
+				owners[s.Name][g] = j
+			}
+		}
+	}
 	for _, s := range e.servers {
 		n := NodeObservation{Name: s, Reachable: !e.down[s]}
 		if e.down[s] {
 			n.Err = "simulated failure"
+		} else {
+			n.GPUs = simGPUs(s, e.gpusOn(s, owners[s]), owners[s], e.Clock())
 		}
 		o.Nodes = append(o.Nodes, n)
 	}
@@ -210,3 +225,16 @@ func (e *SimExecutor) Check(ctx context.Context, server string) error {
 }
 
 var _ HealthChecker = (*SimExecutor)(nil)
+
+// gpusOn is how many GPUs a simulated server reports: GPUsPerServer, or
+// more when a job holds a higher index.
+func (e *SimExecutor) gpusOn(server string, owners map[int]*simJob) int {
+	n := e.GPUsPerServer
+	if n <= 0 {
+		n = 8
+	}
+	for i := range owners {
+		n = max(n, i+1)
+	}
+	return n
+}

@@ -462,6 +462,7 @@ func (e *SSHExecutor) readMarker(ctx context.Context, l Launch) (int, string, er
 type srvState struct {
 	procs map[string]agent.ProcessInfo
 	err   error
+	gpus  []GPUStat // the agent's GPU figures (telemetry.go); nil when it has none
 }
 
 // Observe implements Executor: every server's heartbeat (its agent answers
@@ -486,13 +487,18 @@ func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
 			for _, p := range list {
 				states[i].procs[p.Spec.ID] = p
 			}
+			// GPU figures last: a slow or failing answer costs nothing
+			// but the figures (telemetry.go)
+			if snap, gerr := c.GPUs(ctx); gerr == nil {
+				states[i].gpus = gpuStats(snap)
+			}
 		}
 		return nil
 	})
 	var o Observation
 	byName := map[string]*srvState{}
 	for i, name := range e.order {
-		n := NodeObservation{Name: name, Reachable: states[i].err == nil}
+		n := NodeObservation{Name: name, Reachable: states[i].err == nil, GPUs: states[i].gpus}
 		if states[i].err != nil {
 			n.Err = states[i].err.Error()
 		}

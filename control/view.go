@@ -31,6 +31,7 @@ type readView struct {
 	throughput map[string]Throughput
 	running    []RunningJob
 	links      sched.LinkReport
+	at         time.Time // the daemon's clock when it was built (the API's as_of)
 }
 
 // RunningJob is a running job with what the daemon knows of its speed:
@@ -46,6 +47,12 @@ type RunningJob struct {
 	// "" for best-effort jobs.
 	SLA    string  `json:"sla,omitempty"`
 	ShiftS float64 `json:"shift_s"`
+	// RestartLeftS is how long its checkpoint-restart still takes before
+	// it makes progress (the executor's restart cost as the estimator
+	// knows it, plus its time-shift; 0 once it reports throughput).
+	RestartLeftS float64 `json:"restart_left_s,omitempty"`
+	// AsOf is the daemon's clock when this view was taken.
+	AsOf time.Time `json:"as_of"`
 }
 
 func (d *Daemon) view() *readView {
@@ -107,19 +114,20 @@ func (d *Daemon) publishAdded(js *jobState) {
 	if d.announce.Swap(false) {
 		d.broadcast()
 	}
+	d.etaKick() // re-estimate start times in the background (eta.go)
 }
 
 // publish rebuilds the read view; the caller holds d.mu.
 func (d *Daemon) publish() {
 	d.publishedAt = time.Now()
 	d.stale.Store(false)
-	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links}
+	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links, at: d.now()}
 	for id, js := range d.jobs {
 		v.jobs = append(v.jobs, id)
 		if js.rec.State == StateRunning {
 			tp := Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
 			v.throughput[id] = tp
-			r := RunningJob{Job: js.rec, Throughput: tp, ShiftS: js.shift}
+			r := RunningJob{Job: js.rec, Throughput: tp, ShiftS: js.shift, RestartLeftS: d.restartLeft(js, v.at), AsOf: v.at}
 			r.Job.Iterations, r.Job.Checkpoint = max(js.iters, js.rec.Iterations), max(js.ckpt, js.rec.Checkpoint)
 			if js.spec.Class == jobspec.Guaranteed {
 				r.PromisedSPS = d.promised(js)
@@ -141,6 +149,7 @@ func (d *Daemon) publish() {
 	if d.announce.Swap(false) {
 		d.broadcast()
 	}
+	d.etaKick() // re-estimate start times in the background (eta.go)
 }
 
 // Throughput is a running job's predicted and measured samples per second

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/replan/replan/control"
@@ -101,11 +102,13 @@ type Demo struct {
 	Trace  []dataset.WorkloadJob
 	Source string // where the trace came from
 
-	dir     string
-	tempDir bool
-	errc    chan error
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	dir       string
+	tempDir   bool
+	submitted atomic.Int64 // trace jobs submitted so far
+	start     time.Time
+	errc      chan error
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // Cluster is the demo's cluster: 2 racks × 4 servers × 8 A800 GPUs, 96
@@ -141,7 +144,7 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Demo{errc: make(chan error, 4)}
+	d := &Demo{errc: make(chan error, 4), start: time.Now()}
 	trace, src, err := loadTrace(ctx, o)
 	if err != nil {
 		return nil, err
@@ -194,6 +197,10 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.Daemon.EnableETA(func() sched.Policy {
+		p, _ := sched.NewWithRestartCost(o.Policy, o.RestartCost.Seconds())
+		return p
+	}, o.RestartCost, time.Duration(float64(o.Tick)*o.Speed))
 	d.Clock.mu.Lock()
 	d.Clock.baseReal = d.Clock.real()
 	d.Clock.mu.Unlock()
@@ -283,6 +290,7 @@ func (d *Demo) replay(ctx context.Context, tick time.Duration) error {
 			}
 			spec, err := Spec(w)
 			next++
+			d.submitted.Add(1)
 			if err != nil {
 				continue
 			}
@@ -320,25 +328,74 @@ type Summary struct {
 	Restarts    int           `json:"restarts"`
 	VirtualH    float64       `json:"virtual_h"`
 	RealElapsed time.Duration `json:"real_elapsed_ns"`
+	// ETAErrP50 and ETAErrP90 measure the start estimates: for every job
+	// that waited (ETAMinWait or more), |first estimate − actual start| /
+	// actual wait. ETAJobs counts those jobs, ETANoEstimate the ones that
+	// waited that long without ever getting an estimate.
+	ETAErrP50     float64 `json:"eta_err_p50"`
+	ETAErrP90     float64 `json:"eta_err_p90"`
+	ETAJobs       int     `json:"eta_jobs"`
+	ETANoEstimate int     `json:"eta_no_estimate"`
+}
+
+// ETAMinWait is the shortest wait the ETA accuracy counts: below it the
+// ratio measures the round interval, not the estimate.
+const ETAMinWait = time.Minute
+
+// etaErrors fills the ETA accuracy from each job's first estimate.
+func (s *Summary) etaErrors(jobs []control.JobRecord, first map[string]time.Time) {
+	var errs []float64
+	for _, j := range jobs {
+		if j.StartedAt.IsZero() {
+			continue
+		}
+		wait := j.StartedAt.Sub(j.SubmittedAt)
+		if wait < ETAMinWait {
+			continue
+		}
+		at, ok := first[j.ID]
+		if !ok {
+			s.ETANoEstimate++
+			continue
+		}
+		errs = append(errs, math.Abs(at.Sub(j.StartedAt).Seconds())/wait.Seconds())
+	}
+	s.ETAJobs = len(errs)
+	if len(errs) == 0 {
+		return
+	}
+	sort.Float64s(errs)
+	q := func(p float64) float64 { return errs[min(len(errs)-1, int(math.Ceil(p*float64(len(errs))))-1)] }
+	s.ETAErrP50, s.ETAErrP90 = q(0.5), q(0.9)
+}
+
+// Progress is how many of the trace's jobs were submitted and have ended
+// (finished, failed or cancelled), of how many.
+func (d *Demo) Progress(ctx context.Context) (submitted, ended, total int, err error) {
+	done, err := d.Store.ListJobs(ctx, control.JobFilter{States: []control.JobState{control.StateFinished, control.StateFailed, control.StateCancelled}})
+	return int(d.submitted.Load()), len(done), len(d.Trace), err
+}
+
+// Summary summarises the run so far from the store.
+func (d *Demo) Summary(ctx context.Context) (Summary, error) {
+	done, err := d.Store.ListJobs(context.WithoutCancel(ctx), control.JobFilter{States: []control.JobState{control.StateFinished, control.StateFailed, control.StateCancelled}})
+	if err != nil {
+		return Summary{}, err
+	}
+	s := summarise(done, d.Source)
+	s.etaErrors(done, d.Daemon.FirstETAs())
+	s.Jobs = len(d.Trace)
+	s.RealElapsed = time.Since(d.start)
+	s.VirtualH = d.Clock.Now().Sub(Epoch).Hours()
+	return s, nil
 }
 
 // Wait blocks until every trace job is in a final state (or ctx ends) and
 // summarises the run from the store.
 func (d *Demo) Wait(ctx context.Context) (Summary, error) {
-	start := time.Now()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	final := func() (Summary, error) {
-		done, err := d.Store.ListJobs(context.WithoutCancel(ctx), control.JobFilter{States: []control.JobState{control.StateFinished, control.StateFailed, control.StateCancelled}})
-		if err != nil {
-			return Summary{}, err
-		}
-		s := summarise(done, d.Source)
-		s.Jobs = len(d.Trace)
-		s.RealElapsed = time.Since(start)
-		s.VirtualH = d.Clock.Now().Sub(Epoch).Hours()
-		return s, nil
-	}
+	final := func() (Summary, error) { return d.Summary(ctx) }
 	for {
 		if ctx.Err() != nil {
 			s, err := final()
@@ -403,5 +460,9 @@ func summarise(jobs []control.JobRecord, src string) Summary {
 func (s Summary) Print(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "replan demo: %s\n  jobs %d: %d finished, %d failed\n  avg JCT %.2f h (p50 %.2f h, p99 %.2f h), avg queueing %.2f h, makespan %.2f h\n  restarts %d; %.1f virtual hours in %s\n",
 		s.Source, s.Jobs, s.Finished, s.Failed, s.AvgJCTH, s.P50JCTH, s.P99JCTH, s.AvgQueueH, s.MakespanH, s.Restarts, s.VirtualH, s.RealElapsed.Round(time.Millisecond))
+	if err == nil && s.ETAJobs > 0 {
+		_, err = fmt.Fprintf(w, "  start estimates: |first ETA − start| / wait p50 %.2f, p90 %.2f over %d jobs that waited %s or more (%d without an estimate)\n",
+			s.ETAErrP50, s.ETAErrP90, s.ETAJobs, ETAMinWait, s.ETANoEstimate)
+	}
 	return err
 }

@@ -1,6 +1,10 @@
 package perf
 
-import "math"
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+)
 
 // Env is the hardware a plan runs on, as the performance model sees it.
 // Bandwidths are effective (what NCCL/PCIe transfers achieve, not the
@@ -127,4 +131,28 @@ func overlap(k, x, y float64) float64 {
 		return m + s
 	}
 	return m * math.Pow(1+math.Pow(s/m, k), 1/k)
+}
+
+// MarshalJSON writes a tier by name ("server", "rack", "cross-rack").
+func (t Tier) MarshalJSON() ([]byte, error) { return json.Marshal(t.String()) }
+
+// UnmarshalJSON reads a tier by name, or by number as older stores and
+// clients wrote it.
+func (t *Tier) UnmarshalJSON(b []byte) error {
+	var n int
+	if err := json.Unmarshal(b, &n); err == nil {
+		*t = Tier(n)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("tier: want server, rack or cross-rack: %w", err)
+	}
+	for _, c := range []Tier{TierServer, TierRack, TierCrossRack} {
+		if s == c.String() {
+			*t = c
+			return nil
+		}
+	}
+	return fmt.Errorf("tier %q: want server, rack or cross-rack", s)
 }

@@ -453,7 +453,6 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		capacity += sv.GPUs
 	}
 	cutoff := math.Inf(-1)
-	cutReason := ""
 	for _, i := range order {
 		js := &st.jobs[i]
 		if js.orig > 0 && js.total == 0 {
@@ -461,7 +460,10 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		}
 		if js.slope <= cutoff && st.freeGPUs == 0 {
 			if js.total == 0 {
-				js.reason = cutReason
+				// Its own blocker: its own next step and slope, not
+				// those of the job that set the cutoff.
+				f, sl := js.next(min(len(js.cv.env)-1, capacity))
+				js.reason = fmt.Sprintf("cluster full: needs %s and no running job above its minRes has a lower slope than its %.2f to shrink", gpuCount(max(f, 1)), sl)
 			}
 			continue
 		}
@@ -502,10 +504,9 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 				st.rollback(step)
 				if !grew && st.freeGPUs == 0 {
 					cutoff = sl
-					cutReason = fmt.Sprintf("cluster full: needs %d GPUs and no running job above its minRes has a lower slope (%.2f) to shrink", f, sl)
 				}
 				if js.total == 0 && js.reason == "" {
-					js.reason = fmt.Sprintf("needs %d GPUs; %d free, and no running job may be shrunk for it (higher slopes, at their minRes, or the restart would not pay)", f, st.freeGPUs)
+					js.reason = fmt.Sprintf("needs %s; %d free, and no running job may be shrunk for it (higher slopes, at their minRes, or the restart would not pay)", gpuCount(f), st.freeGPUs)
 				}
 				break
 			}
@@ -1198,4 +1199,12 @@ func sameAlloc(a, b []Alloc) bool {
 		}
 	}
 	return true
+}
+
+// gpuCount is "1 GPU" or "n GPUs".
+func gpuCount(n int) string {
+	if n == 1 {
+		return "1 GPU"
+	}
+	return fmt.Sprintf("%d GPUs", n)
 }

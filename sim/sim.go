@@ -192,7 +192,8 @@ type job struct {
 	gen int
 	// held is the progress at the last preemption or (re)start: a
 	// waiting or restarting job must still be at it (checkProgress).
-	held float64
+	held   float64
+	tenant string // forward simulations: the job's tenant ("": A or B by class)
 }
 
 // Run simulates trace under policy p.
@@ -242,6 +243,7 @@ type simulator struct {
 	// linksDirty: a job spanning racks started, changed or stopped since
 	// the last relink (arrivals and single-server jobs change no link).
 	linksDirty bool
+	fwd        *forward // forward simulations from a live state (forward.go); nil for traces
 }
 
 // linkMemo is the link sharing of one rack's uplink for the jobs on it
@@ -379,6 +381,9 @@ func (s *simulator) loop(ctx context.Context) error {
 	nextRound := math.Inf(-1)
 	roundDue := false
 	s.wake = math.Inf(1)
+	if s.fwd != nil {
+		next, s.wake = s.fwd.first, s.now // expected arrivals only; a round at once
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -402,6 +407,9 @@ func (s *simulator) loop(ctx context.Context) error {
 		wake := false
 		if s.wake < t {
 			t, wake = s.wake, true
+		}
+		if s.fwd != nil && s.fwd.done(s, t) {
+			return nil
 		}
 		if math.IsInf(t, 1) {
 			break
@@ -525,6 +533,9 @@ func (s *simulator) round() error {
 		tenant := "B"
 		if j.class == sched.Guaranteed {
 			tenant = "A"
+		}
+		if j.tenant != "" {
+			tenant = j.tenant
 		}
 		snap.Jobs = append(snap.Jobs, sched.Job{
 			ID: j.w.Name, Tenant: tenant, Class: j.class, Model: j.m,

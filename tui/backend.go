@@ -44,3 +44,24 @@ type Speeder interface {
 type LinksBackend interface {
 	Links(ctx context.Context) (data.Links, error)
 }
+
+// Replayer is the optional capability of a backend that replays a trace
+// on a simulated clock (`replan demo`): the title shows the simulated time
+// and the trace's progress, and says when the trace has ended.
+type Replayer interface {
+	Replay(ctx context.Context) (data.Replay, error)
+}
+
+// Operator is the optional capability of a backend that undrains servers
+// and holds and releases jobs (u, h and H).
+type Operator interface {
+	Undrain(ctx context.Context, server string) error
+	Hold(ctx context.Context, id string) error
+	Release(ctx context.Context, id string) error
+}
+
+// Historian is the optional capability of a backend that lists the jobs
+// that ended (the history screen).
+type Historian interface {
+	History(ctx context.Context) ([]data.HistoryRow, error)
+}

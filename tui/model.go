@@ -14,9 +14,11 @@ import (
 	"github.com/replan/replan/tui/common"
 	"github.com/replan/replan/tui/data"
 	"github.com/replan/replan/tui/events"
+	"github.com/replan/replan/tui/history"
 	"github.com/replan/replan/tui/jobdetail"
 	"github.com/replan/replan/tui/jobs"
 	"github.com/replan/replan/tui/links"
+	"github.com/replan/replan/tui/overview"
 	"github.com/replan/replan/tui/queue"
 )
 
@@ -24,16 +26,18 @@ import (
 type screen int
 
 const (
-	scCluster screen = iota
+	scOverview screen = iota
+	scCluster
 	scQueue
 	scJobs
 	scDetail
 	scEvents
 	scLinks
+	scHistory
 	numScreens
 )
 
-var screenNames = [numScreens]string{"cluster", "queue", "jobs", "detail", "events", "links"}
+var screenNames = [numScreens]string{"overview", "cluster", "queue", "jobs", "detail", "events", "links", "history"}
 
 // prompt is what the footer is asking for, if anything.
 type prompt int
@@ -54,19 +58,23 @@ type model struct {
 	st   common.Styles
 	keys common.Keys
 
-	screens [numScreens]common.Screen
-	cluster *cluster.Model
-	queue   *queue.Model
-	jobs    *jobs.Model
-	detail  *jobdetail.Model
-	events  *events.Model
-	links   *links.Model
+	screens  [numScreens]common.Screen
+	overview *overview.Model
+	cluster  *cluster.Model
+	queue    *queue.Model
+	jobs     *jobs.Model
+	detail   *jobdetail.Model
+	events   *events.Model
+	links    *links.Model
+	history  *history.Model
 
 	active, prev  screen
 	width, height int
 	now           time.Time
 	status        data.Status
 	haveStatus    bool
+	replay        data.Replay
+	haveReplay    bool
 
 	// polling and the connection
 	pending        int
@@ -89,6 +97,11 @@ type model struct {
 	help       bool
 	speed      float64
 
+	// the backend's clock: its Now at the last status poll, the real time
+	// of that poll, and how fast it runs (backend seconds per second)
+	backendNow, backendAt time.Time
+	rate                  float64
+
 	tick  func() tea.Cmd   // the one-second clock; tests stop it
 	clock func() time.Time // stamps polled data; tests fix it
 }
@@ -98,12 +111,14 @@ func newModel(ctx context.Context, b Backend, opts Options) *model {
 	st, keys, pal := common.NewStyles(opts.Profile), common.DefaultKeys(), common.NewPalette()
 	m := &model{b: b, call: newCaller(ctx), opts: opts, st: st, keys: keys, width: 80, height: 24, tick: tick, clock: time.Now}
 	m.cluster = cluster.New(st, keys, pal)
+	m.overview = overview.New(st, pal)
 	m.queue = queue.New(st, keys)
 	m.jobs = jobs.New(st, keys, pal)
 	m.detail = jobdetail.New(st, keys)
 	m.events = events.New(st, keys)
 	m.links = links.New(st, keys)
-	m.screens = [numScreens]common.Screen{m.cluster, m.queue, m.jobs, m.detail, m.events, m.links}
+	m.history = history.New(st, keys)
+	m.screens = [numScreens]common.Screen{m.overview, m.cluster, m.queue, m.jobs, m.detail, m.events, m.links, m.history}
 	m.input.Prompt = "spec file: "
 	m.now = m.clock()
 	m.resize()
@@ -113,7 +128,7 @@ func newModel(ctx context.Context, b Backend, opts Options) *model {
 // Init starts the clock, the first poll and the event stream, and asks a
 // Speeder for its speed (a factor of 1 changes nothing).
 func (m *model) Init() tea.Cmd {
-	return tea.Batch(m.tick(), m.pollRound(), m.pollLinks(), m.pollEvents(), m.setSpeed(1))
+	return tea.Batch(m.tick(), m.pollRound(), m.pollLinks(), m.pollReplay(), m.pollEvents(), m.setSpeed(1))
 }
 
 func (m *model) contentHeight() int {
@@ -150,6 +165,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case data.StatusMsg:
 		if msg.Err == nil {
 			m.status, m.haveStatus = msg.Status, true
+			m.observeClock(msg.Status.Now, msg.At)
 		}
 		return m, m.roundPart(msg.Err)
 	case data.NodesMsg:
@@ -173,6 +189,14 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		m.eventsAfter = msg.Events[n-1].ID
 		return m, tea.Batch(m.broadcast(msg), m.pollEvents())
+	case data.ReplayMsg:
+		if msg.Err == nil {
+			if msg.Replay.Done && !m.replay.Done {
+				m.setFlash(fmt.Sprintf("the trace has ended: all %d jobs are done; q prints the summary", msg.Replay.Total), false)
+			}
+			m.replay, m.haveReplay = msg.Replay, true
+		}
+		return m, nil
 	case data.ConnMsg:
 		m.setConn(msg.Err, msg.Attempt, msg.RetryAt)
 		return m, nil
@@ -236,14 +260,48 @@ func (m *model) broadcast(msg tea.Msg) tea.Cmd {
 	return tea.Batch(cmds...)
 }
 
+// observeClock learns how fast the backend's clock runs from two polls
+// at least a second apart.
+func (m *model) observeClock(backend, at time.Time) {
+	if backend.IsZero() || at.IsZero() {
+		return
+	}
+	if !m.backendNow.IsZero() {
+		dr, db := at.Sub(m.backendAt), backend.Sub(m.backendNow)
+		if dr < time.Second {
+			return
+		}
+		if db >= 0 {
+			m.rate = float64(db) / float64(dr)
+		}
+	}
+	m.backendNow, m.backendAt = backend, at
+}
+
+// clockRate is the backend's seconds per real second: measured, else the
+// speed a Speeder reported, else 1.
+func (m *model) clockRate() float64 {
+	switch {
+	case m.rate > 0:
+		return m.rate
+	case m.speed > 0:
+		return m.speed
+	}
+	return 1
+}
+
 func (m *model) onTick(t data.TickMsg) tea.Cmd {
+	t.Rate = m.clockRate()
 	m.now = t.Now
 	cmds := []tea.Cmd{m.tick(), m.broadcast(t)}
 	if m.flash != "" && !m.now.Before(m.flashUntil) {
 		m.flash = ""
 	}
 	if m.pending == 0 && !m.now.Before(m.nextPoll) {
-		cmds = append(cmds, m.pollRound(), m.pollLinks())
+		cmds = append(cmds, m.pollRound(), m.pollLinks(), m.pollReplay())
+		if m.active == scHistory {
+			cmds = append(cmds, m.pollHistory()) // only while it is shown
+		}
 		m.nextPoll = m.now.Add(m.opts.PollEvery)
 		if id := m.detail.JobID(); id != "" && m.active == scDetail {
 			cmds = append(cmds, m.fetchJob(id))
@@ -343,17 +401,22 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 	case key.Matches(k, m.keys.PrevTab):
 		m.switchTo((m.active + numScreens - 1) % numScreens)
 	case key.Matches(k, m.keys.Tab1):
-		m.switchTo(scCluster)
+		m.switchTo(scOverview)
 	case key.Matches(k, m.keys.Tab2):
-		m.switchTo(scQueue)
+		m.switchTo(scCluster)
 	case key.Matches(k, m.keys.Tab3):
-		m.switchTo(scJobs)
+		m.switchTo(scQueue)
 	case key.Matches(k, m.keys.Tab4):
-		return m.openDetail()
+		m.switchTo(scJobs)
 	case key.Matches(k, m.keys.Tab5):
-		m.switchTo(scEvents)
+		return m.openDetail()
 	case key.Matches(k, m.keys.Tab6):
+		m.switchTo(scEvents)
+	case key.Matches(k, m.keys.Tab7):
 		m.switchTo(scLinks)
+	case key.Matches(k, m.keys.Tab8):
+		m.switchTo(scHistory)
+		return m.pollHistory()
 	case key.Matches(k, m.keys.Submit):
 		m.prompt = promptSubmit
 		m.input.SetValue("")
@@ -416,27 +479,44 @@ func (m *model) render() string {
 
 func (m *model) titleBar() string {
 	var b strings.Builder
+	// narrow terminals name only the active screen: the status needs room
+	short := m.width < 150
 	for i, n := range screenNames {
 		t := fmt.Sprintf(" %d %s ", i+1, n)
+		if short && (screen(i) != m.active || m.help) {
+			t = fmt.Sprintf(" %d ", i+1)
+		}
 		if screen(i) == m.active && !m.help {
 			b.WriteString(m.st.TabActive.Render(t))
 		} else {
 			b.WriteString(m.st.TabInactive.Render(t))
 		}
 	}
-	// the right side drops its least useful parts first when narrow
-	var parts []string
-	if m.haveStatus {
-		s := m.status
-		parts = append(parts, fmt.Sprintf("%d/%d GPUs busy", s.GPUs-s.FreeGPUs, s.GPUs), fmt.Sprintf("%d jobs", s.Jobs))
+	// the right side drops its least useful parts (first ones) when narrow:
+	// the title, the policy, the speed, the trace's progress, then the
+	// counts; the simulated clock stays
+	parts := []string{m.opts.Title}
+	if m.haveStatus && m.status.Policy != "" {
+		parts = append(parts, "policy "+m.status.Policy)
 	}
 	if m.speed > 0 {
 		parts = append(parts, fmt.Sprintf("×%g", m.speed))
 	}
-	if m.haveStatus && m.status.Policy != "" {
-		parts = append([]string{"policy " + m.status.Policy}, parts...)
+	if m.haveReplay {
+		r := m.replay
+		if r.Done {
+			parts = append(parts, fmt.Sprintf("trace ended (%d jobs)", r.Total))
+		} else {
+			parts = append(parts, fmt.Sprintf("trace %d/%d in, %d done", r.Submitted, r.Total, r.Ended))
+		}
 	}
-	parts = append([]string{m.opts.Title}, parts...)
+	if m.haveStatus {
+		s := m.status
+		parts = append(parts, fmt.Sprintf("%d running · %d waiting · %d/%d GPUs free", max(s.Jobs-s.Waiting, 0), s.Waiting, s.FreeGPUs, s.GPUs))
+	}
+	if m.haveReplay {
+		parts = append(parts, m.replay.Clock.Format("Mon 15:04:05"))
+	}
 	left := b.String()
 	room := m.width - ansi.StringWidth(left) - 1
 	for len(parts) > 1 && ansi.StringWidth(strings.Join(parts, " · ")) > room {
@@ -476,11 +556,14 @@ func (m *model) footer() string {
 		}
 		return m.st.OK.Render(common.Truncate(m.flash, m.width))
 	}
-	parts := []string{m.st.Key.Render("↑↓/jk") + " move"}
+	var parts []string
+	if len(m.screens[m.active].Help()) > len(m.ownKeys(m.screens[m.active])) {
+		parts = append(parts, m.st.Key.Render("↑↓/jk")+" move") // only on screens with a cursor
+	}
 	for _, b := range m.ownKeys(m.screens[m.active]) {
 		parts = append(parts, m.st.Key.Render(b.Help().Key)+" "+b.Help().Desc)
 	}
-	parts = append(parts, m.st.Key.Render("tab/1-6")+" screens", m.st.Key.Render("?")+" help", m.st.Key.Render("q")+" quit")
+	parts = append(parts, m.st.Key.Render("tab/1-8")+" screens", m.st.Key.Render("?")+" help", m.st.Key.Render("q")+" quit")
 	return m.st.Footer.Render(common.Truncate(strings.Join(parts, "  "), m.width))
 }
 
@@ -506,7 +589,11 @@ func (m *model) helpPage() string {
 		return m.st.Key.Render(common.Pad(b.Help().Key, 10)) + " " + b.Help().Desc
 	}
 	lines := []string{m.st.Header.Render("Keys everywhere")}
-	global := append([]key.Binding{k.NextTab, k.PrevTab, k.Tab1, k.Tab2, k.Tab3, k.Tab4, k.Tab5, k.Tab6, k.Submit, k.Faster, k.Slower, k.Help, k.Quit}, k.Moves()...)
+	global := append([]key.Binding{k.NextTab, k.PrevTab, k.Tab1, k.Tab2, k.Tab3, k.Tab4, k.Tab5, k.Tab6, k.Tab7, k.Tab8, k.Submit}, k.Help, k.Quit)
+	if _, ok := m.b.(Speeder); ok {
+		global = append(global, k.Faster, k.Slower) // only where they do something
+	}
+	global = append(global, k.Moves()...)
 	for i := 0; i < len(global); i += 2 {
 		l := "  " + common.Pad(cell(global[i]), half-2)
 		if i+1 < len(global) {

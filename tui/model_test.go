@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -86,13 +87,66 @@ func (h *harness) tick(d time.Duration) {
 func (h *harness) view() string {
 	h.t.Helper()
 	v := h.m.View().Content
-	tuitest.CheckSize(h.t, v, 80, 24)
+	tuitest.CheckSize(h.t, v, h.m.width, h.m.height)
 	return v
+}
+
+// TestGoldenEveryScreen keeps every screen at 80×24 and 160×48.
+func TestGoldenEveryScreen(t *testing.T) {
+	for _, sz := range [][2]int{{80, 24}, {160, 48}} {
+		h := newHarness(t)
+		h.send(tea.WindowSizeMsg{Width: sz[0], Height: sz[1]})
+		h.press("4", "j", "j", "enter") // a job's detail
+		for i, name := range screenNames {
+			h.press(fmt.Sprint(i + 1))
+			tuitest.Golden(t, fmt.Sprintf("screen-%s-%dx%d", name, sz[0], sz[1]), h.view(), *update)
+		}
+	}
+}
+
+// TestHistoryScreen: 8 lists the jobs that ended, like sacct; enter opens
+// one.
+func TestHistoryScreen(t *testing.T) {
+	h := newHarness(t)
+	h.press("8")
+	v := h.view()
+	for _, want := range []string{"2 ended: 1 finished · 1 failed", "j-000010", "1h35m", "j-000009", "failed"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("history lacks %q:\n%s", want, v)
+		}
+	}
+	h.press("enter")
+	if h.m.active != scDetail {
+		t.Errorf("enter went to %s", screenNames[h.m.active])
+	}
+}
+
+// TestOverviewIsTheFirstScreen: the first screen shows the grid, the
+// queue with its estimated starts and timers, and the running jobs with
+// their plan, throughput and progress.
+func TestOverviewIsTheFirstScreen(t *testing.T) {
+	h := newHarness(t)
+	if h.m.active != scOverview {
+		t.Fatalf("starts on %s", screenNames[h.m.active])
+	}
+	v := h.view()
+	for _, want := range []string{"srv-01 aaaaaaaa", "WAITING", "in 25m00s", "2m00s", "RUNNING", "DP8·TP2·PP1", "14.2/21.0", "7%", "restarting, 3m left"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("overview lacks %q:\n%s", want, v)
+		}
+	}
+	// a tick counts the countdowns down at the backend's rate
+	h.m.pending = 4 // hold the next poll back
+	h.m.speed = 60
+	h.tick(time.Second)
+	if v := h.view(); !strings.Contains(v, "in 24m00s") {
+		t.Errorf("one second at ×60 later:\n%s", v)
+	}
 }
 
 func TestGoldenFrames(t *testing.T) {
 	h := newHarness(t)
-	tuitest.Golden(t, "cluster", h.view(), *update)
+	tuitest.Golden(t, "overview", h.view(), *update)
 	h.press("?")
 	tuitest.Golden(t, "help", h.view(), *update)
 	h.press("x") // any key closes help
@@ -103,12 +157,12 @@ func TestGoldenFrames(t *testing.T) {
 
 func TestKeysSwitchScreensAndMoveCursor(t *testing.T) {
 	h := newHarness(t)
-	if h.m.active != scCluster {
+	if h.m.active != scOverview {
 		t.Fatalf("starts on %s", screenNames[h.m.active])
 	}
-	h.press("2")
+	h.press("3")
 	if h.m.active != scQueue || !strings.Contains(h.view(), "3 waiting") {
-		t.Fatalf("2: on %s:\n%s", screenNames[h.m.active], h.view())
+		t.Fatalf("3: on %s:\n%s", screenNames[h.m.active], h.view())
 	}
 	h.press("j")
 	if got := h.m.queue.Selected(); got != "j-000007" {
@@ -126,7 +180,7 @@ func TestKeysSwitchScreensAndMoveCursor(t *testing.T) {
 	if got := h.m.cluster.Selected(); got != "srv-03" {
 		t.Errorf("down twice on the cluster selected %s", got)
 	}
-	h.press("3", "j", "j", "enter")
+	h.press("4", "j", "j", "enter")
 	if h.m.active != scDetail {
 		t.Fatalf("enter on a job went to %s", screenNames[h.m.active])
 	}
@@ -138,18 +192,18 @@ func TestKeysSwitchScreensAndMoveCursor(t *testing.T) {
 	if h.m.active != scJobs {
 		t.Errorf("esc went to %s", screenNames[h.m.active])
 	}
-	h.press("5")
+	h.press("6")
 	if h.m.active != scEvents || !strings.Contains(h.view(), "8 of 8") {
-		t.Errorf("5: on %s:\n%s", screenNames[h.m.active], h.view())
+		t.Errorf("6: on %s:\n%s", screenNames[h.m.active], h.view())
 	}
 	// while the filter reads text, digits and q are text, not keys
 	h.press("/", "q", "1")
 	if h.m.active != scEvents || h.m.events.Filter() != "q1" {
 		t.Errorf("filter typing switched screens or lost text: %s %q", screenNames[h.m.active], h.m.events.Filter())
 	}
-	h.press("esc", "4")
+	h.press("esc", "5")
 	if h.m.active != scDetail {
-		t.Errorf("4 went to %s", screenNames[h.m.active])
+		t.Errorf("5 went to %s", screenNames[h.m.active])
 	}
 }
 
@@ -157,7 +211,7 @@ func TestTickMovesCountdown(t *testing.T) {
 	h := newHarness(t)
 	h.m.width = 120
 	h.m.resize()
-	h.press("2")
+	h.press("3")
 	line := func() string {
 		for _, l := range strings.Split(h.m.View().Content, "\n") {
 			if strings.Contains(l, "j-000006") {
@@ -180,7 +234,7 @@ func TestTickMovesCountdown(t *testing.T) {
 
 func TestEventWithNewPlanChangesJobsView(t *testing.T) {
 	h := newHarness(t)
-	h.press("3")
+	h.press("4")
 	if !strings.Contains(h.view(), "DP2·TP1·PP1 mb64 ga1 ZeRO-1") {
 		t.Fatalf("jobs view:\n%s", h.view())
 	}
@@ -237,13 +291,14 @@ func TestReconnectWithBackoff(t *testing.T) {
 
 func TestActions(t *testing.T) {
 	h := newHarness(t)
-	h.press("3", "c")
+	h.press("4", "c")
 	if !strings.Contains(h.view(), "cancel job j-000001? y to confirm") {
 		t.Fatalf("no confirmation:\n%s", h.view())
 	}
 	h.press("n")
 	h.press("c", "y")
-	h.press("1", "j", "j", "j", "d", "y")
+	h.press("2", "j", "j", "j", "d", "y", "u", "y")
+	h.press("3", "h", "y", "H", "y")
 	spec := filepath.Join(t.TempDir(), "job.yaml")
 	if err := os.WriteFile(spec, []byte("name: x\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -257,7 +312,7 @@ func TestActions(t *testing.T) {
 		t.Errorf("no submit result:\n%s", h.view())
 	}
 	h.press("+", "+", "-")
-	want := []string{"speed 1", "cancel j-000001", "drain srv-04", "submit job.yaml", "speed 2", "speed 2", "speed 0.5"}
+	want := []string{"speed 1", "cancel j-000001", "drain srv-04", "undrain srv-04", "hold j-000006", "release j-000006", "submit job.yaml", "speed 2", "speed 2", "speed 0.5"}
 	if !slices.Equal(h.fake.Ops, want) {
 		t.Errorf("ops %q, want %q", h.fake.Ops, want)
 	}
@@ -283,10 +338,10 @@ func TestQuit(t *testing.T) {
 // and within its bounds.
 func TestAllScreensAnySize(t *testing.T) {
 	h := newHarness(t)
-	h.press("3", "enter") // load a detail
+	h.press("4", "enter") // load a detail
 	for _, sz := range [][2]int{{0, 0}, {1, 1}, {20, 5}, {40, 10}, {80, 24}, {200, 60}} {
 		h.send(tea.WindowSizeMsg{Width: sz[0], Height: sz[1]})
-		for _, k := range []string{"1", "2", "3", "4", "5", "?"} {
+		for _, k := range []string{"1", "2", "3", "4", "5", "6", "7", "8", "?"} {
 			h.press(k)
 			for _, mv := range []string{"j", "end", "pgdown", "k", "home"} {
 				h.press(mv)

@@ -2,6 +2,7 @@ package tui
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,6 +68,31 @@ func (m *model) pollRound() tea.Cmd {
 	)
 }
 
+// pollReplay fetches the replay's progress when the backend replays a
+// trace (the demo).
+func (m *model) pollReplay() tea.Cmd {
+	rb, ok := m.b.(Replayer)
+	if !ok {
+		return nil
+	}
+	return m.call(m.opts.CallTimeout, func(ctx context.Context) tea.Msg {
+		r, err := rb.Replay(ctx)
+		return data.ReplayMsg{Replay: r, Err: err}
+	})
+}
+
+// pollHistory fetches the jobs that ended when the backend lists them.
+func (m *model) pollHistory() tea.Cmd {
+	hb, ok := m.b.(Historian)
+	if !ok {
+		return func() tea.Msg { return data.HistoryMsg{Err: errors.New("this backend keeps no history")} }
+	}
+	return m.call(m.opts.CallTimeout, func(ctx context.Context) tea.Msg {
+		rows, err := hb.History(ctx)
+		return data.HistoryMsg{Rows: rows, Err: err}
+	})
+}
+
 // pollLinks fetches the link report when the backend has one (it does not
 // count in the poll round: a backend without it is no less connected).
 func (m *model) pollLinks() tea.Cmd {
@@ -108,11 +134,25 @@ func (m *model) runAction(a data.ActionMsg) tea.Cmd {
 			err = b.Cancel(ctx, a.Target)
 		case data.ActDrain:
 			err = b.Drain(ctx, a.Target)
+		case data.ActUndrain, data.ActHold, data.ActRelease:
+			op, ok := b.(Operator)
+			if !ok {
+				err = errors.New("this backend cannot do that")
+				break
+			}
+			switch a.Action {
+			case data.ActUndrain:
+				err = op.Undrain(ctx, a.Target)
+			case data.ActHold:
+				err = op.Hold(ctx, a.Target)
+			default:
+				err = op.Release(ctx, a.Target)
+			}
 		}
 		if err != nil {
 			return data.ResultMsg{Err: fmt.Errorf("%s %s: %w", a.Action, a.Target, err)}
 		}
-		done := map[data.Action]string{data.ActCancel: "cancelled", data.ActDrain: "drained"}[a.Action]
+		done := map[data.Action]string{data.ActCancel: "cancelled", data.ActDrain: "drained", data.ActUndrain: "back in service", data.ActHold: "held", data.ActRelease: "released"}[a.Action]
 		return data.ResultMsg{Text: a.Target + " " + done}
 	})
 }

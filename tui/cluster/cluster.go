@@ -58,7 +58,7 @@ func (m *Model) Capturing() bool { return false }
 
 // Help implements common.Screen.
 func (m *Model) Help() []key.Binding {
-	return append(m.keys.Moves(), m.keys.Drain, withHelp(m.keys.Enter, "first job's detail"))
+	return append(m.keys.Moves(), m.keys.Drain, m.keys.Undrain, withHelp(m.keys.Enter, "first job's detail"))
 }
 
 func withHelp(b key.Binding, desc string) key.Binding {
@@ -98,6 +98,10 @@ func (m *Model) key(k tea.KeyPressMsg) tea.Cmd {
 		if s := m.Selected(); s != "" {
 			return func() tea.Msg { return data.ActionMsg{Action: data.ActDrain, Target: s} }
 		}
+	case key.Matches(k, m.keys.Undrain):
+		if s := m.Selected(); s != "" {
+			return func() tea.Msg { return data.ActionMsg{Action: data.ActUndrain, Target: s} }
+		}
 	case key.Matches(k, m.keys.Enter):
 		if n > 0 {
 			for _, o := range m.nodes[m.order[m.cursor]].Owners {
@@ -118,8 +122,6 @@ func (m *Model) setNodes(nodes []data.Node) {
 	m.nodes, m.loaded = nodes, true
 	var racks []string
 	byRack := map[string][]int{}
-	var live []string
-	seen := map[string]bool{}
 	m.nameW, m.gpuW = 6, 4
 	for i, n := range nodes {
 		if _, ok := byRack[n.Rack]; !ok {
@@ -128,15 +130,7 @@ func (m *Model) setNodes(nodes []data.Node) {
 		byRack[n.Rack] = append(byRack[n.Rack], i)
 		m.nameW = max(m.nameW, ansi.StringWidth(n.Name))
 		m.gpuW = max(m.gpuW, len(n.Owners), n.GPUs)
-		for _, o := range n.Owners {
-			if o != "" && !seen[o] {
-				seen[o] = true
-				live = append(live, o)
-			}
-		}
 	}
-	sort.Strings(live)
-	m.pal.Retain(live)
 	m.rows, m.order, m.srvRow = m.rows[:0], m.order[:0], m.srvRow[:0]
 	m.cursor = 0
 	for _, r := range racks {
@@ -144,7 +138,9 @@ func (m *Model) setNodes(nodes []data.Node) {
 		for _, i := range byRack[r] {
 			h.n++
 			h.gpus += nodes[i].GPUs
-			h.free += nodes[i].FreeGPUs
+			if nodes[i].Reachable && !nodes[i].Drained {
+				h.free += nodes[i].FreeGPUs
+			}
 		}
 		m.rows = append(m.rows, h)
 		for _, i := range byRack[r] {
@@ -169,7 +165,7 @@ func (m *Model) View() string {
 		return common.FitLines([]string{m.st.Faint.Render("waiting for the first poll of the servers…")}, m.height)
 	}
 	lines := make([]string, 0, m.height)
-	hdr := "  " + common.Pad("SERVER", m.nameW) + " " + common.Pad("GPUS", m.gpuW) + "  FREE STATE  JOBS"
+	hdr := "  " + common.Pad("SERVER", m.nameW) + " " + common.Pad("GPUS", m.gpuW) + "  FREE STATE  UTIL TEMP POWER  JOBS"
 	if len(m.order) > 0 {
 		pos := fmt.Sprintf("%d/%d", m.cursor+1, len(m.order))
 		hdr = common.Pad(hdr, max(0, m.width-len(pos))) + pos
@@ -187,8 +183,22 @@ func (m *Model) View() string {
 		m.offset = common.Window(m.offset, cur, lh, len(m.rows))
 		m.offset = min(m.offset, want)
 	}
+	// letters go to the jobs on screen, so that none repeats however
+	// many jobs the cluster runs
 	var visible []string
 	vseen := map[string]bool{}
+	for r := m.offset; r < len(m.rows) && r < m.offset+lh; r++ {
+		if rw := m.rows[r]; rw.node >= 0 {
+			for _, o := range m.nodes[rw.node].Owners {
+				if o != "" && !vseen[o] {
+					vseen[o] = true
+					visible = append(visible, o)
+				}
+			}
+		}
+	}
+	sort.Strings(visible)
+	m.pal.Retain(visible)
 	for r := m.offset; r < len(m.rows) && r < m.offset+lh; r++ {
 		rw := m.rows[r]
 		if rw.node < 0 {
@@ -196,12 +206,6 @@ func (m *Model) View() string {
 			continue
 		}
 		lines = append(lines, m.server(m.nodes[rw.node], r == cur))
-		for _, o := range m.nodes[rw.node].Owners {
-			if o != "" && !vseen[o] {
-				vseen[o] = true
-				visible = append(visible, o)
-			}
-		}
 	}
 	for len(lines) < 2+lh {
 		lines = append(lines, "")
@@ -215,7 +219,9 @@ func (m *Model) summary() string {
 	gpus, free, drained, down := 0, 0, 0, 0
 	for _, n := range m.nodes {
 		gpus += n.GPUs
-		free += n.FreeGPUs
+		if n.Reachable && !n.Drained {
+			free += n.FreeGPUs // a drained or dead server's GPUs are not free
+		}
 		if n.Drained {
 			drained++
 		}
@@ -223,7 +229,15 @@ func (m *Model) summary() string {
 			down++
 		}
 	}
-	s := fmt.Sprintf("%d servers · %d GPUs · %d busy · %d free", len(m.nodes), gpus, gpus-free, free)
+	busy := 0
+	for _, n := range m.nodes {
+		for _, o := range n.Owners {
+			if o != "" {
+				busy++
+			}
+		}
+	}
+	s := fmt.Sprintf("%d servers · %d GPUs · %d busy · %d free", len(m.nodes), gpus, busy, free)
 	if drained > 0 {
 		s += fmt.Sprintf(" · %d drained", drained)
 	}
@@ -294,6 +308,10 @@ func (m *Model) server(n data.Node, selected bool) string {
 	default:
 		b.WriteString(m.st.OK.Render(common.Pad("ok", 6)))
 	}
+	b.WriteString(telemetry(n))
+	if k := len(n.IdleHeld); k > 0 {
+		b.WriteString(m.st.Warn.Render(fmt.Sprintf("%d held idle ", k)))
+	}
 	seen := map[string]bool{}
 	var jobs []string
 	for _, o := range n.Owners {
@@ -337,4 +355,19 @@ func (m *Model) legend(ids []string) []string {
 		}
 	}
 	return lines
+}
+
+// telemetry is a server's GPU figures in fixed columns: mean utilisation,
+// hottest GPU, total power ("-" when not reported).
+func telemetry(n data.Node) string {
+	if len(n.Stats) == 0 {
+		return common.PadLeft("-", 4) + " " + common.PadLeft("-", 4) + " " + common.PadLeft("-", 5) + "  "
+	}
+	util, _ := n.Util()
+	hot, watts := 0.0, 0.0
+	for _, g := range n.Stats {
+		hot = max(hot, g.TempC)
+		watts += g.PowerW
+	}
+	return common.PadLeft(fmt.Sprintf("%.0f%%", util), 4) + " " + common.PadLeft(fmt.Sprintf("%.0f°C", hot), 4) + " " + common.PadLeft(fmt.Sprintf("%.1fkW", watts/1000), 5) + "  "
 }

@@ -10,9 +10,11 @@ type Keys struct {
 	Up, Down, PageUp, PageDown, Top, Bottom key.Binding
 	Enter, Back, Filter                     key.Binding
 	Cancel, Drain, Submit                   key.Binding
+	Undrain, Hold, Release, Sort            key.Binding
 	Faster, Slower                          key.Binding
 	NextTab, PrevTab                        key.Binding
 	Tab1, Tab2, Tab3, Tab4, Tab5, Tab6      key.Binding
+	Tab7, Tab8                              key.Binding
 	Help, Quit                              key.Binding
 }
 
@@ -33,17 +35,23 @@ func DefaultKeys() Keys {
 		Filter:   b("/", "filter", "/"),
 		Cancel:   b("c", "cancel job", "c"),
 		Drain:    b("d", "drain server", "d"),
+		Undrain:  b("u", "undrain server", "u"),
+		Hold:     b("h", "hold job", "h"),
+		Release:  b("H", "release job", "H"),
+		Sort:     b("o", "sort order", "o"),
 		Submit:   b("s", "submit spec", "s"),
 		Faster:   b("+", "faster", "+", "="),
 		Slower:   b("-", "slower", "-"),
 		NextTab:  b("tab", "next screen", "tab"),
 		PrevTab:  b("shift+tab", "previous screen", "shift+tab"),
-		Tab1:     b("1", "cluster", "1"),
-		Tab2:     b("2", "queue", "2"),
-		Tab3:     b("3", "jobs", "3"),
-		Tab4:     b("4", "job detail", "4"),
-		Tab5:     b("5", "events", "5"),
-		Tab6:     b("6", "links", "6"),
+		Tab1:     b("1", "overview", "1"),
+		Tab2:     b("2", "cluster", "2"),
+		Tab3:     b("3", "queue", "3"),
+		Tab4:     b("4", "jobs", "4"),
+		Tab5:     b("5", "job detail", "5"),
+		Tab6:     b("6", "events", "6"),
+		Tab7:     b("7", "links", "7"),
+		Tab8:     b("8", "history", "8"),
 		Help:     b("?", "help", "?"),
 		Quit:     b("q", "quit", "q", "ctrl+c"),
 	}

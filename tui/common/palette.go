@@ -1,8 +1,13 @@
 package common
 
 // letters name jobs in the cluster grid and its legend, so that the grid
-// reads without colour too.
-const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+// reads without colour too. Past them every job shares Overflow: a letter
+// never names two jobs at once.
+const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+// Overflow marks the GPUs of jobs beyond the letters (the server's job
+// list names them).
+const Overflow = "+"
 
 // Palette gives each live job a stable slot: its colour and its letter stay
 // the same while the job holds GPUs, and a new job takes the lowest free
@@ -47,8 +52,11 @@ func (p *Palette) Slot(id string) int {
 	return s
 }
 
-// Letter is the letter of id's slot.
+// Letter is the letter of id's slot, Overflow past the letters.
 func (p *Palette) Letter(id string) string {
-	s := p.Slot(id) % len(letters)
+	s := p.Slot(id)
+	if s >= len(letters) {
+		return Overflow
+	}
 	return letters[s : s+1]
 }

@@ -9,12 +9,12 @@ package controlbackend
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/control"
 	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/launch"
@@ -38,7 +38,8 @@ func (b *Backend) Status(ctx context.Context) (data.Status, error) {
 		return data.Status{}, err
 	}
 	return data.Status{Version: s.Version, Policy: s.Policy, Servers: s.Servers, GPUs: s.GPUs, FreeGPUs: s.FreeGPUs,
-		Jobs: s.Jobs, Waiting: s.LastRound.Waiting, RoundAt: s.LastRound.At, RoundTook: s.LastRound.Duration}, nil
+		Jobs: s.Jobs, Waiting: s.LastRound.Waiting, RoundAt: s.LastRound.At, RoundTook: s.LastRound.Duration,
+		Now: s.Now, UnusableGPUs: s.UnusableGPUs}, nil
 }
 
 // Nodes implements tui.Backend.
@@ -50,30 +51,55 @@ func (b *Backend) Nodes(ctx context.Context) ([]data.Node, error) {
 	out := make([]data.Node, len(ns))
 	for i, n := range ns {
 		out[i] = data.Node{Name: n.Name, Rack: n.Rack, GPUs: n.GPUs, Reachable: n.Reachable, Drained: n.Drained,
-			Missed: n.Missed, FreeGPUs: n.FreeGPUs, Owners: n.GPUOwners}
+			Missed: n.Missed, FreeGPUs: n.FreeGPUs, Owners: n.GPUOwners, IdleHeld: n.IdleHeld}
+		for _, g := range n.GPUStats {
+			out[i].Stats = append(out[i].Stats, data.GPUStat{Index: g.Index, UtilPct: g.UtilPct, MemUsedGB: g.MemUsedGB, MemTotalGB: g.MemTotalGB,
+				TempC: g.TempC, PowerW: g.PowerW, ECC: g.ECCErrors, Xid: g.XidErrors})
+		}
 	}
 	return out, nil
 }
 
 // Queue implements tui.Backend. Delay timers come from network-aware
 // policies: the server and rack timers are sent whole with the starvation
-// time, and shown as what is left of them.
+// time, and shown as what is left of them. Every figure is brought from
+// the entry's as_of to the daemon's clock now (status), so that the
+// screen counts down from the moment of the poll, not from older data.
 func (b *Backend) Queue(ctx context.Context) ([]data.QueueRow, error) {
 	q, err := b.c.Queue(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]data.QueueRow, len(q))
-	for i, e := range q {
-		out[i] = data.QueueRow{ID: e.Job.ID, Name: e.Job.Name, Class: e.Job.Class, Tenant: e.Job.Tenant, State: string(e.Job.State),
-			GPUs: e.GPUs, Waited: time.Duration(e.WaitingS * float64(time.Second)), Reason: e.Reason}
-		if t := e.Timers; t != nil {
-			sec := func(s float64) time.Duration { return time.Duration(max(s, 0) * float64(time.Second)) }
-			out[i].Timers = &data.DelayTimers{ServerTimer: sec(t.ServerTimer - t.Starved), RackTimer: sec(t.RackTimer - t.Starved),
-				Starved: sec(t.Starved), AcceptTier: t.AcceptTier.String(), NwSens: t.NwSens, HasNwSens: true}
+	var now time.Time
+	if len(q) > 0 {
+		if s, err := b.c.Status(ctx); err == nil {
+			now = s.Now
 		}
 	}
-	return out, nil
+	return QueueRows(q, now), nil
+}
+
+// QueueRows converts queue entries to rows as of now (the daemon's clock;
+// zero: as of each entry's as_of).
+func QueueRows(q []control.QueueEntry, now time.Time) []data.QueueRow {
+	out := make([]data.QueueRow, len(q))
+	sec := func(s float64) time.Duration { return time.Duration(max(s, 0) * float64(time.Second)) }
+	for i, e := range q {
+		age := 0.0
+		if !now.IsZero() && !e.AsOf.IsZero() && now.After(e.AsOf) {
+			age = now.Sub(e.AsOf).Seconds()
+		}
+		out[i] = data.QueueRow{ID: e.Job.ID, Name: e.Job.Name, Class: e.Job.Class, Tenant: e.Job.Tenant, State: string(e.Job.State),
+			GPUs: e.GPUs, Waited: sec(e.WaitingS + age), Reason: e.Reason, ETAReason: e.ETAReason}
+		if e.ETAS != nil {
+			out[i].ETA, out[i].HasETA = sec(*e.ETAS-age), true
+		}
+		if t := e.Timers; t != nil {
+			out[i].Timers = &data.DelayTimers{ServerTimer: sec(t.ServerTimer - t.Starved - age), RackTimer: sec(t.RackTimer - t.Starved - age),
+				Starved: sec(t.Starved + age), AcceptTier: t.AcceptTier.String(), NwSens: min(max(t.NwSens, 0), 1), HasNwSens: true}
+		}
+	}
+	return out
 }
 
 // Jobs implements tui.Backend.
@@ -88,6 +114,7 @@ func (b *Backend) Jobs(ctx context.Context) ([]data.Job, error) {
 		out[i].PredictedSPS, out[i].MeasuredSPS = r.Throughput.PredictedSPS, r.Throughput.MeasuredSPS
 		out[i].PromisedSPS, out[i].SLA = r.PromisedSPS, r.SLA
 		out[i].Shift = time.Duration(r.ShiftS * float64(time.Second))
+		out[i].RestartLeft = time.Duration(r.RestartLeftS * float64(time.Second))
 	}
 	return out, nil
 }
@@ -165,7 +192,7 @@ func decision(d control.DecisionRecord) data.Decision {
 			out.Plan = det.Plan.String()
 		}
 		if len(det.Placement) > 0 {
-			out.Placement = fmt.Sprint([]int(det.Placement))
+			out.Placement = cluster.PlacementText(det.Placement)
 		}
 		out.Throughput = det.Throughput
 	}
@@ -200,6 +227,41 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 // Drain implements tui.Backend.
 func (b *Backend) Drain(ctx context.Context, server string) error {
 	_, err := b.c.NodeOp(ctx, server, "drain")
+	return err
+}
+
+// History implements tui.Historian: the jobs that ended, newest first.
+func (b *Backend) History(ctx context.Context) ([]data.HistoryRow, error) {
+	h, err := b.c.History(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]data.HistoryRow, 0, len(h))
+	for i := len(h) - 1; i >= 0; i-- {
+		e := h[i]
+		out = append(out, data.HistoryRow{ID: e.Job.ID, Name: e.Job.Name, Tenant: e.Job.Tenant, Class: e.Job.Class, State: string(e.Job.State),
+			JCT: time.Duration(e.JCTS * float64(time.Second)), Queued: time.Duration(e.QueueS * float64(time.Second)),
+			Restarts: e.Job.Restarts, Iterations: e.Job.Iterations, Ended: e.Job.FinishedAt})
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].Ended.After(out[b].Ended) })
+	return out, nil
+}
+
+// Undrain implements tui.Operator.
+func (b *Backend) Undrain(ctx context.Context, server string) error {
+	_, err := b.c.NodeOp(ctx, server, "undrain")
+	return err
+}
+
+// Hold implements tui.Operator.
+func (b *Backend) Hold(ctx context.Context, id string) error {
+	_, err := b.c.JobOp(ctx, id, "hold")
+	return err
+}
+
+// Release implements tui.Operator.
+func (b *Backend) Release(ctx context.Context, id string) error {
+	_, err := b.c.JobOp(ctx, id, "release")
 	return err
 }
 

@@ -168,3 +168,23 @@ func TestOverTheAPI(t *testing.T) {
 		t.Error("an unknown job was found")
 	}
 }
+
+// TestQueueRowsAsOfNow: an entry taken 5 s before the daemon's clock now
+// shows its timers, wait and ETA as of now, so the screen's countdown
+// does not start again from 5-second-old figures on every poll.
+func TestQueueRowsAsOfNow(t *testing.T) {
+	asOf := time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)
+	eta := 100.0
+	q := []control.QueueEntry{{Job: control.JobRecord{ID: "j-1", State: control.StateQueued}, GPUs: 8, WaitingS: 20, AsOf: asOf, ETAS: &eta,
+		Timers: &sched.JobTimers{ServerTimer: 60, RackTimer: 120, Starved: 20, NwSens: 3.46}}}
+	r := QueueRows(q, asOf.Add(5*time.Second))[0]
+	if r.Waited != 25*time.Second || r.ETA != 95*time.Second || !r.HasETA {
+		t.Errorf("waited %v, eta %v (%v); want 25s and 95s", r.Waited, r.ETA, r.HasETA)
+	}
+	if r.Timers.ServerTimer != 35*time.Second || r.Timers.RackTimer != 95*time.Second || r.Timers.Starved != 25*time.Second {
+		t.Errorf("timers %+v; want server 35s, rack 95s, starved 25s", *r.Timers)
+	}
+	if r.Timers.NwSens != 1 {
+		t.Errorf("Nw_sens %v, want it clamped to 1 (a share of ideal)", r.Timers.NwSens)
+	}
+}

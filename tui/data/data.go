@@ -26,6 +26,10 @@ type Status struct {
 	// RoundAt is when the last scheduling round ran and RoundTook how long.
 	RoundAt   time.Time
 	RoundTook time.Duration
+	// Now is the backend's clock when it answered (zero: unknown);
+	// UnusableGPUs are idle GPUs on drained or unreachable servers.
+	Now          time.Time
+	UnusableGPUs int
 }
 
 // Node is one server.
@@ -39,6 +43,30 @@ type Node struct {
 	FreeGPUs  int
 	// Owners is the job holding each GPU index ("" when free).
 	Owners []string
+	// GPUs are the GPUs' figures as last observed (nil: not reported);
+	// IdleHeld the indices a job holds that do nothing.
+	Stats    []GPUStat
+	IdleHeld []int
+}
+
+// GPUStat is one GPU's telemetry.
+type GPUStat struct {
+	Index                          int
+	UtilPct, MemUsedGB, MemTotalGB float64
+	TempC, PowerW                  float64
+	ECC, Xid                       int
+}
+
+// Util is the mean utilisation of a server's GPUs and how many report.
+func (n Node) Util() (float64, int) {
+	sum := 0.0
+	for _, g := range n.Stats {
+		sum += g.UtilPct
+	}
+	if len(n.Stats) == 0 {
+		return 0, 0
+	}
+	return sum / float64(len(n.Stats)), len(n.Stats)
 }
 
 // DelayTimers are a waiting job's placement delay timers (Dally). Every
@@ -74,6 +102,11 @@ type QueueRow struct {
 	Reason string
 	// Timers is nil when the backend does not report delay timers.
 	Timers *DelayTimers
+	// ETA is the estimated start, from the poll (HasETA false: none, and
+	// ETAReason says why).
+	ETA       time.Duration
+	HasETA    bool
+	ETAReason string
 }
 
 // Server is one server of a job's placement and the GPU indices it holds.
@@ -116,6 +149,9 @@ type Job struct {
 	PredictedSPS, MeasuredSPS, PromisedSPS float64
 	SLA                                    string
 	Shift                                  time.Duration
+	// RestartLeft is how long its checkpoint-restart still takes at the
+	// poll (0: it runs).
+	RestartLeft time.Duration
 }
 
 // GPUs is the number of GPUs the job holds.

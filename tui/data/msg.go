@@ -7,7 +7,20 @@ import (
 )
 
 // TickMsg is the one-second clock: countdowns move and polls are due.
-type TickMsg struct{ Now time.Time }
+// Rate is how many of the backend's seconds pass per real second (the
+// demo's clock runs faster; 0 means 1): countdowns move by that much.
+type TickMsg struct {
+	Now  time.Time
+	Rate float64
+}
+
+// Scale is d of real time in the backend's clock.
+func (t TickMsg) Scale(d time.Duration) time.Duration {
+	if t.Rate <= 0 {
+		return d
+	}
+	return time.Duration(float64(d) * t.Rate)
+}
 
 // StatusMsg carries a polled Status.
 type StatusMsg struct {
@@ -77,8 +90,11 @@ type Action int
 
 // Actions.
 const (
-	ActCancel Action = iota // cancel job Target
-	ActDrain                // drain server Target
+	ActCancel  Action = iota // cancel job Target
+	ActDrain                 // drain server Target
+	ActUndrain               // put server Target back in service
+	ActHold                  // hold waiting job Target
+	ActRelease               // release held job Target
 )
 
 // String names the action as the confirmation prompt does.
@@ -88,6 +104,12 @@ func (a Action) String() string {
 		return "cancel job"
 	case ActDrain:
 		return "drain server"
+	case ActUndrain:
+		return "undrain server"
+	case ActHold:
+		return "hold job"
+	case ActRelease:
+		return "release job"
 	}
 	return "?"
 }
@@ -101,5 +123,38 @@ type ActionMsg struct {
 // ResultMsg is the outcome of an action, shown in the footer.
 type ResultMsg struct {
 	Text string
+	Err  error
+}
+
+// Replay is where a backend replaying a trace (the demo) stands: its
+// simulated clock, how many of the trace's jobs were submitted and have
+// ended, and whether the trace is over.
+type Replay struct {
+	Clock     time.Time
+	Speed     float64
+	Submitted int
+	Ended     int
+	Total     int
+	Done      bool
+}
+
+// ReplayMsg carries a polled Replay.
+type ReplayMsg struct {
+	Replay Replay
+	Err    error
+}
+
+// HistoryRow is a job that ended (finished, failed or cancelled).
+type HistoryRow struct {
+	ID, Name, Tenant, Class, State string
+	// JCT is submission to end, Queued submission to first start.
+	JCT, Queued          time.Duration
+	Restarts, Iterations int
+	Ended                time.Time
+}
+
+// HistoryMsg carries the polled history, newest first.
+type HistoryMsg struct {
+	Rows []HistoryRow
 	Err  error
 }

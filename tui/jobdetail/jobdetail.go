@@ -38,6 +38,11 @@ type Model struct {
 	curve         []perf.CurvePoint
 	fitted        bool // the curve came from the backend's fitted model
 	scroll        int
+	// the queue as last polled (for a waiting job's "waiting" block),
+	// when, and the backend clock's rate since
+	queue         []data.QueueRow
+	polledAt, now time.Time
+	rate          float64
 }
 
 // New is an empty detail screen.
@@ -95,6 +100,18 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 				return CurveCmd(msg.Detail.Job.ID, msg.Detail.Job.Arch)
 			}
 		}
+	case data.QueueMsg:
+		if msg.Err == nil {
+			m.queue, m.polledAt = msg.Rows, msg.At
+			if msg.At.After(m.now) {
+				m.now = msg.At
+			}
+		}
+	case data.TickMsg:
+		if msg.Now.After(m.now) {
+			m.now = msg.Now
+		}
+		m.rate = msg.Rate
 	case data.CurveMsg:
 		if msg.JobID == m.detail.Job.ID {
 			m.curve = msg.Points
@@ -179,7 +196,9 @@ func (m *Model) content() []string {
 		}
 		out = append(out, fmt.Sprintf("throughput: predicted %.2f samples/s, %s", j.PredictedSPS, meas))
 	}
-	if j.Reason != "" {
+	if w := m.waiting(j.ID); w != nil {
+		out = append(out, w...)
+	} else if j.Reason != "" {
 		out = append(out, m.st.Faint.Render("why: "+j.Reason))
 	}
 
@@ -282,4 +301,59 @@ func orDash(s string) string {
 		return "—"
 	}
 	return s
+}
+
+// waiting is the "waiting" block of a job in the queue: its position by
+// estimated start, its reason, its ETA, and each tier timer with the
+// clock time it expires and what the job accepts then. nil when the job
+// does not wait.
+func (m *Model) waiting(id string) []string {
+	rows := append([]data.QueueRow(nil), m.queue...)
+	sort.SliceStable(rows, func(a, b int) bool {
+		x, y := rows[a], rows[b]
+		if x.HasETA != y.HasETA {
+			return x.HasETA
+		}
+		return x.HasETA && x.ETA < y.ETA
+	})
+	el := time.Duration(0)
+	if !m.polledAt.IsZero() && m.now.After(m.polledAt) {
+		el = data.TickMsg{Rate: m.rate}.Scale(m.now.Sub(m.polledAt))
+	}
+	for i, r := range rows {
+		if r.ID != id {
+			continue
+		}
+		out := []string{"", m.st.Header.Render("Waiting"),
+			fmt.Sprintf("position %d of %d by estimated start · waited %s", i+1, len(rows), common.Duration(r.Waited+el)),
+			"reason: " + r.Reason}
+		if r.HasETA {
+			left := max(r.ETA-el, 0)
+			out = append(out, fmt.Sprintf("estimated start: in %s (a simulation of the scheduler from now)", common.Duration(left)))
+		} else {
+			why := r.ETAReason
+			if why == "" {
+				why = "the backend gives none"
+			}
+			out = append(out, "estimated start: none — "+why)
+		}
+		if t := r.Timers; t != nil {
+			for _, tm := range []struct {
+				name string
+				left time.Duration
+				then string
+			}{{"server timer", t.ServerTimer, "it accepts a placement within one rack"}, {"rack timer", t.RackTimer, "it accepts a placement across racks"}} {
+				if left := tm.left - el; left > 0 {
+					out = append(out, fmt.Sprintf("%s: %s left; then %s", tm.name, common.Duration(left), tm.then))
+				} else {
+					out = append(out, fmt.Sprintf("%s: expired; %s", tm.name, tm.then))
+				}
+			}
+			if t.AcceptTier != "" {
+				out = append(out, "accepts now: "+t.AcceptTier)
+			}
+		}
+		return out
+	}
+	return nil
 }

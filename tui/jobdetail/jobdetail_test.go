@@ -91,3 +91,19 @@ func TestBackendCurveIsUsed(t *testing.T) {
 		t.Errorf("fitted curve not shown:\n%s", v)
 	}
 }
+
+// TestWaitingBlock: a waiting job's detail says where it stands in the
+// queue, why it waits, when it should start and when its timers expire.
+func TestWaitingBlock(t *testing.T) {
+	snap := tuitest.Small()
+	m := New(common.NewStyles(colorprofile.NoTTY), common.DefaultKeys())
+	m.SetSize(100, 40)
+	m.Update(data.QueueMsg{Rows: snap.Queue, At: tuitest.T0})
+	m.Update(data.JobDetailMsg{Detail: data.JobDetail{Job: data.Job{ID: "j-000006", Name: "llama7b-f", State: "queued"}}})
+	v := m.View()
+	for _, want := range []string{"Waiting", "position 2 of 3", "estimated start: in 11h05m", "server timer: 30s left", "rack timer: 2m00s left; then it accepts a placement across racks", "waits for a rack-local offer"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("no %q in:\n%s", want, v)
+		}
+	}
+}

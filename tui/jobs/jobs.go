@@ -12,6 +12,7 @@ import (
 	"charm.land/bubbles/v2/key"
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/tui/common"
 	"github.com/replan/replan/tui/data"
 )
@@ -23,7 +24,10 @@ type Model struct {
 	pal  *common.Palette
 
 	width, height int
-	jobs          []data.Job
+	jobs          []data.Job // what the filter shows
+	all           []data.Job // as polled, by ID
+	filter        common.Input
+	filtering     bool
 	cursor        int
 	offset        int
 	loaded        bool
@@ -31,18 +35,61 @@ type Model struct {
 
 // New is an empty jobs screen.
 func New(st common.Styles, keys common.Keys, pal *common.Palette) *Model {
-	return &Model{st: st, keys: keys, pal: pal}
+	return &Model{st: st, keys: keys, pal: pal, filter: common.Input{Prompt: "filter: "}}
 }
+
+// matches is the filter: every word must match; tenant: and class: match
+// that field's start, other words the ID, name, tenant, class, plan or
+// placement.
+func matches(j data.Job, q string) bool {
+	for _, w := range strings.Fields(strings.ToLower(q)) {
+		field, val, ok := strings.Cut(w, ":")
+		var hit bool
+		switch {
+		case ok && field == "tenant":
+			hit = strings.HasPrefix(strings.ToLower(j.Tenant), val)
+		case ok && field == "class":
+			hit = strings.HasPrefix(strings.ToLower(j.Class), val)
+		default:
+			hit = strings.Contains(strings.ToLower(strings.Join([]string{j.ID, j.Name, j.Tenant, j.Class, j.PlanString, PlacementSummary(j.Placement)}, " ")), w)
+		}
+		if !hit {
+			return false
+		}
+	}
+	return true
+}
+
+// refilter shows the jobs the filter lets through, keeping the cursor on
+// the same job.
+func (m *Model) refilter() {
+	sel := m.Selected()
+	m.jobs = m.jobs[:0]
+	for _, j := range m.all {
+		if matches(j, m.filter.Value()) {
+			m.jobs = append(m.jobs, j)
+		}
+	}
+	m.cursor = 0
+	for i, j := range m.jobs {
+		if j.ID == sel {
+			m.cursor = i
+		}
+	}
+}
+
+// Filter is the filter in force.
+func (m *Model) Filter() string { return m.filter.Value() }
 
 // SetSize implements common.Screen.
 func (m *Model) SetSize(w, h int) { m.width, m.height = w, h }
 
-// Capturing implements common.Screen.
-func (m *Model) Capturing() bool { return false }
+// Capturing implements common.Screen: while the filter reads text.
+func (m *Model) Capturing() bool { return m.filtering }
 
 // Help implements common.Screen.
 func (m *Model) Help() []key.Binding {
-	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel)
+	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel, m.keys.Filter)
 }
 
 // Selected is the job under the cursor ("" when none).
@@ -61,38 +108,55 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 	switch msg := msg.(type) {
 	case data.JobsMsg:
 		if msg.Err == nil {
-			sel := m.Selected()
-			m.jobs, m.loaded = append([]data.Job(nil), msg.Jobs...), true
-			sort.SliceStable(m.jobs, func(a, b int) bool { return m.jobs[a].ID < m.jobs[b].ID })
-			m.cursor = 0
-			for i, j := range m.jobs {
-				if j.ID == sel {
-					m.cursor = i
-				}
-			}
+			m.all, m.loaded = append([]data.Job(nil), msg.Jobs...), true
+			sort.SliceStable(m.all, func(a, b int) bool { return m.all[a].ID < m.all[b].ID })
+			m.refilter()
 		}
 	case data.EventsMsg:
 		for _, e := range msg.Events {
 			if e.Plan == "" && e.Placement == "" {
 				continue
 			}
-			for i := range m.jobs {
-				if m.jobs[i].ID == e.JobID {
-					if e.Plan != "" {
-						m.jobs[i].PlanString = e.Plan
-					}
-					if e.Placement != "" {
-						m.jobs[i].PlacementString = e.Placement
+			for _, js := range [][]data.Job{m.all, m.jobs} {
+				for i := range js {
+					if js[i].ID == e.JobID {
+						if e.Plan != "" {
+							js[i].PlanString = e.Plan
+						}
+						if e.Placement != "" {
+							js[i].PlacementString = e.Placement
+						}
 					}
 				}
 			}
 		}
 	case tea.KeyPressMsg:
+		if m.filtering {
+			// typed text is only ever the filter, never a command
+			switch msg.String() {
+			case "enter":
+				m.filtering = false
+			case "esc":
+				m.filtering = false
+				m.filter.SetValue("")
+			default:
+				m.filter.Update(msg)
+			}
+			m.refilter()
+			return nil
+		}
 		if c, ok := m.keys.Move(msg, m.cursor, len(m.jobs), m.height-3); ok {
 			m.cursor = c
 			return nil
 		}
 		switch {
+		case key.Matches(msg, m.keys.Filter):
+			m.filtering = true
+		case key.Matches(msg, m.keys.Back):
+			if m.filter.Value() != "" {
+				m.filter.SetValue("")
+				m.refilter()
+			}
 		case key.Matches(msg, m.keys.Enter):
 			if id := m.Selected(); id != "" {
 				return func() tea.Msg { return data.OpenJobMsg{ID: id} }
@@ -110,29 +174,9 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 func PlacementSummary(servers []data.Server) string {
 	parts := make([]string, 0, len(servers))
 	for _, s := range servers {
-		parts = append(parts, s.Name+"["+ranges(s.GPUs)+"]")
+		parts = append(parts, cluster.ServerGPUs(s.Name, s.GPUs))
 	}
-	return strings.Join(parts, " ")
-}
-
-// ranges writes sorted indices as 0-3,6.
-func ranges(ix []int) string {
-	ix = append([]int(nil), ix...)
-	sort.Ints(ix)
-	var parts []string
-	for i := 0; i < len(ix); {
-		j := i
-		for j+1 < len(ix) && ix[j+1] == ix[j]+1 {
-			j++
-		}
-		if j > i {
-			parts = append(parts, fmt.Sprintf("%d-%d", ix[i], ix[j]))
-		} else {
-			parts = append(parts, fmt.Sprint(ix[i]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ",")
+	return strings.Join(parts, ", ")
 }
 
 // View implements common.Screen.
@@ -157,11 +201,11 @@ func (m *Model) View() string {
 		hdr += common.PadLeft("SMPL/s", tputW) + " SLA"
 	}
 	total := 0
-	for _, j := range m.jobs {
+	for _, j := range m.all {
 		total += j.GPUs()
 	}
 	lines := []string{
-		common.Truncate(fmt.Sprintf("%d running on %d GPUs", len(m.jobs), total), m.width),
+		common.Truncate(m.summary(total), m.width),
 		m.st.Header.Render(common.Truncate(hdr, m.width)),
 	}
 	if len(m.jobs) == 0 {
@@ -232,4 +276,17 @@ func (m *Model) View() string {
 		lines = append(lines, common.Truncate(line, m.width))
 	}
 	return common.FitLines(lines, m.height)
+}
+
+// summary is the first line: the running jobs and GPUs, what the filter
+// shows; the filter being typed.
+func (m *Model) summary(total int) string {
+	if m.filtering {
+		return m.filter.View(m.width)
+	}
+	s := fmt.Sprintf("%d running on %d GPUs", len(m.all), total)
+	if f := m.filter.Value(); f != "" {
+		s += fmt.Sprintf(" · %d match %q (esc clears)", len(m.jobs), f)
+	}
+	return s
 }

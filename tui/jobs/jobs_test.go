@@ -50,7 +50,30 @@ func TestEventChangesPlan(t *testing.T) {
 
 func TestPlacementSummary(t *testing.T) {
 	got := PlacementSummary([]data.Server{{Name: "a", GPUs: []int{3, 0, 1, 2, 6}}, {Name: "b", GPUs: []int{7}}})
-	if want := "a[0-3,6] b[7]"; got != want {
+	if want := "a [0-3,6], b [7]"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestFilter: "/" filters the running jobs (typed text is never a
+// command); esc clears it.
+func TestFilter(t *testing.T) {
+	m := New(common.NewStyles(colorprofile.NoTTY), common.DefaultKeys(), common.NewPalette())
+	m.SetSize(140, 20)
+	m.Update(data.JobsMsg{Jobs: tuitest.Small().Jobs, At: tuitest.T0})
+	m.Update(tuitest.Key("/"))
+	for _, k := range "tenant:vision" {
+		if cmd := m.Update(tuitest.Key(string(k))); cmd != nil {
+			t.Fatalf("typing %q ran a command", k)
+		}
+	}
+	m.Update(tuitest.Key("enter"))
+	v := m.View()
+	if !strings.Contains(v, "j-000001") || !strings.Contains(v, "j-000004") || strings.Contains(v, "j-000003") || !strings.Contains(v, "5 running on 34 GPUs · 2 match") {
+		t.Errorf("tenant:vision shows:\n%s", v)
+	}
+	m.Update(tuitest.Key("esc"))
+	if v := m.View(); !strings.Contains(v, "j-000003") {
+		t.Errorf("esc did not clear the filter:\n%s", v)
 	}
 }

@@ -52,8 +52,20 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 	return nil
 }
 
-// View implements common.Screen.
+// View implements common.Screen: every line within the screen's width,
+// at most its height.
 func (m *Model) View() string {
+	if m.width <= 0 {
+		return m.view() // not sized yet
+	}
+	lines := strings.Split(m.view(), "\n")
+	for i := range lines {
+		lines[i] = common.Truncate(lines[i], m.width)
+	}
+	return common.FitLines(lines, max(m.height, 1))
+}
+
+func (m *Model) view() string {
 	if !m.loaded {
 		return m.st.Dim.Render("waiting for the first report…")
 	}

@@ -1,12 +1,14 @@
 // Package queue is the TUI's queue screen: the waiting jobs with their
-// class, tenant, GPUs, how long they waited and why. When the backend
-// reports delay timers (data.DelayTimers) the screen adds their columns —
-// server timer, rack timer, starvation time, the tier accepted now and
-// Nw_sens — and counts them down locally on every tick between polls.
+// class, tenant, GPUs, how long they waited, their estimated start, their
+// delay timers (server timer, rack timer, the tier accepted now, Nw_sens)
+// and why they wait. Its columns never change with the data ("-" where a
+// backend reports nothing); the figures count every second between polls
+// at the backend clock's rate.
 package queue
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -25,23 +27,91 @@ type Model struct {
 	width, height int
 	rows          []data.QueueRow
 	polledAt, now time.Time
+	rate          float64         // backend seconds per real second (TickMsg.Rate)
+	all           []data.QueueRow // as polled; rows is what the filter and order show
+	filter        common.Input
+	filtering     bool
+	order         int // index into orders
 	cursor        int
 	offset        int
 	loaded        bool
 }
 
 // New is an empty queue screen.
-func New(st common.Styles, keys common.Keys) *Model { return &Model{st: st, keys: keys} }
+func New(st common.Styles, keys common.Keys) *Model {
+	return &Model{st: st, keys: keys, filter: common.Input{Prompt: "filter: "}}
+}
+
+// orders are the sort orders "o" cycles through.
+var orders = []struct {
+	name string
+	less func(a, b data.QueueRow) bool
+}{
+	{"submission", func(a, b data.QueueRow) bool { return a.ID < b.ID }},
+	{"estimated start", func(a, b data.QueueRow) bool {
+		if a.HasETA != b.HasETA {
+			return a.HasETA
+		}
+		return a.HasETA && a.ETA < b.ETA
+	}},
+	{"longest wait", func(a, b data.QueueRow) bool { return a.Waited > b.Waited }},
+	{"most GPUs", func(a, b data.QueueRow) bool { return a.GPUs > b.GPUs }},
+}
+
+// matches is the filter: every word must match; tenant:, state: and
+// class: match that field's start, other words any field or the reason.
+func matches(r data.QueueRow, q string) bool {
+	for _, w := range strings.Fields(strings.ToLower(q)) {
+		field, val, ok := strings.Cut(w, ":")
+		var hit bool
+		switch {
+		case ok && field == "tenant":
+			hit = strings.HasPrefix(strings.ToLower(r.Tenant), val)
+		case ok && field == "state":
+			hit = strings.HasPrefix(strings.ToLower(r.State), val)
+		case ok && field == "class":
+			hit = strings.HasPrefix(strings.ToLower(r.Class), val)
+		default:
+			hit = strings.Contains(strings.ToLower(strings.Join([]string{r.ID, r.Name, r.Tenant, r.Class, r.State, r.Reason}, " ")), w)
+		}
+		if !hit {
+			return false
+		}
+	}
+	return true
+}
+
+// reshape applies the filter and the order to what was polled, keeping
+// the cursor on the same job.
+func (m *Model) reshape() {
+	sel := m.Selected()
+	m.rows = m.rows[:0]
+	for _, r := range m.all {
+		if matches(r, m.filter.Value()) {
+			m.rows = append(m.rows, r)
+		}
+	}
+	sort.SliceStable(m.rows, func(a, b int) bool { return orders[m.order].less(m.rows[a], m.rows[b]) })
+	m.cursor = 0
+	for i, r := range m.rows {
+		if r.ID == sel {
+			m.cursor = i
+		}
+	}
+}
+
+// Filter is the filter in force.
+func (m *Model) Filter() string { return m.filter.Value() }
 
 // SetSize implements common.Screen.
 func (m *Model) SetSize(w, h int) { m.width, m.height = w, h }
 
-// Capturing implements common.Screen.
-func (m *Model) Capturing() bool { return false }
+// Capturing implements common.Screen: while the filter reads text.
+func (m *Model) Capturing() bool { return m.filtering }
 
 // Help implements common.Screen.
 func (m *Model) Help() []key.Binding {
-	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel)
+	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel, m.keys.Hold, m.keys.Release, m.keys.Filter, m.keys.Sort)
 }
 
 // Selected is the job under the cursor ("" when none).
@@ -57,25 +127,44 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 	switch msg := msg.(type) {
 	case data.QueueMsg:
 		if msg.Err == nil {
-			sel := m.Selected()
-			m.rows, m.polledAt, m.now, m.loaded = msg.Rows, msg.At, msg.At, true
-			m.cursor = 0
-			for i, r := range m.rows {
-				if r.ID == sel {
-					m.cursor = i
-				}
-			}
+			m.all, m.polledAt, m.now, m.loaded = msg.Rows, msg.At, msg.At, true
+			m.reshape()
 		}
 	case data.TickMsg:
 		if msg.Now.After(m.now) {
 			m.now = msg.Now
 		}
+		m.rate = msg.Rate
 	case tea.KeyPressMsg:
+		if m.filtering {
+			// typed text is only ever the filter, never a command
+			switch msg.String() {
+			case "enter":
+				m.filtering = false
+			case "esc":
+				m.filtering = false
+				m.filter.SetValue("")
+			default:
+				m.filter.Update(msg)
+			}
+			m.reshape()
+			return nil
+		}
 		if c, ok := m.keys.Move(msg, m.cursor, len(m.rows), m.height-3); ok {
 			m.cursor = c
 			return nil
 		}
 		switch {
+		case key.Matches(msg, m.keys.Filter):
+			m.filtering = true
+		case key.Matches(msg, m.keys.Sort):
+			m.order = (m.order + 1) % len(orders)
+			m.reshape()
+		case key.Matches(msg, m.keys.Back):
+			if m.filter.Value() != "" {
+				m.filter.SetValue("")
+				m.reshape()
+			}
 		case key.Matches(msg, m.keys.Enter):
 			if id := m.Selected(); id != "" {
 				return func() tea.Msg { return data.OpenJobMsg{ID: id} }
@@ -84,17 +173,26 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 			if id := m.Selected(); id != "" {
 				return func() tea.Msg { return data.ActionMsg{Action: data.ActCancel, Target: id} }
 			}
+		case key.Matches(msg, m.keys.Hold):
+			if id := m.Selected(); id != "" {
+				return func() tea.Msg { return data.ActionMsg{Action: data.ActHold, Target: id} }
+			}
+		case key.Matches(msg, m.keys.Release):
+			if id := m.Selected(); id != "" {
+				return func() tea.Msg { return data.ActionMsg{Action: data.ActRelease, Target: id} }
+			}
 		}
 	}
 	return nil
 }
 
-// elapsed is the local time since the poll.
+// elapsed is the backend's time since the poll (the local time scaled by
+// the backend clock's rate).
 func (m *Model) elapsed() time.Duration {
 	if m.polledAt.IsZero() || m.now.Before(m.polledAt) {
 		return 0
 	}
-	return m.now.Sub(m.polledAt)
+	return data.TickMsg{Rate: m.rate}.Scale(m.now.Sub(m.polledAt))
 }
 
 type column struct {
@@ -104,30 +202,15 @@ type column struct {
 	cell  func(r data.QueueRow) string
 }
 
+// columns are the same whatever the data: a column never appears or
+// vanishes between polls (only a narrow terminal drops some, always the
+// same ones), and every cell fits its width.
 func (m *Model) columns() []column {
 	el := m.elapsed()
-	cols := []column{
-		{"ID", 8, false, func(r data.QueueRow) string { return r.ID }},
-		{"NAME", 12, false, func(r data.QueueRow) string { return r.Name }},
-		{"CLASS", 11, false, func(r data.QueueRow) string { return r.Class }},
-		{"TENANT", 8, false, func(r data.QueueRow) string { return r.Tenant }},
-		{"GPUS", 4, true, func(r data.QueueRow) string { return fmt.Sprint(r.GPUs) }},
-		{"WAITED", 6, true, func(r data.QueueRow) string { return common.Duration(r.Waited + el) }},
-	}
-	var srv, rack, starved, tier, sens bool
-	for _, r := range m.rows {
-		if t := r.Timers; t != nil {
-			srv = srv || t.ServerTimer > 0
-			rack = rack || t.RackTimer > 0
-			starved = starved || t.Starved > 0
-			tier = tier || t.AcceptTier != ""
-			sens = sens || t.HasNwSens
-		}
-	}
-	countdown := func(get func(*data.DelayTimers) time.Duration) func(data.QueueRow) string {
+	timer := func(get func(*data.DelayTimers) time.Duration) func(data.QueueRow) string {
 		return func(r data.QueueRow) string {
 			if r.Timers == nil {
-				return ""
+				return "-"
 			}
 			left := get(r.Timers) - el
 			if left <= 0 {
@@ -136,39 +219,32 @@ func (m *Model) columns() []column {
 			return common.Duration(left)
 		}
 	}
-	if srv {
-		cols = append(cols, column{"SRV-T", 5, true, countdown(func(t *data.DelayTimers) time.Duration { return t.ServerTimer })})
-	}
-	if rack {
-		cols = append(cols, column{"RACK-T", 6, true, countdown(func(t *data.DelayTimers) time.Duration { return t.RackTimer })})
-	}
-	if starved {
-		cols = append(cols, column{"STARVE", 6, true, func(r data.QueueRow) string {
-			if r.Timers == nil {
-				return ""
-			}
-			return common.Duration(r.Timers.Starved + el)
-		}})
-	}
-	if tier {
-		cols = append(cols, column{"TIER", 7, false, func(r data.QueueRow) string {
-			if r.Timers == nil {
-				return ""
+	cols := []column{
+		{"ID", 8, false, func(r data.QueueRow) string { return r.ID }},
+		{"NAME", 12, false, func(r data.QueueRow) string { return r.Name }},
+		{"CLASS", 11, false, func(r data.QueueRow) string { return r.Class }},
+		{"TENANT", 8, false, func(r data.QueueRow) string { return r.Tenant }},
+		{"GPUS", 4, true, func(r data.QueueRow) string { return fmt.Sprint(r.GPUs) }},
+		{"WAITED", 6, true, func(r data.QueueRow) string { return common.Duration(r.Waited + el) }},
+		{"ETA", 6, true, func(r data.QueueRow) string { return ETA(r, el) }},
+		{"SRV-T", 6, true, timer(func(t *data.DelayTimers) time.Duration { return t.ServerTimer })},
+		{"RACK-T", 6, true, timer(func(t *data.DelayTimers) time.Duration { return t.RackTimer })},
+		{"TIER", 10, false, func(r data.QueueRow) string {
+			if r.Timers == nil || r.Timers.AcceptTier == "" {
+				return "-"
 			}
 			return r.Timers.AcceptTier
-		}})
-	}
-	if sens {
-		cols = append(cols, column{"NWSENS", 6, true, func(r data.QueueRow) string {
+		}},
+		{"NWSENS", 6, true, func(r data.QueueRow) string {
 			if r.Timers == nil || !r.Timers.HasNwSens {
-				return ""
+				return "-"
 			}
-			return fmt.Sprintf("%.2f", r.Timers.NwSens)
-		}})
+			return fmt.Sprintf("%.2f", min(max(r.Timers.NwSens, 0), 1))
+		}},
 	}
 	// on narrow terminals the reason keeps at least 20 cells: drop the
-	// tenant, then the name, then the class
-	for _, drop := range []string{"TENANT", "NAME", "CLASS"} {
+	// tenant, the name, the class, Nw_sens and the tier, in that order
+	for _, drop := range []string{"TENANT", "NAME", "CLASS", "NWSENS", "TIER"} {
 		if m.width == 0 || width(cols)+20 <= m.width {
 			break
 		}
@@ -180,6 +256,19 @@ func (m *Model) columns() []column {
 		}
 	}
 	return cols
+}
+
+// ETA is a row's estimated start el after the poll: "-" without one,
+// "now" when due.
+func ETA(r data.QueueRow, el time.Duration) string {
+	if !r.HasETA {
+		return "-"
+	}
+	left := r.ETA - el
+	if left < time.Second {
+		return "now"
+	}
+	return common.Duration(left)
 }
 
 // width is the cells the columns take before the reason.
@@ -210,7 +299,7 @@ func (m *Model) View() string {
 	}
 	hdr.WriteString("REASON")
 	lines := []string{
-		common.Truncate(fmt.Sprintf("%d waiting", len(m.rows)), m.width),
+		common.Truncate(m.summary(), m.width),
 		m.st.Header.Render(common.Truncate(hdr.String(), m.width)),
 	}
 	if len(m.rows) == 0 {
@@ -244,4 +333,20 @@ func (m *Model) View() string {
 		lines = append(lines, common.Truncate(line+reason, m.width))
 	}
 	return common.FitLines(lines, m.height)
+}
+
+// summary is the first line: how many wait, how many the filter shows,
+// the order; the filter being typed.
+func (m *Model) summary() string {
+	if m.filtering {
+		return m.filter.View(m.width)
+	}
+	s := fmt.Sprintf("%d waiting", len(m.all))
+	if f := m.filter.Value(); f != "" {
+		s += fmt.Sprintf(" · %d match %q (esc clears)", len(m.rows), f)
+	}
+	if m.order != 0 {
+		s += " · by " + orders[m.order].name
+	}
+	return s
 }

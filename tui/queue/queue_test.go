@@ -37,16 +37,66 @@ func TestGolden(t *testing.T) {
 	}
 	tuitest.Golden(t, "timers-80", v, *update)
 
-	// without timers the countdown columns are not there at all
+	// without timers the columns stay where they were: "-" in the cells
 	plain := append([]data.QueueRow(nil), rows...)
-	plain[0].Timers = nil
+	for i := range plain {
+		plain[i].Timers = nil
+	}
 	m = newModel(plain, 80)
 	v = m.View()
 	tuitest.CheckSize(t, v, 80, 22)
-	if strings.Contains(v, "SRV-T") || strings.Contains(v, "NWSENS") {
-		t.Errorf("timer columns without timers:\n%s", v)
+	if header(v) != header(newModel(rows, 80).View()) {
+		t.Errorf("the header changed with the data:\n%s\nvs\n%s", header(v), header(newModel(rows, 80).View()))
 	}
 	tuitest.Golden(t, "plain-80", v, *update)
+}
+
+func header(v string) string { return strings.Split(v, "\n")[1] }
+
+// TestColumnsFixedAndUncut: the same columns whatever the rows say, and
+// long values (11h05m, cross-rack) are never cut.
+func TestColumnsFixedAndUncut(t *testing.T) {
+	rows := tuitest.Small().Queue
+	full := newModel(rows, 160).View()
+	for _, want := range []string{"11h05m", "cross-rack", "ETA", "SRV-T", "RACK-T", "NWSENS"} {
+		if !strings.Contains(full, want) {
+			t.Errorf("no %q at 160 columns:\n%s", want, full)
+		}
+	}
+	if strings.Contains(full, "…  ") || strings.Contains(full, "11h0…") {
+		t.Errorf("a value is cut off:\n%s", full)
+	}
+	for n := 0; n <= len(rows); n++ {
+		if h := header(newModel(rows[:n], 160).View()); h != header(full) {
+			t.Errorf("with %d rows the header is %q, want %q", n, h, header(full))
+		}
+	}
+}
+
+// TestNwSensIsAShare: Nw_sens is shown in [0, 1] whatever the backend
+// sends.
+func TestNwSensIsAShare(t *testing.T) {
+	rows := tuitest.Small().Queue
+	rows[0].Timers.NwSens = 64.88
+	v := row(newModel(rows, 160).View(), "j-000006")
+	if strings.Contains(v, "64.88") || !strings.Contains(v, "1.00") {
+		t.Errorf("Nw_sens 64.88 shown as: %q", v)
+	}
+}
+
+// TestCountdownAtTheBackendRate: the demo's clock runs 60× real time;
+// one real second later the timers are a minute further on, so the next
+// poll does not make them jump.
+func TestCountdownAtTheBackendRate(t *testing.T) {
+	m := newModel(tuitest.Small().Queue, 160)
+	m.Update(data.TickMsg{Now: tuitest.T0.Add(time.Second), Rate: 60})
+	r := row(m.View(), "j-000006")
+	// rack timer 2m00s − 60 s; wait 1m35s + 60 s; ETA 11h05m − 1m
+	for _, want := range []string{"1m00s", "2m35s", "11h04m"} {
+		if !strings.Contains(r, want) {
+			t.Errorf("after one second at 60×, row lacks %q: %q", want, r)
+		}
+	}
 }
 
 func row(v, id string) string {
@@ -93,5 +143,43 @@ func TestCursorCancel(t *testing.T) {
 	}
 	if got, want := cmd(), (data.ActionMsg{Action: data.ActCancel, Target: "j-000007"}); got != want {
 		t.Errorf("c asked %v, want %v", got, want)
+	}
+}
+
+// TestFilterAndSort: "/" filters (typed text is never a command), tenant:
+// and state: pick a field, "o" changes the order, esc clears.
+func TestFilterAndSort(t *testing.T) {
+	m := newModel(tuitest.Small().Queue, 160)
+	m.Update(tuitest.Key("/"))
+	if !m.Capturing() {
+		t.Fatal("/ does not start the filter")
+	}
+	for _, k := range "tenant:ads pre" {
+		if cmd := m.Update(tuitest.Key(string(k))); cmd != nil {
+			t.Fatalf("typing %q ran a command", k)
+		}
+	}
+	m.Update(tuitest.Key("enter"))
+	v := m.View()
+	if !strings.Contains(v, "j-000007") || strings.Contains(v, "j-000006") || strings.Contains(v, "j-000008") {
+		t.Errorf("tenant:ads pre shows:\n%s", v)
+	}
+	m.Update(tuitest.Key("esc"))
+	m.Update(tuitest.Key("/"))
+	for _, k := range "state:held" {
+		m.Update(tuitest.Key(string(k)))
+	}
+	m.Update(tuitest.Key("enter"))
+	if v := m.View(); !strings.Contains(v, "j-000008") || strings.Contains(v, "j-000007") {
+		t.Errorf("state:held shows:\n%s", v)
+	}
+	m.Update(tuitest.Key("esc"))
+	m.Update(tuitest.Key("o")) // by estimated start: j-000007 (25m) first
+	if got := m.Selected(); got == "" {
+		t.Fatal("no selection")
+	}
+	lines := strings.Split(m.View(), "\n")
+	if !strings.Contains(lines[2], "j-000007") || !strings.Contains(lines[0], "by estimated start") {
+		t.Errorf("sorted by ETA:\n%s", m.View())
 	}
 }

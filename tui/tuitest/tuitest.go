@@ -80,7 +80,7 @@ func Small() Snapshot {
 	// what the daemon reports of their speed: guaranteed jobs with their
 	// promise and SLA, a cross-rack job with a time-shift
 	jobs[0].PredictedSPS, jobs[0].MeasuredSPS, jobs[0].PromisedSPS, jobs[0].SLA = 18.2, 17.9, 15.0, "ok"
-	jobs[1].PredictedSPS = 95.3
+	jobs[1].PredictedSPS, jobs[1].RestartLeft = 95.3, 3*time.Minute // just restarted
 	jobs[2].PredictedSPS, jobs[2].MeasuredSPS, jobs[2].PromisedSPS, jobs[2].SLA, jobs[2].Shift = 21.0, 14.2, 19.5, "below", 1800*time.Millisecond
 	jobs[4].PredictedSPS, jobs[4].MeasuredSPS, jobs[4].PromisedSPS, jobs[4].SLA = 61.0, 63.4, 55.0, "ok"
 	nodes := make([]data.Node, 8)
@@ -98,6 +98,18 @@ func Small() Snapshot {
 			}
 		}
 	}
+	for i := range nodes {
+		for g, o := range nodes[i].Owners {
+			st := data.GPUStat{Index: g, UtilPct: 0, MemUsedGB: 0.5, MemTotalGB: 80, TempC: 34, PowerW: 60}
+			if o != "" && o != "j-000002" {
+				st.UtilPct, st.MemUsedGB, st.TempC, st.PowerW = 92, 61, 71, 360
+			}
+			if o == "j-000002" { // restarting: held but idle
+				nodes[i].IdleHeld = append(nodes[i].IdleHeld, g)
+			}
+			nodes[i].Stats = append(nodes[i].Stats, st)
+		}
+	}
 	nodes[3].Drained = true
 	nodes[7].Reachable, nodes[7].Missed = false, 4
 	busy := 0
@@ -112,9 +124,12 @@ func Small() Snapshot {
 	queue := []data.QueueRow{
 		{ID: "j-000006", Name: "llama7b-f", Class: "guaranteed", Tenant: "nlp", State: "queued", GPUs: 16, Waited: 95 * time.Second,
 			Reason: "waits for a rack-local offer: rack timer 2m00s",
-			Timers: &data.DelayTimers{ServerTimer: 30 * time.Second, RackTimer: 120 * time.Second, Starved: 95 * time.Second, AcceptTier: "server", NwSens: 0.82, HasNwSens: true}},
-		{ID: "j-000007", Name: "gpt2-g", Class: "best-effort", Tenant: "ads", State: "preempted", GPUs: 8, Waited: 12 * time.Minute, Reason: "preempted for j-000003 (higher slope)"},
-		{ID: "j-000008", Name: "bert-h", Class: "best-effort", Tenant: "vision", State: "held", GPUs: 4, Waited: 3 * time.Hour, Reason: "held by the operator"},
+			Timers: &data.DelayTimers{ServerTimer: 30 * time.Second, RackTimer: 120 * time.Second, Starved: 95 * time.Second, AcceptTier: "server", NwSens: 0.82, HasNwSens: true},
+			ETA:    (11*60 + 5) * time.Minute, HasETA: true},
+		{ID: "j-000007", Name: "gpt2-g", Class: "best-effort", Tenant: "ads", State: "preempted", GPUs: 8, Waited: 12 * time.Minute, Reason: "preempted for j-000003 (higher slope)",
+			Timers: &data.DelayTimers{AcceptTier: "cross-rack", NwSens: 1, HasNwSens: true}, ETA: 25 * time.Minute, HasETA: true},
+		{ID: "j-000008", Name: "bert-h", Class: "best-effort", Tenant: "vision", State: "held", GPUs: 4, Waited: 3 * time.Hour, Reason: "held by the operator",
+			ETAReason: "held by the operator: no start until released"},
 	}
 	ev := func(id int64, kind, job, node, msg string, min int) data.Event {
 		return data.Event{ID: id, Kind: kind, JobID: job, Node: node, Msg: msg, At: T0.Add(time.Duration(min-60) * time.Minute)}
@@ -145,7 +160,7 @@ func Small() Snapshot {
 		},
 	}
 	return Snapshot{
-		Status: data.Status{Version: "dev", Policy: "replan", Servers: 8, GPUs: 64, FreeGPUs: 64 - busy, Jobs: 8, Waiting: 3, RoundAt: T0.Add(-2 * time.Second), RoundTook: 3 * time.Millisecond},
+		Status: data.Status{Version: "dev", Policy: "replan", Servers: 8, GPUs: 64, FreeGPUs: 64 - busy - 16, UnusableGPUs: 16, Now: T0, Jobs: 8, Waiting: 3, RoundAt: T0.Add(-2 * time.Second), RoundTook: 3 * time.Millisecond},
 		Nodes:  nodes, Queue: queue, Jobs: jobs, Details: details, Events: events,
 	}
 }
@@ -269,6 +284,32 @@ func (f *Fake) Drain(_ context.Context, server string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Ops = append(f.Ops, "drain "+server)
+	return f.err()
+}
+
+// History implements tui.Historian.
+func (f *Fake) History(context.Context) ([]data.HistoryRow, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return []data.HistoryRow{
+		{ID: "j-000010", Name: "gpt2-x", Tenant: "vision", Class: "best-effort", State: "finished", JCT: 95 * time.Minute, Queued: 4 * time.Minute, Restarts: 1, Iterations: 5000, Ended: T0.Add(-5 * time.Minute)},
+		{ID: "j-000009", Name: "bert-y", Tenant: "nlp", Class: "guaranteed", State: "failed", JCT: 20 * time.Minute, Queued: 30 * time.Second, Restarts: 4, Iterations: 310, Ended: T0.Add(-30 * time.Minute)},
+	}, f.err()
+}
+
+// Undrain implements tui.Operator.
+func (f *Fake) Undrain(_ context.Context, server string) error { return f.op("undrain " + server) }
+
+// Hold implements tui.Operator.
+func (f *Fake) Hold(_ context.Context, id string) error { return f.op("hold " + id) }
+
+// Release implements tui.Operator.
+func (f *Fake) Release(_ context.Context, id string) error { return f.op("release " + id) }
+
+func (f *Fake) op(s string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Ops = append(f.Ops, s)
 	return f.err()
 }
 

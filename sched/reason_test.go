@@ -1,0 +1,52 @@
+package sched_test
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/replan/replan/sched"
+)
+
+// TestEachWaitingJobHasItsOwnReason: on a full cluster where nothing may
+// be shrunk, every waiting job's reason names its own blocker — its own
+// GPU count — not the reason of the job ahead of it in the slope order
+// (the cutoff used to copy one job's "needs N GPUs" to every job behind).
+func TestEachWaitingJobHasItsOwnReason(t *testing.T) {
+	llama := model(t, "llama7b")
+	bert := model(t, "bert")
+	// Guaranteed jobs hold every GPU at their request: none may shrink.
+	var jobs []sched.Job
+	for s := 0; s < 2; s++ {
+		g := running(t, waiting(t, fmt.Sprintf("g%d", s), bert, 8, 0), s, 8)
+		g.Class, g.Tenant = sched.Guaranteed, "A"
+		jobs = append(jobs, g)
+	}
+	big := waiting(t, "big", llama, 16, 10)
+	small := waiting(t, "small", bert, 1, 20)
+	mid := waiting(t, "mid", bert, 4, 30)
+	jobs = append(jobs, big, small, mid)
+	s := snapshot(servers(2, 8), jobs...)
+	s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: 16}, {Name: "B"}}
+	d := sched.NewMorphling(cheap()).Schedule(s)
+	needs := regexp.MustCompile(`needs (\d+) GPUs?`)
+	seen := map[string]string{}
+	for _, id := range []string{"big", "small", "mid"} {
+		r := reason(d, id)
+		t.Logf("%s: %s", id, r)
+		if r == "" {
+			t.Fatalf("%s: no reason; decisions %+v", id, d)
+		}
+		if other, dup := seen[r]; dup {
+			t.Errorf("%s and %s have the same reason %q: one of them is another job's", other, id, r)
+		}
+		seen[r] = id
+		if m := needs.FindStringSubmatch(r); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			if id == "small" && n > 1 {
+				t.Errorf("small (1 GPU requested) is said to need %d GPUs: %q", n, r)
+			}
+		}
+	}
+}
