@@ -157,7 +157,7 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 		}
 		j := &job{w: dataset.WorkloadJob{Name: sj.ID, Submit: sj.Submit, GPUs: sj.ReqGPUs, CPUs: sj.ReqCPUs, Steps: int(math.Ceil(sj.ItersTotal))},
 			model: name, m: sj.Model, reqPlan: sj.ReqPlan, class: sj.Class, tenant: sj.Tenant,
-			done: sj.ItersDone, last: s.now, changed: sj.LastChange, lastRun: sj.LastRun, runSec: sj.RunSeconds, restarts: sj.Restarts}
+			done: sj.ItersDone, held: sj.ItersDone, last: s.now, changed: sj.LastChange, lastRun: sj.LastRun, runSec: sj.RunSeconds, restarts: sj.Restarts}
 		j.cpg = max(1, sj.ReqCPUs/max(sj.ReqGPUs, 1))
 		if sj.Promise > 0 && sj.Model.Arch.GlobalBatch > 0 {
 			j.promise = sj.Promise / float64(sj.Model.Arch.GlobalBatch)
@@ -171,6 +171,7 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 			j.st = waiting
 			s.fwd.waiting = append(s.fwd.waiting, j)
 			s.jobs = append(s.jobs, j)
+			s.live = append(s.live, j) // rounds see only live jobs
 			continue
 		}
 		j.st, j.started, j.first = running, true, sj.LastChange
@@ -206,6 +207,14 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 		j.restart = s.now + math.Max(fj.RestartLeft, 0)
 		j.version++
 		s.jobs = append(s.jobs, j)
+		s.live = append(s.live, j)
+		if cross {
+			if s.spread == nil {
+				s.spread = map[*job]bool{}
+			}
+			s.spread[j] = true // its rack uplinks are shared (relink)
+			s.linksDirty = true
+		}
 		heap.Push(&s.heap, ev{t: s.finishTime(j), j: j, v: j.version})
 	}
 	s.fwd.first = len(s.jobs)
