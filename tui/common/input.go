@@ -61,3 +61,27 @@ func (in *Input) View(width int) string {
 	}
 	return Truncate(in.Prompt+s+"█", width)
 }
+
+// Match is every list's filter: each word of q must match. A word
+// "field:value" whose field is a key of fields matches the start of that
+// field's value; any other word matches anywhere in text. Case is ignored.
+func Match(q string, fields map[string]string, text ...string) bool {
+	all := ""
+	for _, w := range strings.Fields(strings.ToLower(q)) {
+		if field, val, ok := strings.Cut(w, ":"); ok {
+			if v, known := fields[field]; known {
+				if !strings.HasPrefix(strings.ToLower(v), val) {
+					return false
+				}
+				continue
+			}
+		}
+		if all == "" {
+			all = strings.ToLower(strings.Join(text, " "))
+		}
+		if !strings.Contains(all, w) {
+			return false
+		}
+	}
+	return true
+}

@@ -42,22 +42,7 @@ func New(st common.Styles, keys common.Keys, pal *common.Palette) *Model {
 // that field's start, other words the ID, name, tenant, class, plan or
 // placement.
 func matches(j data.Job, q string) bool {
-	for _, w := range strings.Fields(strings.ToLower(q)) {
-		field, val, ok := strings.Cut(w, ":")
-		var hit bool
-		switch {
-		case ok && field == "tenant":
-			hit = strings.HasPrefix(strings.ToLower(j.Tenant), val)
-		case ok && field == "class":
-			hit = strings.HasPrefix(strings.ToLower(j.Class), val)
-		default:
-			hit = strings.Contains(strings.ToLower(strings.Join([]string{j.ID, j.Name, j.Tenant, j.Class, j.PlanString, PlacementSummary(j.Placement)}, " ")), w)
-		}
-		if !hit {
-			return false
-		}
-	}
-	return true
+	return common.Match(q, map[string]string{"tenant": j.Tenant, "class": j.Class}, j.ID, j.Name, j.Tenant, j.Class, j.PlanString, PlacementSummary(j.Placement))
 }
 
 // refilter shows the jobs the filter lets through, keeping the cursor on

@@ -61,24 +61,7 @@ var orders = []struct {
 // matches is the filter: every word must match; tenant:, state: and
 // class: match that field's start, other words any field or the reason.
 func matches(r data.QueueRow, q string) bool {
-	for _, w := range strings.Fields(strings.ToLower(q)) {
-		field, val, ok := strings.Cut(w, ":")
-		var hit bool
-		switch {
-		case ok && field == "tenant":
-			hit = strings.HasPrefix(strings.ToLower(r.Tenant), val)
-		case ok && field == "state":
-			hit = strings.HasPrefix(strings.ToLower(r.State), val)
-		case ok && field == "class":
-			hit = strings.HasPrefix(strings.ToLower(r.Class), val)
-		default:
-			hit = strings.Contains(strings.ToLower(strings.Join([]string{r.ID, r.Name, r.Tenant, r.Class, r.State, r.Reason}, " ")), w)
-		}
-		if !hit {
-			return false
-		}
-	}
-	return true
+	return common.Match(q, map[string]string{"tenant": r.Tenant, "state": r.State, "class": r.Class}, r.ID, r.Name, r.Tenant, r.Class, r.State, r.Reason)
 }
 
 // reshape applies the filter and the order to what was polled, keeping
