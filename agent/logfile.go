@@ -70,7 +70,11 @@ func countLines(b []byte) int {
 	return n
 }
 
-// lastLines reads path backwards in chunks until it holds n lines.
+// maxTailBytes bounds what one tail reads of a log file.
+const maxTailBytes = 8 << 20
+
+// lastLines reads path backwards in chunks until it holds n lines, or
+// maxTailBytes.
 func lastLines(path string, n int) ([]byte, error) {
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
@@ -102,6 +106,12 @@ func lastLines(path string, n int) ([]byte, error) {
 			body = body[:len(body)-1]
 		}
 		if bytes.Count(body, []byte{'\n'}) >= n {
+			break
+		}
+		if len(buf) >= maxTailBytes {
+			// A tail never reads more than maxTailBytes (a log of one
+			// endless line must not be read whole): keep its end.
+			buf = buf[len(buf)-maxTailBytes:]
 			break
 		}
 	}
