@@ -1,64 +1,14 @@
 package cli
 
-import (
-	"strings"
-	"unicode"
-)
+import "github.com/replan/replan/internal/termtext"
 
 // clean makes text that came from a user (job names, tenants, reasons,
 // event messages) safe to print in a table: terminal control sequences
 // (CSI and OSC escapes, their C1 forms) are removed, and every other
 // control character becomes a space, so nothing a user submits can move
 // the cursor, retitle the terminal or break a table's columns.
-func clean(s string) string { return strip(s, false) }
+func clean(s string) string { return termtext.Clean(s) }
 
 // cleanLine is clean for a line of a log: tabs and the newline stay.
-func cleanLine(s string) string { return strip(s, true) }
+func cleanLine(s string) string { return termtext.CleanLine(s) }
 
-func strip(s string, keepLayout bool) string {
-	if strings.IndexFunc(s, unicode.IsControl) < 0 {
-		return s
-	}
-	var b strings.Builder
-	rs := []rune(s)
-	for i := 0; i < len(rs); i++ {
-		r := rs[i]
-		switch {
-		case r == 0x1b && i+1 < len(rs) && rs[i+1] == '[', r == 0x9b:
-			// CSI: parameters, then one final byte in @..~.
-			if r == 0x1b {
-				i++
-			}
-			for i+1 < len(rs) && !(rs[i+1] >= 0x40 && rs[i+1] <= 0x7e) {
-				i++
-			}
-			i++
-		case r == 0x1b && i+1 < len(rs) && strings.ContainsRune("]P_^X", rs[i+1]), r == 0x9d, r == 0x90, r == 0x9e, r == 0x9f, r == 0x98:
-			// OSC, DCS, APC, PM, SOS: a string up to BEL or ST.
-			if r == 0x1b {
-				i++
-			}
-			for i+1 < len(rs) {
-				i++
-				if rs[i] == 0x07 || rs[i] == 0x9c {
-					break
-				}
-				if rs[i] == 0x1b && i+1 < len(rs) && rs[i+1] == '\\' {
-					i++
-					break
-				}
-			}
-		case r == 0x1b:
-			i++ // a two-character escape
-		case keepLayout && (r == '\t' || r == '\n'):
-			b.WriteRune(r)
-		case unicode.IsControl(r):
-			if !keepLayout {
-				b.WriteByte(' ')
-			}
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/control"
+	"github.com/replan/replan/internal/termtext"
 	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/launch"
 	"github.com/replan/replan/perf"
@@ -89,8 +90,8 @@ func QueueRows(q []control.QueueEntry, now time.Time) []data.QueueRow {
 		if !now.IsZero() && !e.AsOf.IsZero() && now.After(e.AsOf) {
 			age = now.Sub(e.AsOf).Seconds()
 		}
-		out[i] = data.QueueRow{ID: e.Job.ID, Name: e.Job.Name, Class: e.Job.Class, Tenant: e.Job.Tenant, State: string(e.Job.State),
-			GPUs: e.GPUs, Waited: sec(e.WaitingS + age), Reason: e.Reason, ETAReason: e.ETAReason}
+		out[i] = data.QueueRow{ID: e.Job.ID, Name: termtext.Clean(e.Job.Name), Class: e.Job.Class, Tenant: termtext.Clean(e.Job.Tenant), State: string(e.Job.State),
+			GPUs: e.GPUs, Waited: sec(e.WaitingS + age), Reason: termtext.Clean(e.Reason), ETAReason: e.ETAReason}
 		if e.ETAS != nil {
 			out[i].ETA, out[i].HasETA = sec(*e.ETAS-age), true
 		}
@@ -126,7 +127,7 @@ const LogTail = 6
 // placement are decoded from JSON (a record that does not decode keeps
 // those fields empty rather than failing the whole list).
 func Job(j control.JobRecord) data.Job {
-	d := data.Job{ID: j.ID, Name: j.Name, Tenant: j.Tenant, Class: j.Class, State: string(j.State), Reason: j.Reason,
+	d := data.Job{ID: j.ID, Name: termtext.Clean(j.Name), Tenant: termtext.Clean(j.Tenant), Class: j.Class, State: string(j.State), Reason: termtext.Clean(j.Reason),
 		Iterations: j.Iterations, Restarts: j.Restarts, SubmittedAt: j.SubmittedAt, StartedAt: j.StartedAt}
 	var spec jobspec.Spec
 	if len(j.Spec) > 0 && json.Unmarshal(j.Spec, &spec) == nil {
@@ -164,13 +165,13 @@ func (b *Backend) Job(ctx context.Context, id string) (data.JobDetail, error) {
 			rc.Close()
 			for _, l := range strings.Split(strings.TrimRight(string(text), "\n"), "\n") {
 				if l != "" {
-					out.Log = append(out.Log, l)
+					out.Log = append(out.Log, termtext.CleanLine(l))
 				}
 			}
 		}
 	}
 	for _, t := range jd.History {
-		out.History = append(out.History, data.Transition{From: string(t.From), To: string(t.To), Reason: t.Reason, At: t.At})
+		out.History = append(out.History, data.Transition{From: string(t.From), To: string(t.To), Reason: termtext.Clean(t.Reason), At: t.At})
 	}
 	for _, d := range jd.Decisions {
 		out.Decisions = append(out.Decisions, decision(d))
@@ -181,7 +182,7 @@ func (b *Backend) Job(ctx context.Context, id string) (data.JobDetail, error) {
 }
 
 func decision(d control.DecisionRecord) data.Decision {
-	out := data.Decision{ID: d.ID, Kind: d.Kind, Reason: d.Reason, At: d.At}
+	out := data.Decision{ID: d.ID, Kind: d.Kind, Reason: termtext.Clean(d.Reason), At: d.At}
 	var det struct {
 		Plan       perf.Plan      `json:"plan"`
 		Placement  perf.Placement `json:"placement"`
@@ -207,7 +208,7 @@ func (b *Backend) Events(ctx context.Context, after int64, wait time.Duration) (
 	}
 	out := make([]data.Event, len(evs))
 	for i, e := range evs {
-		out[i] = data.Event{ID: e.ID, Kind: e.Kind, JobID: e.JobID, Node: e.Node, Msg: e.Msg, At: e.At}
+		out[i] = data.Event{ID: e.ID, Kind: e.Kind, JobID: e.JobID, Node: e.Node, Msg: termtext.Clean(e.Msg), At: e.At}
 		var d struct {
 			Plan string `json:"plan"`
 		}
@@ -239,7 +240,7 @@ func (b *Backend) History(ctx context.Context) ([]data.HistoryRow, error) {
 	out := make([]data.HistoryRow, 0, len(h))
 	for i := len(h) - 1; i >= 0; i-- {
 		e := h[i]
-		out = append(out, data.HistoryRow{ID: e.Job.ID, Name: e.Job.Name, Tenant: e.Job.Tenant, Class: e.Job.Class, State: string(e.Job.State),
+		out = append(out, data.HistoryRow{ID: e.Job.ID, Name: termtext.Clean(e.Job.Name), Tenant: termtext.Clean(e.Job.Tenant), Class: e.Job.Class, State: string(e.Job.State),
 			JCT: time.Duration(e.JCTS * float64(time.Second)), Queued: time.Duration(e.QueueS * float64(time.Second)),
 			Restarts: e.Job.Restarts, Iterations: e.Job.Iterations, Ended: e.Job.FinishedAt})
 	}

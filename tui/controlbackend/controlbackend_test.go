@@ -188,3 +188,17 @@ func TestQueueRowsAsOfNow(t *testing.T) {
 		t.Errorf("Nw_sens %v, want it clamped to 1 (a share of ideal)", r.Timers.NwSens)
 	}
 }
+
+// TestUserTextIsCleaned: names, tenants and reasons reach the TUI without
+// terminal control sequences (a reason can quote an agent's error, an
+// event a log line).
+func TestUserTextIsCleaned(t *testing.T) {
+	j := Job(control.JobRecord{ID: "j-1", Name: "a\x1b[2Jb", Tenant: "t\x1b]0;pwned\x07", Reason: "x\x1b[31my\r"})
+	if j.Name != "ab" || j.Tenant != "t" || j.Reason != "xy " {
+		t.Fatalf("Job kept control sequences: name %q tenant %q reason %q", j.Name, j.Tenant, j.Reason)
+	}
+	rows := QueueRows([]control.QueueEntry{{Job: control.JobRecord{ID: "j-2", Name: "n\x1b[H", Tenant: "t"}, Reason: "r\x1b[?1049h"}}, time.Now())
+	if rows[0].Name != "n" || rows[0].Reason != "r" {
+		t.Fatalf("queue row kept control sequences: %+v", rows[0])
+	}
+}

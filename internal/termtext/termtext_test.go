@@ -1,4 +1,4 @@
-package cli
+package termtext
 
 import "testing"
 
@@ -19,11 +19,11 @@ func TestCleanStripsTerminalControl(t *testing.T) {
 		"nul\x00byte":                     "nul byte",
 		"\x1b[?1049h\x1b[2J\x1b[Hcleared": "cleared",
 	} {
-		if got := clean(in); got != want {
-			t.Errorf("clean(%q) = %q, want %q", in, got, want)
+		if got := Clean(in); got != want {
+			t.Errorf("Clean(%q) = %q, want %q", in, got, want)
 		}
 	}
-	if got := cleanLine("a\tb\x1b[2K\r\n"); got != "a\tb\n" {
-		t.Errorf("cleanLine = %q", got)
+	if got := CleanLine("a\tb\x1b[2K\r\n"); got != "a\tb\n" {
+		t.Errorf("CleanLine = %q", got)
 	}
 }
