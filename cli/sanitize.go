@@ -11,4 +11,3 @@ func clean(s string) string { return termtext.Clean(s) }
 
 // cleanLine is clean for a line of a log: tabs and the newline stay.
 func cleanLine(s string) string { return termtext.CleanLine(s) }
-
