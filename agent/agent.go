@@ -199,7 +199,8 @@ func (a *Agent) Close() error {
 	return err
 }
 
-// ListenUnix listens on path with mode 0600, creating its directory (0700).
+// ListenUnix listens on path with mode 0600, creating its directory (0700),
+// and accepts connections only from the agent's own user and root.
 // A stale socket left by a dead agent is replaced; a live one is an error,
 // and so is a path that exists and is not a socket (never deleted).
 func ListenUnix(ctx context.Context, path string) (net.Listener, error) {
@@ -228,7 +229,7 @@ func ListenUnix(ctx context.Context, path string) (net.Listener, error) {
 		ln.Close()
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
-	return ln, nil
+	return filterPeers(ln), nil // peercred_linux.go: the agent's user and root only
 }
 
 // Run is the whole agent: New, ListenUnix on cfg.SocketPath, Serve until
