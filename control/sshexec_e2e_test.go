@@ -192,32 +192,7 @@ func TestSSHExecutorEndToEnd(t *testing.T) {
 
 	// The daemon, as a subprocess.
 	cfg := testDaemonConfig{Inventory: invPath, RemoteDir: remoteDir, DB: filepath.Join(tmp, "replan.db"), Socket: filepath.Join(tmp, "replan.sock")}
-	cfgPath := filepath.Join(tmp, "daemon.json")
-	raw, _ := json.Marshal(cfg)
-	if err := os.WriteFile(cfgPath, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	daemonLog := filepath.Join(tmp, "daemon.log")
-	client := control.NewUnixClient(cfg.Socket)
-	startDaemon := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run", "^$")
-		cmd.Env = append(os.Environ(), "REPLAN_SSHEXEC_DAEMON="+cfgPath)
-		lf, err := os.OpenFile(daemonLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lf.Close()
-		cmd.Stdout, cmd.Stderr = lf, lf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		poll(t, ctx, "the daemon answers", 60*time.Second, func() error {
-			_, err := client.Status(ctx)
-			return err
-		})
-		return cmd
-	}
+	startDaemon, client, daemonLog := startTestDaemon(t, ctx, tmp, cfg)
 	t.Cleanup(func() {
 		b, _ := os.ReadFile(daemonLog)
 		if t.Failed() {
@@ -820,4 +795,38 @@ func TestSSHExecutorDirect(t *testing.T) {
 		return nil
 	})
 	t.Logf("direct executor checks (netns %v) took %s", c.netns, time.Since(c.began).Round(time.Millisecond))
+}
+
+// startTestDaemon writes cfg beside the test's files and returns a function
+// that starts the daemon as a subprocess of this test binary (so it can be
+// killed with SIGKILL) and waits until it answers, its client and its log.
+func startTestDaemon(t *testing.T, ctx context.Context, tmp string, cfg testDaemonConfig) (start func() *exec.Cmd, client *control.Client, logPath string) {
+	t.Helper()
+	cfgPath := filepath.Join(tmp, "daemon.json")
+	raw, _ := json.Marshal(cfg)
+	if err := os.WriteFile(cfgPath, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logPath = filepath.Join(tmp, "daemon.log")
+	client = control.NewUnixClient(cfg.Socket)
+	start = func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run", "^$")
+		cmd.Env = append(os.Environ(), "REPLAN_SSHEXEC_DAEMON="+cfgPath)
+		lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lf.Close()
+		cmd.Stdout, cmd.Stderr = lf, lf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		poll(t, ctx, "the daemon answers", 60*time.Second, func() error {
+			_, err := client.Status(ctx)
+			return err
+		})
+		return cmd
+	}
+	return start, client, logPath
 }

@@ -225,32 +225,7 @@ request: {gpus: 4, cpus: 4, plan: "dp=4,tp=1,pp=1,mb=2,ga=2"}
 
 	// The daemon, as a subprocess it can kill.
 	cfg := testDaemonConfig{Inventory: invPath, RemoteDir: remoteDir, DB: filepath.Join(tmp, "replan.db"), Socket: filepath.Join(tmp, "replan.sock"), WaitTimeoutS: 120, Policy: "shrink-to-fit"}
-	cfgPath := filepath.Join(tmp, "daemon.json")
-	raw, _ := json.Marshal(cfg)
-	if err := os.WriteFile(cfgPath, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	daemonLog := filepath.Join(tmp, "daemon.log")
-	client := control.NewUnixClient(cfg.Socket)
-	startDaemon := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run", "^$")
-		cmd.Env = append(os.Environ(), "REPLAN_SSHEXEC_DAEMON="+cfgPath)
-		lf, err := os.OpenFile(daemonLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lf.Close()
-		cmd.Stdout, cmd.Stderr = lf, lf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		poll(t, ctx, "the daemon answers", 60*time.Second, func() error {
-			_, err := client.Status(ctx)
-			return err
-		})
-		return cmd
-	}
+	startDaemon, client, daemonLog := startTestDaemon(t, ctx, tmp, cfg)
 	t.Cleanup(func() {
 		b, _ := os.ReadFile(daemonLog)
 		if t.Failed() {
