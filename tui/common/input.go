@@ -85,3 +85,18 @@ func Match(q string, fields map[string]string, text ...string) bool {
 	}
 	return true
 }
+
+// Edit is a list's filter being typed: enter keeps the filter, esc clears
+// it, any other key edits it. It reports whether typing goes on. Typed
+// text is only ever the filter, never a command.
+func (in *Input) Edit(k tea.KeyPressMsg) (editing bool) {
+	switch k.String() {
+	case "enter":
+		return false
+	case "esc":
+		in.SetValue("")
+		return false
+	}
+	in.Update(k)
+	return true
+}

@@ -117,16 +117,7 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 		}
 	case tea.KeyPressMsg:
 		if m.filtering {
-			// typed text is only ever the filter, never a command
-			switch msg.String() {
-			case "enter":
-				m.filtering = false
-			case "esc":
-				m.filtering = false
-				m.filter.SetValue("")
-			default:
-				m.filter.Update(msg)
-			}
+			m.filtering = m.filter.Edit(msg)
 			m.refilter()
 			return nil
 		}
