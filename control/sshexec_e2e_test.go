@@ -317,19 +317,7 @@ func TestSSHExecutorEndToEnd(t *testing.T) {
 		}
 		return nil
 	})
-	evs, err := client.Events(ctx, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	adopted := map[string]bool{}
-	for _, e := range evs {
-		if e.Kind == "adopt" {
-			adopted[e.JobID] = true
-		}
-		if e.Kind == "requeue" || e.Kind == "fail" {
-			t.Errorf("event %s %s: %s", e.Kind, e.JobID, e.Msg)
-		}
-	}
+	adopted := adoptedJobs(t, ctx, client)
 	for id := range running {
 		if !adopted[id] {
 			t.Errorf("%s ran when the daemon was killed but was not adopted", id)
@@ -829,4 +817,24 @@ func startTestDaemon(t *testing.T, ctx context.Context, tmp string, cfg testDaem
 		return cmd
 	}
 	return start, client, logPath
+}
+
+// adoptedJobs reads the daemon's events: the jobs a restarted daemon
+// adopted; a requeue or a failure is a test error (nothing may be lost).
+func adoptedJobs(t *testing.T, ctx context.Context, client *control.Client) map[string]bool {
+	t.Helper()
+	evs, err := client.Events(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adopted := map[string]bool{}
+	for _, e := range evs {
+		if e.Kind == "adopt" {
+			adopted[e.JobID] = true
+		}
+		if e.Kind == "requeue" || e.Kind == "fail" {
+			t.Errorf("event %s %s: %s", e.Kind, e.JobID, e.Msg)
+		}
+	}
+	return adopted
 }

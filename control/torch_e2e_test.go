@@ -343,19 +343,7 @@ request: {gpus: 4, cpus: 4, plan: "dp=4,tp=1,pp=1,mb=4,ga=1"}
 		}
 		return nil
 	})
-	evs, err := client.Events(ctx, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	adopted := map[string]bool{}
-	for _, e := range evs {
-		if e.Kind == "adopt" {
-			adopted[e.JobID] = true
-		}
-		if e.Kind == "requeue" || e.Kind == "fail" {
-			t.Errorf("event %s %s: %s", e.Kind, e.JobID, e.Msg)
-		}
-	}
+	adopted := adoptedJobs(t, ctx, client)
 	for _, j := range []string{id, holder.ID} {
 		if !adopted[j] {
 			t.Errorf("%s ran when the daemon was killed but was not adopted", j)
