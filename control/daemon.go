@@ -108,6 +108,7 @@ type Daemon struct {
 	curves      perf.CurveCache            // sensitivity curves for the API
 	history     sched.TimerHistory         // the delay-timer auto-tuner's memory
 	timers      map[string]sched.JobTimers // last round's timers per waiting job
+	timerMarks  map[string]timerMark       // timers last told per waiting job (timerevents.go)
 	// snapModels are immutable copies of d.models given to the policy
 	// (replaced when a model is refitted, so the policy's caches keyed by
 	// the pointer stay valid between rounds).

@@ -112,6 +112,13 @@ func (h *TimerHistory) Prune(now, window float64) {
 // sample standard deviations of the waits observed within [now-window,
 // now]; def when there are none.
 func (h TimerHistory) Timer(tier perf.Tier, gpus int, now, window, def float64) float64 {
+	t, _ := h.TimerFrom(tier, gpus, now, window, def)
+	return t
+}
+
+// TimerFrom is Timer and the number of observations it was derived from
+// (0: def), so a change of timer can say why.
+func (h TimerHistory) TimerFrom(tier perf.Tier, gpus int, now, window, def float64) (float64, int) {
 	n, sum, sq := 0.0, 0.0, 0.0
 	for _, o := range h.Obs {
 		if o.Tier != tier || o.GPUs != gpus || o.At < now-window || o.At > now {
@@ -122,14 +129,14 @@ func (h TimerHistory) Timer(tier perf.Tier, gpus int, now, window, def float64) 
 		sq += o.Wait * o.Wait
 	}
 	if n == 0 {
-		return def
+		return def, 0
 	}
 	mean := sum / n
 	sd := 0.0
 	if n > 1 {
 		sd = math.Sqrt(math.Max(sq-n*mean*mean, 0) / (n - 1))
 	}
-	return mean + 2*sd
+	return mean + 2*sd, int(n)
 }
 
 // JobTimers is a waiting job's delay-timer state, for the queue view: the
@@ -155,6 +162,11 @@ type JobTimers struct {
 	// tiers against the best tier (fractions).
 	LossRack  float64 `json:"loss_rack"`
 	LossCross float64 `json:"loss_cross"`
+	// ServerFrom and RackFrom are how many recent starts of jobs of this
+	// demand at that tier the auto-tuner derived each timer from (0: the
+	// configured value); the daemon names them when a timer moves later.
+	ServerFrom int `json:"-"`
+	RackFrom   int `json:"-"`
 }
 
 // Starved is the seconds job j has gone without resources at now.
@@ -204,16 +216,17 @@ func tierOf(servers []Server, a []Alloc) perf.Tier {
 
 // netJob is what a round knows of one waiting job's network preferences.
 type netJob struct {
-	gpus         int
-	server, rack float64 // timers
-	starved      float64
-	accept       perf.Tier
-	why          string
-	nw           float64
-	lossR, lossX float64
-	idealIter    float64
-	expires      float64 // when accept widens next (0: never)
-	fitsS, fitsR bool
+	gpus           int
+	server, rack   float64 // timers
+	serverN, rackN int     // observations behind them (TimerFrom)
+	starved        float64
+	accept         perf.Tier
+	why            string
+	nw             float64
+	lossR, lossX   float64
+	idealIter      float64
+	expires        float64 // when accept widens next (0: never)
+	fitsS, fitsR   bool
 }
 
 // netRound evaluates every waiting job's timers.
@@ -261,14 +274,14 @@ func newNetRound(o NetOptions, s *Snapshot, demand func(i int) int, loss func(i,
 		nj.fitsS, nj.fitsR = g <= maxPer, g <= nr.rackGP
 		nj.server, nj.rack = o.ServerTimer, o.RackTimer
 		if o.AutoTune {
-			nj.server = s.History.Timer(perf.TierServer, g, s.Now, nr.window, o.ServerTimer)
-			nj.rack = s.History.Timer(perf.TierRack, g, s.Now, nr.window, o.RackTimer)
+			nj.server, nj.serverN = s.History.TimerFrom(perf.TierServer, g, s.Now, nr.window, o.ServerTimer)
+			nj.rack, nj.rackN = s.History.TimerFrom(perf.TierRack, g, s.Now, nr.window, o.RackTimer)
 		}
 		if !nj.fitsS {
-			nj.server = 0
+			nj.server, nj.serverN = 0, 0
 		}
 		if !nj.fitsR {
-			nj.server, nj.rack = 0, 0
+			nj.server, nj.rack, nj.serverN, nj.rackN = 0, 0, 0, 0
 		}
 		nj.accept, nj.why, nj.expires = nr.decide(nj, s.Now)
 	}
@@ -349,7 +362,8 @@ func (nr *netRound) finish(s *Snapshot, d *Decisions) {
 			continue
 		}
 		d.Timers = append(d.Timers, JobTimers{Job: j.ID, Index: i, GPUs: nj.gpus, ServerTimer: nj.server, RackTimer: nj.rack,
-			Starved: nj.starved, AcceptTier: nj.accept, Why: nj.why, NwSens: nj.nw, LossRack: nj.lossR, LossCross: nj.lossX})
+			Starved: nj.starved, AcceptTier: nj.accept, Why: nj.why, NwSens: nj.nw, LossRack: nj.lossR, LossCross: nj.lossX,
+			ServerFrom: nj.serverN, RackFrom: nj.rackN})
 		if nj.expires > s.Now && (d.WakeAt == 0 || nj.expires < d.WakeAt) {
 			d.WakeAt = nj.expires
 		}
