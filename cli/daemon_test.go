@@ -47,10 +47,13 @@ servers:
 tenants: [{name: research, gpu_quota: 16}]
 `
 
-func startDaemon(t *testing.T, dir string) *exec.Cmd {
+// startDaemon runs `replan daemon` (sim executor) on dir's inventory;
+// extra flags come last, so they override the defaults here.
+func startDaemon(t *testing.T, dir string, extra ...string) *exec.Cmd {
 	t.Helper()
 	args := []string{"daemon", "--inventory", filepath.Join(dir, "inv.yaml"), "--db", filepath.Join(dir, "r.db"), "--socket", filepath.Join(dir, "s.sock"),
 		"--tick", "100ms", "--restart-cost", "0s", "--data", ""}
+	args = append(args, extra...)
 	cmd := exec.Command(os.Args[0], "-test.run", "^$")
 	cmd.Env = append(os.Environ(), "REPLAN_TEST_RUN="+strings.Join(args, "\x1f"))
 	log, _ := os.OpenFile(filepath.Join(dir, "daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

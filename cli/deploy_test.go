@@ -68,7 +68,7 @@ func TestDeployAndNodesCLI(t *testing.T) {
 		t.Fatalf("trust: %v\n%s%s", err, out, errOut)
 	}
 	// Trusted, but no agent yet.
-	out, _, err := runSplit(t, append([]string{"nodes"}, common...)...)
+	out, _, err := runSplit(t, append([]string{"nodes", "--direct"}, common...)...)
 	if err != nil || !strings.Contains(out, "no agent") || !strings.Contains(out, "connect failed") {
 		t.Fatalf("nodes before deploy: %v\n%s", err, out)
 	}
@@ -98,7 +98,7 @@ func TestDeployAndNodesCLI(t *testing.T) {
 		t.Fatalf("upgrade to replan itself: %v\n%s%s", err, out, errOut)
 	}
 
-	out, errOut, err = runSplit(t, append([]string{"nodes", "--json"}, common...)...)
+	out, errOut, err = runSplit(t, append([]string{"nodes", "--direct", "--json"}, common...)...)
 	if err != nil {
 		t.Fatalf("nodes: %v\n%s%s", err, out, errOut)
 	}
@@ -110,18 +110,18 @@ func TestDeployAndNodesCLI(t *testing.T) {
 		nj.Nodes[0].AgentVersion != "cli-full" {
 		t.Fatalf("nodes --json: %s", out)
 	}
-	out, _, err = runSplit(t, append([]string{"nodes"}, common...)...)
+	out, _, err = runSplit(t, append([]string{"nodes", "--direct"}, common...)...)
 	if err != nil || !strings.Contains(out, "box") || !strings.Contains(out, " up ") || !strings.Contains(out, "1 servers, 1 reachable, 1 agents up") {
 		t.Fatalf("nodes table: %v\n%s", err, out)
 	}
 
 	// A dead server is a row, not a failure.
 	s.Stop()
-	out, _, err = runSplit(t, append([]string{"nodes"}, common...)...)
+	out, _, err = runSplit(t, append([]string{"nodes", "--direct"}, common...)...)
 	if err != nil || !strings.Contains(out, "unreachable") || !strings.Contains(out, "box: connect box") {
 		t.Fatalf("nodes with the server down: %v\n%s", err, out)
 	}
-	if _, _, err := runSplit(t, append([]string{"nodes", "nosuch"}, common...)...); err == nil || !strings.Contains(err.Error(), "no server named nosuch") {
+	if _, _, err := runSplit(t, append([]string{"nodes", "--direct", "nosuch"}, common...)...); err == nil || !strings.Contains(err.Error(), "no server named nosuch") {
 		t.Errorf("unknown server: %v", err)
 	}
 }
