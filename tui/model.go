@@ -582,11 +582,14 @@ func (m *model) ownKeys(s common.Screen) []key.Binding {
 	return out
 }
 
-// helpPage lists every key: the global ones and each screen's.
+// helpPage lists every key: the global ones (in as many columns of 26
+// cells as fit, at most 3) and each screen's, wrapped so that none is cut.
 func (m *model) helpPage() string {
-	k, half := m.keys, max(20, m.width/2)
+	k := m.keys
+	const colW = 26
+	cols := common.Clamp((m.width-2)/colW, 1, 3)
 	cell := func(b key.Binding) string {
-		return m.st.Key.Render(common.Pad(b.Help().Key, 10)) + " " + b.Help().Desc
+		return m.st.Key.Render(common.Pad(b.Help().Key, 9)) + " " + b.Help().Desc
 	}
 	lines := []string{m.st.Header.Render("Keys everywhere")}
 	global := append([]key.Binding{k.NextTab, k.PrevTab, k.Tab1, k.Tab2, k.Tab3, k.Tab4, k.Tab5, k.Tab6, k.Tab7, k.Tab8, k.Submit}, k.Help, k.Quit)
@@ -594,19 +597,32 @@ func (m *model) helpPage() string {
 		global = append(global, k.Faster, k.Slower) // only where they do something
 	}
 	global = append(global, k.Moves()...)
-	for i := 0; i < len(global); i += 2 {
-		l := "  " + common.Pad(cell(global[i]), half-2)
-		if i+1 < len(global) {
-			l += cell(global[i+1])
+	for i := 0; i < len(global); i += cols {
+		l := " "
+		for c := i; c < min(i+cols, len(global)); c++ {
+			l += " " + common.Pad(cell(global[c]), colW-1)
+		}
+		lines = append(lines, strings.TrimRight(l, " "))
+	}
+	const indent = 12
+	for i, s := range m.screens {
+		l := m.st.Header.Render(common.Pad("On "+screenNames[i]+":", indent))
+		w := indent
+		for j, b := range m.ownKeys(s) {
+			d := m.st.Key.Render(b.Help().Key) + " " + b.Help().Desc
+			dw := len([]rune(b.Help().Key)) + 1 + len([]rune(b.Help().Desc))
+			sep := ""
+			if j > 0 {
+				sep = " · "
+			}
+			if j > 0 && w+len([]rune(sep))+dw > m.width {
+				lines = append(lines, l)
+				l, w, sep = strings.Repeat(" ", indent), indent, ""
+			}
+			l += sep + d
+			w += len([]rune(sep)) + dw
 		}
 		lines = append(lines, l)
-	}
-	for i, s := range m.screens {
-		var descs []string
-		for _, b := range m.ownKeys(s) {
-			descs = append(descs, m.st.Key.Render(b.Help().Key)+" "+b.Help().Desc)
-		}
-		lines = append(lines, m.st.Header.Render(common.Pad("On "+screenNames[i]+":", 12))+strings.Join(descs, " · "))
 	}
 	lines = append(lines, "", m.st.Faint.Render("Filters: / then type; enter keeps it, esc clears it. Any key closes this page."))
 	for i := range lines {

@@ -356,3 +356,64 @@ func TestAllScreensAnySize(t *testing.T) {
 		}
 	}
 }
+
+// TestSortKeysOnEveryList: o/O sort the cluster, queue, jobs and history
+// (the header marks the column), the help page lists them on those
+// screens only, wrapped rather than cut at 80 columns, and o does nothing
+// where it is not listed.
+func TestSortKeysOnEveryList(t *testing.T) {
+	h := newHarness(t)
+	h.press("8")
+	rows := func() []string {
+		var ids []string
+		for _, l := range strings.Split(h.view(), "\n") {
+			if f := strings.Fields(strings.TrimPrefix(l, "▸")); len(f) > 0 && strings.HasPrefix(f[0], "j-0000") {
+				ids = append(ids, f[0])
+			}
+		}
+		return ids
+	}
+	if got := rows(); !slices.Equal(got, []string{"j-000010", "j-000009"}) || !strings.Contains(h.view(), "ENDED▼") {
+		t.Errorf("history newest first: %v\n%s", got, h.view())
+	}
+	h.press("o") // by ID
+	if got := rows(); !slices.Equal(got, []string{"j-000009", "j-000010"}) || !strings.Contains(h.view(), "ID▲") || !strings.Contains(h.view(), "by ID ▲") {
+		t.Errorf("history by ID: %v\n%s", got, h.view())
+	}
+	h.press("O")
+	if got := rows(); !slices.Equal(got, []string{"j-000010", "j-000009"}) || !strings.Contains(h.view(), "ID▼") {
+		t.Errorf("history by ID reversed: %v\n%s", got, h.view())
+	}
+
+	h.press("?")
+	help := h.view()
+	h.press("x")
+	sortOn := map[string]bool{}
+	screen := ""
+	lines := strings.Split(help, "\n")
+	for _, l := range lines[:len(lines)-1] { // the footer is cut where narrow
+		if strings.HasPrefix(l, "On ") {
+			screen = strings.TrimSuffix(strings.Fields(l)[1], ":")
+		}
+		if screen != "" && strings.Contains(l, "o/O sort column, reverse") {
+			sortOn[screen] = true
+		}
+		if strings.HasSuffix(l, "…") {
+			t.Errorf("help line cut: %q", l)
+		}
+	}
+	for _, s := range screenNames {
+		want := s == "cluster" || s == "queue" || s == "jobs" || s == "history"
+		if sortOn[s] != want {
+			t.Errorf("help lists o/O on %s: %v, want %v\n%s", s, sortOn[s], want, help)
+		}
+	}
+	for _, k := range []string{"1", "6", "7"} { // overview, events, links: o is not theirs
+		h.press(k)
+		before := h.view()
+		h.press("o", "O")
+		if after := h.view(); after != before {
+			t.Errorf("o/O changed screen %s:\n%s\nvs\n%s", k, before, after)
+		}
+	}
+}

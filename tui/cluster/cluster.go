@@ -27,6 +27,7 @@ type Model struct {
 	width, height int
 
 	nodes  []data.Node
+	sorter common.Sorter[nodeAt]
 	rows   []row // rack headers and servers, in display order
 	srvRow []int // row index of each server in display order
 	order  []int // node index of each server in display order
@@ -47,7 +48,68 @@ type row struct {
 
 // New is an empty cluster screen.
 func New(st common.Styles, keys common.Keys, pal *common.Palette) *Model {
-	return &Model{st: st, keys: keys, pal: pal}
+	return &Model{st: st, keys: keys, pal: pal, sorter: common.Sorter[nodeAt]{Keys: sortKeys()}}
+}
+
+// nodeAt is a server and its place in the backend's (the inventory's)
+// order, for sorting.
+type nodeAt struct {
+	i int
+	n *data.Node
+}
+
+// usable is a server's free GPUs a job could get: none on a drained or
+// unreachable server.
+func usable(n *data.Node) int {
+	if !n.Reachable || n.Drained {
+		return 0
+	}
+	return n.FreeGPUs
+}
+
+// sortKeys are the orders "o" cycles through within each rack ("O"
+// reverses): the inventory's, most free GPUs (usable ones), state (down, drained, ok),
+// least utilised, hottest, most power, most GPUs held but idle.
+func sortKeys() []common.SortKey[nodeAt] {
+	state := func(n *data.Node) int {
+		switch {
+		case !n.Reachable:
+			return 0
+		case n.Drained:
+			return 1
+		}
+		return 2
+	}
+	util := func(n *data.Node) float64 {
+		if len(n.Stats) == 0 {
+			return 101 // not reported: last
+		}
+		u, _ := n.Util()
+		return u
+	}
+	hot := func(n *data.Node) (t, w float64) {
+		for _, g := range n.Stats {
+			t, w = max(t, g.TempC), w+g.PowerW
+		}
+		return t, w
+	}
+	return []common.SortKey[nodeAt]{
+		{Title: "SERVER", Name: "inventory order", Less: func(a, b nodeAt) bool { return a.i < b.i }},
+		{Title: "FREE", Right: true, Name: "free GPUs", Desc: true, Less: func(a, b nodeAt) bool { return usable(a.n) < usable(b.n) }},
+		{Title: "STATE", Name: "state", Less: func(a, b nodeAt) bool { return state(a.n) < state(b.n) }},
+		{Title: "UTIL", Right: true, Name: "utilisation", Less: func(a, b nodeAt) bool { return util(a.n) < util(b.n) }},
+		{Title: "TEMP", Right: true, Name: "temperature", Desc: true, Less: func(a, b nodeAt) bool {
+			x, _ := hot(a.n)
+			y, _ := hot(b.n)
+			return x < y
+		}},
+		{Title: "POWER", Right: true, Name: "power", Desc: true, Less: func(a, b nodeAt) bool {
+			_, x := hot(a.n)
+			_, y := hot(b.n)
+			return x < y
+		}},
+		{Title: "IDLE", Right: true, Name: "GPUs held but idle", Desc: true, Less: func(a, b nodeAt) bool { return len(a.n.IdleHeld) < len(b.n.IdleHeld) }},
+	}
 }
 
 // SetSize implements common.Screen.
@@ -58,7 +120,7 @@ func (m *Model) Capturing() bool { return false }
 
 // Help implements common.Screen.
 func (m *Model) Help() []key.Binding {
-	return append(m.keys.Moves(), m.keys.Drain, m.keys.Undrain, withHelp(m.keys.Enter, "first job's detail"))
+	return append(m.keys.Moves(), m.keys.Drain, m.keys.Undrain, withHelp(m.keys.Enter, "first job's detail"), m.keys.SortHelp())
 }
 
 func withHelp(b key.Binding, desc string) key.Binding {
@@ -94,6 +156,9 @@ func (m *Model) key(k tea.KeyPressMsg) tea.Cmd {
 		return nil
 	}
 	switch {
+	case m.sorter.Update(k, m.keys):
+		m.setNodes(m.nodes)
+		return nil
 	case key.Matches(k, m.keys.Drain):
 		if s := m.Selected(); s != "" {
 			return func() tea.Msg { return data.ActionMsg{Action: data.ActDrain, Target: s} }
@@ -116,13 +181,14 @@ func (m *Model) key(k tea.KeyPressMsg) tea.Cmd {
 }
 
 // setNodes groups servers by rack (racks in order of first appearance,
-// servers in the backend's order) and keeps the cursor on the same server.
+// servers in the order in force, the backend's by default) and keeps the
+// cursor on the same server.
 func (m *Model) setNodes(nodes []data.Node) {
 	prev := m.Selected()
 	m.nodes, m.loaded = nodes, true
 	var racks []string
 	byRack := map[string][]int{}
-	m.nameW, m.gpuW = 6, 4
+	m.nameW, m.gpuW = 7, 4 // SERVER and room for the sort arrow
 	for i, n := range nodes {
 		if _, ok := byRack[n.Rack]; !ok {
 			racks = append(racks, n.Rack)
@@ -133,6 +199,14 @@ func (m *Model) setNodes(nodes []data.Node) {
 	}
 	m.rows, m.order, m.srvRow = m.rows[:0], m.order[:0], m.srvRow[:0]
 	m.cursor = 0
+	if !m.sorter.Default() {
+		for _, r := range racks {
+			ix := byRack[r]
+			sort.SliceStable(ix, func(a, b int) bool {
+				return m.sorter.Less(nodeAt{ix[a], &nodes[ix[a]]}, nodeAt{ix[b], &nodes[ix[b]]})
+			})
+		}
+	}
 	for _, r := range racks {
 		h := row{rack: r, node: -1}
 		for _, i := range byRack[r] {
@@ -165,7 +239,7 @@ func (m *Model) View() string {
 		return common.FitLines([]string{m.st.Faint.Render("waiting for the first poll of the servers…")}, m.height)
 	}
 	lines := make([]string, 0, m.height)
-	hdr := "  " + common.Pad("SERVER", m.nameW) + " " + common.Pad("GPUS", m.gpuW) + "  FREE STATE  UTIL TEMP POWER  JOBS"
+	hdr := m.sorter.Mark("  " + common.Pad("SERVER", m.nameW) + " " + common.Pad("GPUS", m.gpuW) + "  FREE STATE  UTIL TEMP POWER  IDLE JOBS")
 	if len(m.order) > 0 {
 		pos := fmt.Sprintf("%d/%d", m.cursor+1, len(m.order))
 		hdr = common.Pad(hdr, max(0, m.width-len(pos))) + pos
@@ -309,8 +383,11 @@ func (m *Model) server(n data.Node, selected bool) string {
 		b.WriteString(m.st.OK.Render(common.Pad("ok", 6)))
 	}
 	b.WriteString(telemetry(n))
+	// IDLE: the GPUs a job holds that do nothing
 	if k := len(n.IdleHeld); k > 0 {
-		b.WriteString(m.st.Warn.Render(fmt.Sprintf("%d held idle ", k)))
+		b.WriteString(m.st.Warn.Render(common.PadLeft(fmt.Sprint(k), 4)) + " ")
+	} else {
+		b.WriteString(common.PadLeft("-", 4) + " ")
 	}
 	seen := map[string]bool{}
 	var jobs []string

@@ -96,3 +96,38 @@ func BenchmarkViewCluster1024(b *testing.B) {
 		_ = m.View()
 	}
 }
+
+// TestSortWithinRacks: o sorts each rack's servers by the next column
+// (free GPUs, most first; a drained or down server has none to give),
+// racks stay where they are, the cursor keeps
+// its server and the header marks the column.
+func TestSortWithinRacks(t *testing.T) {
+	m := newModel(tuitest.Small().Nodes, 80, 22)
+	press(m, "j") // srv-02
+	press(m, "o")
+	v := m.View()
+	lines := strings.Split(v, "\n")
+	if !strings.Contains(lines[1], "▼FREE") || m.Selected() != "srv-02" {
+		t.Fatalf("by free GPUs (cursor on %s):\n%s", m.Selected(), v)
+	}
+	order := func() string {
+		var out []string
+		for _, l := range strings.Split(m.View(), "\n") {
+			if f := strings.Fields(strings.TrimPrefix(l, "▸")); len(f) > 0 && (strings.HasPrefix(f[0], "srv-") || f[0] == "rack") {
+				out = append(out, f[0]+map[bool]string{true: " " + f[1], false: ""}[f[0] == "rack"])
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	if got, want := order(), "rack r1 srv-02 srv-01 srv-03 srv-04 rack r2 srv-07 srv-06 srv-05 srv-08"; got != want {
+		t.Errorf("order %q, want %q:\n%s", got, want, v)
+	}
+	press(m, "o", "o", "o", "o", "o") // GPUs held but idle, most first
+	if got := order(); !strings.HasPrefix(got, "rack r1 srv-02") || !strings.Contains(strings.Split(m.View(), "\n")[1], "▼IDLE") {
+		t.Errorf("by GPUs held but idle: %q\n%s", got, m.View())
+	}
+	press(m, "o") // back to the inventory's order
+	if got := order(); got != "rack r1 srv-01 srv-02 srv-03 srv-04 rack r2 srv-05 srv-06 srv-07 srv-08" {
+		t.Errorf("inventory order: %q", got)
+	}
+}

@@ -10,7 +10,7 @@ type Keys struct {
 	Up, Down, PageUp, PageDown, Top, Bottom key.Binding
 	Enter, Back, Filter                     key.Binding
 	Cancel, Drain, Submit                   key.Binding
-	Undrain, Hold, Release, Sort            key.Binding
+	Undrain, Hold, Release, Sort, Reverse   key.Binding
 	Faster, Slower                          key.Binding
 	NextTab, PrevTab                        key.Binding
 	Tab1, Tab2, Tab3, Tab4, Tab5, Tab6      key.Binding
@@ -38,7 +38,8 @@ func DefaultKeys() Keys {
 		Undrain:  b("u", "undrain server", "u"),
 		Hold:     b("h", "hold job", "h"),
 		Release:  b("H", "release job", "H"),
-		Sort:     b("o", "sort order", "o"),
+		Sort:     b("o", "sort by the next column", "o"),
+		Reverse:  b("O", "reverse the order", "O"),
 		Submit:   b("s", "submit spec", "s"),
 		Faster:   b("+", "faster", "+", "="),
 		Slower:   b("-", "slower", "-"),

@@ -6,6 +6,7 @@ package history
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"charm.land/bubbles/v2/key"
@@ -22,6 +23,7 @@ type Model struct {
 
 	width, height int
 	rows          []data.HistoryRow
+	order         common.Sorter[data.HistoryRow]
 	cursor        int
 	offset        int
 	loaded        bool
@@ -29,7 +31,37 @@ type Model struct {
 }
 
 // New is an empty history screen.
-func New(st common.Styles, keys common.Keys) *Model { return &Model{st: st, keys: keys} }
+func New(st common.Styles, keys common.Keys) *Model {
+	return &Model{st: st, keys: keys, order: common.Sorter[data.HistoryRow]{Keys: sortKeys()}}
+}
+
+// sortKeys are the orders "o" cycles through ("O" reverses): newest
+// first, then by ID, name, tenant, state, completion time, queueing time
+// and restarts.
+func sortKeys() []common.SortKey[data.HistoryRow] {
+	return []common.SortKey[data.HistoryRow]{
+		{Title: "ENDED", Name: "end", Desc: true, Less: func(a, b data.HistoryRow) bool { return a.Ended.Before(b.Ended) }},
+		{Title: "ID", Name: "ID", Less: func(a, b data.HistoryRow) bool { return a.ID < b.ID }},
+		{Title: "NAME", Name: "name", Less: func(a, b data.HistoryRow) bool { return a.Name < b.Name }},
+		{Title: "TENANT", Name: "tenant", Less: func(a, b data.HistoryRow) bool { return a.Tenant < b.Tenant }},
+		{Title: "STATE", Name: "state", Less: func(a, b data.HistoryRow) bool { return a.State < b.State }},
+		{Title: "JCT", Right: true, Name: "completion time", Desc: true, Less: func(a, b data.HistoryRow) bool { return a.JCT < b.JCT }},
+		{Title: "QUEUED", Right: true, Name: "queueing time", Desc: true, Less: func(a, b data.HistoryRow) bool { return a.Queued < b.Queued }},
+		{Title: "RST", Right: true, Name: "restarts", Desc: true, Less: func(a, b data.HistoryRow) bool { return a.Restarts < b.Restarts }},
+	}
+}
+
+// reorder sorts the rows in the order in force, keeping the cursor on the
+// same job.
+func (m *Model) reorder(sel string) {
+	sort.SliceStable(m.rows, func(a, b int) bool { return m.order.Less(m.rows[a], m.rows[b]) })
+	m.cursor = 0
+	for i, r := range m.rows {
+		if r.ID == sel {
+			m.cursor = i
+		}
+	}
+}
 
 // SetSize implements common.Screen.
 func (m *Model) SetSize(w, h int) { m.width, m.height = w, h }
@@ -38,7 +70,9 @@ func (m *Model) SetSize(w, h int) { m.width, m.height = w, h }
 func (m *Model) Capturing() bool { return false }
 
 // Help implements common.Screen.
-func (m *Model) Help() []key.Binding { return append(m.keys.Moves(), m.keys.Enter) }
+func (m *Model) Help() []key.Binding {
+	return append(m.keys.Moves(), m.keys.Enter, m.keys.SortHelp())
+}
 
 // Selected is the job under the cursor ("" when none).
 func (m *Model) Selected() string {
@@ -57,16 +91,15 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 			return nil
 		}
 		sel := m.Selected()
-		m.rows, m.loaded, m.missing = msg.Rows, true, ""
-		m.cursor = 0
-		for i, r := range m.rows {
-			if r.ID == sel {
-				m.cursor = i
-			}
-		}
+		m.rows, m.loaded, m.missing = append(m.rows[:0], msg.Rows...), true, ""
+		m.reorder(sel)
 	case tea.KeyPressMsg:
 		if c, ok := m.keys.Move(msg, m.cursor, len(m.rows), m.height-3); ok {
 			m.cursor = c
+			return nil
+		}
+		if m.order.Update(msg, m.keys) {
+			m.reorder(m.Selected())
 			return nil
 		}
 		if key.Matches(msg, m.keys.Enter) {
@@ -99,10 +132,15 @@ func (m *Model) View() string {
 			cancelled++
 		}
 	}
+	summary := fmt.Sprintf("%d ended: %d finished · %d failed · %d cancelled", len(m.rows), finished, failed, cancelled)
+	if !m.order.Default() {
+		summary += " · " + m.order.Label()
+	}
+	hdr := "  " + common.Pad("ID", 9) + common.Pad("NAME", 13) + common.Pad("TENANT", 9) + common.Pad("STATE", 10) +
+		common.PadLeft("JCT", 7) + common.PadLeft("QUEUED", 7) + common.PadLeft("RST", 4) + common.PadLeft("ITERS", 8) + "  ENDED"
 	lines := []string{
-		common.Truncate(fmt.Sprintf("%d ended: %d finished · %d failed · %d cancelled", len(m.rows), finished, failed, cancelled), m.width),
-		m.st.Header.Render(common.Truncate("  "+common.Pad("ID", 9)+common.Pad("NAME", 13)+common.Pad("TENANT", 9)+common.Pad("STATE", 10)+
-			common.PadLeft("JCT", 7)+common.PadLeft("QUEUED", 7)+common.PadLeft("RST", 4)+common.PadLeft("ITERS", 8)+"  ENDED", m.width)),
+		common.Truncate(summary, m.width),
+		m.st.Header.Render(common.Truncate(m.order.Mark(hdr), m.width)),
 	}
 	if len(m.rows) == 0 {
 		lines = append(lines, m.st.Faint.Render("  no job has ended yet"))

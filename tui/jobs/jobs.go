@@ -28,6 +28,7 @@ type Model struct {
 	all           []data.Job // as polled, by ID
 	filter        common.Input
 	filtering     bool
+	order         common.Sorter[data.Job]
 	cursor        int
 	offset        int
 	loaded        bool
@@ -35,7 +36,27 @@ type Model struct {
 
 // New is an empty jobs screen.
 func New(st common.Styles, keys common.Keys, pal *common.Palette) *Model {
-	return &Model{st: st, keys: keys, pal: pal, filter: common.Input{Prompt: "filter: "}}
+	return &Model{st: st, keys: keys, pal: pal, filter: common.Input{Prompt: "filter: "}, order: common.Sorter[data.Job]{Keys: sortKeys()}}
+}
+
+// sortKeys are the orders "o" cycles through ("O" reverses): by ID (the
+// order of submission), name, GPUs, progress and restarts.
+func sortKeys() []common.SortKey[data.Job] {
+	return []common.SortKey[data.Job]{
+		{Title: "ID", Name: "ID", Less: func(a, b data.Job) bool { return a.ID < b.ID }},
+		{Title: "NAME", Name: "name", Less: func(a, b data.Job) bool { return a.Name < b.Name }},
+		{Title: "GPUS", Right: true, Name: "GPUs", Desc: true, Less: func(a, b data.Job) bool { return a.GPUs() < b.GPUs() }},
+		{Title: "ITER", Right: true, Name: "progress", Desc: true, Less: func(a, b data.Job) bool { return progress(a) < progress(b) }},
+		{Title: "RST", Right: true, Name: "restarts", Desc: true, Less: func(a, b data.Job) bool { return a.Restarts < b.Restarts }},
+	}
+}
+
+// progress is the share of a job's iterations done (0 when unknown).
+func progress(j data.Job) float64 {
+	if j.TotalIterations <= 0 {
+		return 0
+	}
+	return float64(j.Iterations) / float64(j.TotalIterations)
 }
 
 // matches is the filter: every word must match; tenant: and class: match
@@ -45,8 +66,8 @@ func matches(j data.Job, q string) bool {
 	return common.Match(q, map[string]string{"tenant": j.Tenant, "class": j.Class}, j.ID, j.Name, j.Tenant, j.Class, j.PlanString, PlacementSummary(j.Placement))
 }
 
-// refilter shows the jobs the filter lets through, keeping the cursor on
-// the same job.
+// refilter shows the jobs the filter lets through in the order in force,
+// keeping the cursor on the same job.
 func (m *Model) refilter() {
 	sel := m.Selected()
 	m.jobs = m.jobs[:0]
@@ -55,6 +76,7 @@ func (m *Model) refilter() {
 			m.jobs = append(m.jobs, j)
 		}
 	}
+	sort.SliceStable(m.jobs, func(a, b int) bool { return m.order.Less(m.jobs[a], m.jobs[b]) })
 	m.cursor = 0
 	for i, j := range m.jobs {
 		if j.ID == sel {
@@ -74,7 +96,7 @@ func (m *Model) Capturing() bool { return m.filtering }
 
 // Help implements common.Screen.
 func (m *Model) Help() []key.Binding {
-	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel, m.keys.Filter)
+	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel, m.keys.Filter, m.keys.SortHelp())
 }
 
 // Selected is the job under the cursor ("" when none).
@@ -128,6 +150,8 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 		switch {
 		case key.Matches(msg, m.keys.Filter):
 			m.filtering = true
+		case m.order.Update(msg, m.keys):
+			m.refilter()
 		case key.Matches(msg, m.keys.Back):
 			if m.filter.Value() != "" {
 				m.filter.SetValue("")
@@ -182,7 +206,7 @@ func (m *Model) View() string {
 	}
 	lines := []string{
 		common.Truncate(m.summary(total), m.width),
-		m.st.Header.Render(common.Truncate(hdr, m.width)),
+		m.st.Header.Render(common.Truncate(m.order.Mark(hdr), m.width)),
 	}
 	if len(m.jobs) == 0 {
 		lines = append(lines, m.st.Faint.Render("  nothing runs"))
@@ -263,6 +287,9 @@ func (m *Model) summary(total int) string {
 	s := fmt.Sprintf("%d running on %d GPUs", len(m.all), total)
 	if f := m.filter.Value(); f != "" {
 		s += fmt.Sprintf(" · %d match %q (esc clears)", len(m.jobs), f)
+	}
+	if !m.order.Default() {
+		s += " · " + m.order.Label()
 	}
 	return s
 }

@@ -77,3 +77,31 @@ func TestFilter(t *testing.T) {
 		t.Errorf("esc did not clear the filter:\n%s", v)
 	}
 }
+
+// TestSortKeys: o cycles the sort column (name, then GPUs: most first), O
+// reverses, the header marks the column and the cursor keeps its job.
+func TestSortKeys(t *testing.T) {
+	m := newModel(140)
+	if h := strings.Split(m.View(), "\n")[1]; !strings.Contains(h, "ID▲") {
+		t.Errorf("default header %q", h)
+	}
+	m.Update(tuitest.Key("j"))
+	sel := m.Selected()
+	m.Update(tuitest.Key("o"))
+	m.Update(tuitest.Key("o")) // by GPUs, most first
+	jobs := m.Jobs()
+	for i := 1; i < len(jobs); i++ {
+		if jobs[i-1].GPUs() < jobs[i].GPUs() {
+			t.Fatalf("not most GPUs first: %s has %d, %s %d", jobs[i-1].ID, jobs[i-1].GPUs(), jobs[i].ID, jobs[i].GPUs())
+		}
+	}
+	v := strings.Split(m.View(), "\n")
+	if !strings.Contains(v[1], "▼GPUS") || !strings.Contains(v[0], "by GPUs ▼") || m.Selected() != sel {
+		t.Errorf("by GPUs (cursor on %s, was %s):\n%s", m.Selected(), sel, m.View())
+	}
+	m.Update(tuitest.Key("O"))
+	jobs = m.Jobs()
+	if jobs[0].GPUs() > jobs[len(jobs)-1].GPUs() || !strings.Contains(strings.Split(m.View(), "\n")[1], "▲GPUS") {
+		t.Errorf("O does not reverse:\n%s", m.View())
+	}
+}

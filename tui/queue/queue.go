@@ -31,7 +31,7 @@ type Model struct {
 	all           []data.QueueRow // as polled; rows is what the filter and order show
 	filter        common.Input
 	filtering     bool
-	order         int // index into orders
+	order         common.Sorter[data.QueueRow]
 	cursor        int
 	offset        int
 	loaded        bool
@@ -39,23 +39,34 @@ type Model struct {
 
 // New is an empty queue screen.
 func New(st common.Styles, keys common.Keys) *Model {
-	return &Model{st: st, keys: keys, filter: common.Input{Prompt: "filter: "}}
+	return &Model{st: st, keys: keys, filter: common.Input{Prompt: "filter: "}, order: common.Sorter[data.QueueRow]{Keys: sortKeys()}}
 }
 
-// orders are the sort orders "o" cycles through.
-var orders = []struct {
-	name string
-	less func(a, b data.QueueRow) bool
-}{
-	{"submission", func(a, b data.QueueRow) bool { return a.ID < b.ID }},
-	{"estimated start", func(a, b data.QueueRow) bool {
-		if a.HasETA != b.HasETA {
-			return a.HasETA
-		}
-		return a.HasETA && a.ETA < b.ETA
-	}},
-	{"longest wait", func(a, b data.QueueRow) bool { return a.Waited > b.Waited }},
-	{"most GPUs", func(a, b data.QueueRow) bool { return a.GPUs > b.GPUs }},
+// sortKeys are the orders "o" cycles through ("O" reverses): submission
+// first, then estimated start, wait, GPUs, tenant, name and Nw_sens.
+func sortKeys() []common.SortKey[data.QueueRow] {
+	return []common.SortKey[data.QueueRow]{
+		{Title: "ID", Name: "submission", Less: func(a, b data.QueueRow) bool { return a.ID < b.ID }},
+		{Title: "ETA", Right: true, Name: "estimated start", Less: func(a, b data.QueueRow) bool {
+			if a.HasETA != b.HasETA {
+				return a.HasETA
+			}
+			return a.HasETA && a.ETA < b.ETA
+		}},
+		{Title: "WAITED", Right: true, Name: "wait", Desc: true, Less: func(a, b data.QueueRow) bool { return a.Waited < b.Waited }},
+		{Title: "GPUS", Right: true, Name: "GPUs", Desc: true, Less: func(a, b data.QueueRow) bool { return a.GPUs < b.GPUs }},
+		{Title: "TENANT", Name: "tenant", Less: func(a, b data.QueueRow) bool { return a.Tenant < b.Tenant }},
+		{Title: "NAME", Name: "name", Less: func(a, b data.QueueRow) bool { return a.Name < b.Name }},
+		{Title: "NWSENS", Right: true, Name: "Nw_sens", Less: func(a, b data.QueueRow) bool { return nwSens(a) < nwSens(b) }},
+	}
+}
+
+// nwSens is a row's Nw_sens for sorting (rows without one last).
+func nwSens(r data.QueueRow) float64 {
+	if r.Timers == nil || !r.Timers.HasNwSens {
+		return 2
+	}
+	return min(max(r.Timers.NwSens, 0), 1)
 }
 
 // matches is the filter: every word must match; tenant:, state: and
@@ -74,7 +85,7 @@ func (m *Model) reshape() {
 			m.rows = append(m.rows, r)
 		}
 	}
-	sort.SliceStable(m.rows, func(a, b int) bool { return orders[m.order].less(m.rows[a], m.rows[b]) })
+	sort.SliceStable(m.rows, func(a, b int) bool { return m.order.Less(m.rows[a], m.rows[b]) })
 	m.cursor = 0
 	for i, r := range m.rows {
 		if r.ID == sel {
@@ -94,7 +105,7 @@ func (m *Model) Capturing() bool { return m.filtering }
 
 // Help implements common.Screen.
 func (m *Model) Help() []key.Binding {
-	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel, m.keys.Hold, m.keys.Release, m.keys.Filter, m.keys.Sort)
+	return append(m.keys.Moves(), m.keys.Enter, m.keys.Cancel, m.keys.Hold, m.keys.Release, m.keys.Filter, m.keys.SortHelp())
 }
 
 // Selected is the job under the cursor ("" when none).
@@ -131,8 +142,7 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 		switch {
 		case key.Matches(msg, m.keys.Filter):
 			m.filtering = true
-		case key.Matches(msg, m.keys.Sort):
-			m.order = (m.order + 1) % len(orders)
+		case m.order.Update(msg, m.keys):
 			m.reshape()
 		case key.Matches(msg, m.keys.Back):
 			if m.filter.Value() != "" {
@@ -274,7 +284,7 @@ func (m *Model) View() string {
 	hdr.WriteString("REASON")
 	lines := []string{
 		common.Truncate(m.summary(), m.width),
-		m.st.Header.Render(common.Truncate(hdr.String(), m.width)),
+		m.st.Header.Render(common.Truncate(m.order.Mark(hdr.String()), m.width)),
 	}
 	if len(m.rows) == 0 {
 		lines = append(lines, m.st.Faint.Render("  nothing waits"))
@@ -319,8 +329,8 @@ func (m *Model) summary() string {
 	if f := m.filter.Value(); f != "" {
 		s += fmt.Sprintf(" · %d match %q (esc clears)", len(m.rows), f)
 	}
-	if m.order != 0 {
-		s += " · by " + orders[m.order].name
+	if !m.order.Default() {
+		s += " · " + m.order.Label()
 	}
 	return s
 }

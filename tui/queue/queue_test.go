@@ -183,3 +183,31 @@ func TestFilterAndSort(t *testing.T) {
 		t.Errorf("sorted by ETA:\n%s", m.View())
 	}
 }
+
+// TestSortKeysReverseAndHeader: O reverses the order in force, o moves
+// to the next column; the header's arrow follows and the cursor stays on
+// its job.
+func TestSortKeysReverseAndHeader(t *testing.T) {
+	m := newModel(tuitest.Small().Queue, 160)
+	if h := header(m.View()); !strings.Contains(h, "ID▲") {
+		t.Errorf("default header %q", h)
+	}
+	m.Update(tuitest.Key("O")) // newest submission first
+	lines := strings.Split(m.View(), "\n")
+	if !strings.Contains(lines[2], "j-000008") || !strings.Contains(lines[1], "ID▼") || !strings.Contains(lines[0], "by submission ▼") {
+		t.Errorf("O:\n%s", m.View())
+	}
+	if m.Selected() != "j-000006" {
+		t.Errorf("the cursor left j-000006 for %s", m.Selected())
+	}
+	m.Update(tuitest.Key("o"))
+	m.Update(tuitest.Key("o")) // longest wait first: j-000008 (3h)
+	lines = strings.Split(m.View(), "\n")
+	if !strings.Contains(lines[2], "j-000008") || !strings.Contains(lines[1], "▼WAITED") || strings.Contains(lines[1], "ID▲") {
+		t.Errorf("by wait:\n%s", m.View())
+	}
+	m.Update(tuitest.Key("o")) // most GPUs first: j-000006 (16)
+	if lines = strings.Split(m.View(), "\n"); !strings.Contains(lines[2], "j-000006") || !strings.Contains(lines[1], "▼GPUS") {
+		t.Errorf("by GPUs:\n%s", m.View())
+	}
+}
