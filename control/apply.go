@@ -286,10 +286,8 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 	for _, t := range dec.Timers {
 		d.timers[t.Job] = t
 	}
-	if evs := d.timerEvents(snap.Now, dec.Timers); len(evs) > 0 {
-		if err := d.write(ctx, nil, Batch{Events: evs}, nil); err != nil {
-			errs = append(errs, fmt.Errorf("round: timer events: %w", err))
-		}
+	if err := d.noteTimers(ctx, snap.Now, dec.Timers); err != nil {
+		errs = append(errs, fmt.Errorf("round: timer events: %w", err))
 	}
 	if len(dec.Observed) > 0 {
 		var b Batch

@@ -11,6 +11,7 @@ package control
 // new value came from.
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -41,21 +42,31 @@ type TimerChange struct {
 	Starts int `json:"starts"`
 }
 
-// timerEvents returns the events for the waiting jobs whose server or
-// rack timer now expires later than the daemon last said, and remembers
-// the new timers; jobs no longer waiting are forgotten. now is the round's
-// clock (Unix seconds); the caller holds d.mu.
-func (d *Daemon) timerEvents(now float64, timers []sched.JobTimers) []Event {
-	if d.timerMarks == nil {
-		d.timerMarks = map[string]timerMark{}
+// noteTimers stores a "timer" event for each waiting job whose server or
+// rack timer now expires later than the daemon last said, then remembers
+// the round's timers (jobs no longer waiting are forgotten). When the
+// store fails, the timers are not remembered, so the next round emits the
+// events again. now is the round's clock (Unix seconds); the caller holds
+// d.mu.
+func (d *Daemon) noteTimers(ctx context.Context, now float64, timers []sched.JobTimers) error {
+	evs, marks := d.timerEvents(now, timers)
+	if len(evs) == 0 {
+		d.timerMarks = marks
+		return nil
 	}
+	return d.write(ctx, nil, Batch{Events: evs}, func() { d.timerMarks = marks })
+}
+
+// timerEvents returns the events for the waiting jobs whose server or
+// rack timer expires later than in d.timerMarks, and the marks of this
+// round's timers.
+func (d *Daemon) timerEvents(now float64, timers []sched.JobTimers) ([]Event, map[string]timerMark) {
 	var evs []Event
-	seen := make(map[string]bool, len(timers))
+	marks := make(map[string]timerMark, len(timers))
 	for _, t := range timers {
-		seen[t.Job] = true
 		m := timerMark{since: now - t.Starved, gpus: t.GPUs, server: t.ServerTimer, rack: t.RackTimer}
 		old, ok := d.timerMarks[t.Job]
-		d.timerMarks[t.Job] = m
+		marks[t.Job] = m
 		// A job that ran in between starts starving afresh: its timers
 		// restart with it, and its start and preemption say so.
 		if !ok || abs(old.since-m.since) > 1 {
@@ -77,12 +88,7 @@ func (d *Daemon) timerEvents(now float64, timers []sched.JobTimers) []Event {
 			evs = append(evs, d.ev("timer", t.Job, "", timerWhy(ch, old), ch))
 		}
 	}
-	for id := range d.timerMarks {
-		if !seen[id] {
-			delete(d.timerMarks, id)
-		}
-	}
-	return evs
+	return evs, marks
 }
 
 // timerWhy is a timer event's message: "rack timer retuned 12m → 18m

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +102,56 @@ func TestTimerMovedLaterHasOneEventThatSaysWhy(t *testing.T) {
 	round()
 	if evs := timerEventsOf(t, st); len(evs) != 1 {
 		t.Errorf("a shorter timer made events: %+v", evs[1:])
+	}
+}
+
+// failTimers fails the store's commits that carry a "timer" event while
+// fail is set.
+type failTimers struct {
+	Store
+	fail bool
+}
+
+func (f *failTimers) Commit(ctx context.Context, b Batch) ([]int64, error) {
+	for _, e := range b.Events {
+		if f.fail && e.Kind == "timer" {
+			return nil, errors.New("disk full")
+		}
+	}
+	return f.Store.Commit(ctx, b)
+}
+
+// A timer event the store could not keep is emitted again at the next
+// round: the later timer is never shown without it.
+func TestTimerEventRetriedAfterAStoreFailure(t *testing.T) {
+	ctx := context.Background()
+	sq, _ := openTest(t)
+	st := &failTimers{Store: sq}
+	d, c := newDaemon(t, st, &recorder{}, "dally")
+	d.Submit(ctx, spec(t, "big", 16, jobspec.Guaranteed))
+	d.Round(ctx)
+	small, _ := d.Submit(ctx, spec(t, "small", 8, jobspec.BestEffort))
+	at := float64(c.now().Add(-time.Hour).Unix())
+	d.mu.Lock()
+	d.history.Add(sched.TimerObs{Tier: perf.TierServer, GPUs: 8, At: at, Wait: 600})
+	d.mu.Unlock()
+	d.Round(ctx)
+	c.advance(time.Second)
+	d.mu.Lock()
+	d.history.Add(sched.TimerObs{Tier: perf.TierServer, GPUs: 8, At: at, Wait: 1800})
+	d.mu.Unlock()
+	st.fail = true
+	if _, err := d.Round(ctx); err == nil || !strings.Contains(err.Error(), "timer events") {
+		t.Fatalf("round with the store failing: %v", err)
+	}
+	if evs := timerEventsOf(t, sq); len(evs) != 0 {
+		t.Fatalf("events stored although the store failed: %+v", evs)
+	}
+	st.fail = false
+	c.advance(time.Second)
+	d.Round(ctx)
+	evs := timerEventsOf(t, sq)
+	if len(evs) != 1 || evs[0].JobID != small.ID || !strings.Contains(evs[0].Msg, "server timer retuned 10m → 48m17s") {
+		t.Errorf("after the store recovered: %+v", evs)
 	}
 }
