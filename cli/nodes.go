@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -164,14 +165,18 @@ func writeDaemonNodes(w io.Writer, nodes []control.NodeView, perGPU bool) error 
 	fmt.Fprintln(tw, "SERVER\tRACK\tSTATE\tGPUS\tFREE\tUTIL\tMEMORY\tTEMP\tPOWER\tECC/XID\tIDLE HELD\tJOBS")
 	states := map[string]int{}
 	var order []string
-	total, free := 0, 0
+	total, free, elsewhere := 0, 0, 0
 	for _, n := range nodes {
 		if states[n.State] == 0 {
 			order = append(order, n.State)
 		}
 		states[n.State]++
 		total += n.GPUs
-		free += n.FreeGPUs
+		if n.State == "up" {
+			free += n.FreeGPUs
+		} else {
+			elsewhere += n.FreeGPUs // a drained, suspect or down server takes no job
+		}
 		util, mem, temp, power, errs := "-", "-", "-", "-", "-"
 		if len(n.GPUStats) > 0 {
 			var u, used, tot, hot, pw float64
@@ -209,7 +214,15 @@ func writeDaemonNodes(w io.Writer, nodes []control.NodeView, perGPU bool) error 
 	if len(nodes) > 0 && !nodes[0].AsOf.IsZero() {
 		asOf = " · as of " + nodes[0].AsOf.Local().Format("15:04:05")
 	}
-	fmt.Fprintf(w, "%d servers: %s · %d GPUs, %d free%s\n", len(nodes), strings.Join(parts, ", "), total, free, asOf)
+	servers := "servers"
+	if len(nodes) == 1 {
+		servers = "server"
+	}
+	more := ""
+	if elsewhere > 0 {
+		more = fmt.Sprintf(" (and %d on servers that take no jobs)", elsewhere)
+	}
+	fmt.Fprintf(w, "%d %s: %s · %d GPUs, %d free%s%s\n", len(nodes), servers, strings.Join(parts, ", "), total, free, more, asOf)
 	for _, n := range nodes {
 		byJob := map[string][]int{}
 		for _, g := range n.IdleHeld {
@@ -236,7 +249,13 @@ func writeDaemonNodes(w io.Writer, nodes []control.NodeView, perGPU bool) error 
 
 // writeNodeGPUs prints one line per GPU of each server.
 func writeNodeGPUs(w io.Writer, nodes []control.NodeView) error {
-	tw := newTable(w)
+	var buf bytes.Buffer
+	defer func() {
+		for _, l := range strings.SplitAfter(buf.String(), "\n") {
+			io.WriteString(w, strings.TrimRight(l, " \n")+strings.Repeat("\n", strings.Count(l, "\n")))
+		}
+	}()
+	tw := newTable(&buf)
 	fmt.Fprintln(tw, "SERVER\tGPU\tJOB\tUTIL\tMEMORY\tTEMP\tPOWER\tECC\tXID\tNOTE")
 	for _, n := range nodes {
 		idle := map[int]bool{}

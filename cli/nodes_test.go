@@ -113,3 +113,35 @@ func TestNodesAsksTheDaemon(t *testing.T) {
 		t.Errorf("unknown server: %v", err)
 	}
 }
+
+// TestNodesTableStates: drained, suspect and down servers read as such,
+// their GPUs are not counted free, and what needs a look is named under
+// the table.
+func TestNodesTableStates(t *testing.T) {
+	gpu := func(i int, util float64) control.GPUStat {
+		return control.GPUStat{Index: i, UtilPct: util, MemUsedGB: 40, MemTotalGB: 80, TempC: 60, PowerW: 300, XidErrors: map[bool]int{true: 1}[i == 1]}
+	}
+	nodes := []control.NodeView{
+		{ServerInfo: control.ServerInfo{Name: "a1", Rack: "r1", GPUs: 2}, State: "up", GPUOwners: []string{"j-7", ""}, FreeGPUs: 1,
+			GPUStats: []control.GPUStat{gpu(0, 1), gpu(1, 0)}, IdleHeld: []int{0}},
+		{ServerInfo: control.ServerInfo{Name: "a2", Rack: "r1", GPUs: 2}, State: "drained", Drained: true, GPUOwners: []string{"", ""}, FreeGPUs: 2},
+		{ServerInfo: control.ServerInfo{Name: "a3", Rack: "r1", GPUs: 2}, State: "suspect", Suspect: true, SuspectWhy: "launches of j-1, j-2 failed there", GPUOwners: []string{"", ""}, FreeGPUs: 2},
+		{ServerInfo: control.ServerInfo{Name: "a4", Rack: "r1", GPUs: 2}, State: "down", Missed: 3, GPUOwners: []string{"", ""}},
+	}
+	var b strings.Builder
+	if err := writeDaemonNodes(&b, nodes, false); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"4 servers: 1 up, 1 drained, 1 suspect, 1 down · 8 GPUs, 1 free (and 4 on servers that take no jobs)",
+		"a1 [0]: held by j-7 but idle (under 5% utilisation)",
+		"a3 is suspect: launches of j-1, j-2 failed there",
+		"a4 is down: 3 heartbeats missed",
+		"0/1", "j-7 [0]",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+}
