@@ -26,7 +26,7 @@ func runSplit(t *testing.T, args ...string) (stdout, stderr string, err error) {
 }
 
 // TestDeployAndNodesCLI drives `replan trust`, `replan deploy` and `replan
-// nodes` against one real sshd on loopback (fleet/e2e_test.go covers
+// nodes --direct` against one real sshd on loopback (fleet/e2e_test.go covers
 // several servers in network namespaces).
 func TestDeployAndNodesCLI(t *testing.T) {
 	if testing.Short() {
