@@ -42,7 +42,7 @@ type NodesOptions struct {
 }
 
 // Node is one server's state. Its JSON form is the stable schema of
-// `replan nodes --json` (docs/agent.md).
+// `replan nodes --direct --json` (docs/agent.md).
 type Node struct {
 	Server string `json:"server"`
 	Addr   string `json:"addr"`
