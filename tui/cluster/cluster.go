@@ -318,6 +318,9 @@ func (m *Model) summary() string {
 	if down > 0 {
 		s += " · " + m.st.Bad.Render(fmt.Sprintf("%d unreachable", down))
 	}
+	if !m.sorter.Default() {
+		s += " · " + m.sorter.Label() + " in each rack"
+	}
 	return common.Truncate(s, m.width)
 }
 

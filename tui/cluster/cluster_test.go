@@ -107,7 +107,7 @@ func TestSortWithinRacks(t *testing.T) {
 	press(m, "o")
 	v := m.View()
 	lines := strings.Split(v, "\n")
-	if !strings.Contains(lines[1], "▼FREE") || m.Selected() != "srv-02" {
+	if !strings.Contains(lines[1], "▼FREE") || !strings.Contains(lines[0], "by free GPUs ▼ in each rack") || m.Selected() != "srv-02" {
 		t.Fatalf("by free GPUs (cursor on %s):\n%s", m.Selected(), v)
 	}
 	order := func() string {
