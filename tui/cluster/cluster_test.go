@@ -102,7 +102,7 @@ func BenchmarkViewCluster1024(b *testing.B) {
 // racks stay where they are, the cursor keeps
 // its server and the header marks the column.
 func TestSortWithinRacks(t *testing.T) {
-	m := newModel(tuitest.Small().Nodes, 80, 22)
+	m := newModel(tuitest.Small().Nodes, 120, 22)
 	press(m, "j") // srv-02
 	press(m, "o")
 	v := m.View()
