@@ -324,6 +324,29 @@ request: {gpus: 4, cpus: 4, plan: "dp=4,tp=1,pp=1,mb=2,ga=2"}
 		_ = json.Unmarshal(rec.Placement, &pl)
 		return len(pl)
 	}
+	// profiledSPS is the starting model's prediction (the profiled
+	// forward, before the daemon refits it online) of a job record's
+	// plan and placement.
+	profiledSPS := func(rec control.JobRecord) float64 {
+		var p perf.Plan
+		var pl []struct {
+			GPUs []int `json:"gpus"`
+		}
+		if json.Unmarshal(rec.Plan, &p) != nil || json.Unmarshal(rec.Placement, &pl) != nil {
+			return 0
+		}
+		var place perf.Placement
+		for _, s := range pl {
+			place = append(place, len(s.GPUs))
+		}
+		m := perf.DefaultModel(refSpec.Arch, perf.A800)
+		m.Forward = fwd
+		b, err := m.Predict(p, perf.Resources{Placement: place, CPUsPerGPU: 1})
+		if err != nil {
+			return 0
+		}
+		return b.Throughput(refSpec.Arch.GlobalBatch)
+	}
 	var first control.JobDetail
 	poll(t, ctx, "the torch job running on 2 servers with measured throughput", 120*time.Second, func() error {
 		first = detail(id)
@@ -342,8 +365,8 @@ request: {gpus: 4, cpus: 4, plan: "dp=4,tp=1,pp=1,mb=2,ga=2"}
 			started = dr.Reason
 		}
 	}
-	t.Logf("torch job %s started by the replan policy (%s), running on 2 servers at %s: %d iterations, measured %.2f samples/s, predicted %.2f samples/s (plan %s)",
-		id, started, time.Since(began).Round(time.Millisecond), first.Job.Iterations, first.Throughput.MeasuredSPS, first.Throughput.PredictedSPS, first.Job.Plan)
+	t.Logf("torch job %s started by the replan policy (%s), running on 2 servers at %s: %d iterations, measured %.2f samples/s, predicted %.2f samples/s (the profiled model: %.2f; plan %s)",
+		id, started, time.Since(began).Round(time.Millisecond), first.Job.Iterations, first.Throughput.MeasuredSPS, first.Throughput.PredictedSPS, profiledSPS(first.Job), first.Job.Plan)
 
 	// A guaranteed job whose promise (its request's predicted throughput,
 	// packed) needs 4 GPUs, two whole servers: the policy places it at
@@ -391,8 +414,8 @@ request: {gpus: 4, cpus: 4, plan: "dp=4,tp=1,pp=1,mb=4,ga=1"}
 			how = fmt.Sprintf("%s (%s)", dr.Kind, dr.Reason)
 		}
 	}
-	t.Logf("torch job on 1 server at %s after %s: plan %s, %d iterations, measured %.2f samples/s, predicted %.2f samples/s",
-		time.Since(began).Round(time.Millisecond), how, shrunk.Job.Plan, shrunk.Job.Iterations, shrunk.Throughput.MeasuredSPS, shrunk.Throughput.PredictedSPS)
+	t.Logf("torch job on 1 server at %s after %s: plan %s, %d iterations, measured %.2f samples/s, predicted %.2f samples/s (the profiled model: %.2f)",
+		time.Since(began).Round(time.Millisecond), how, shrunk.Job.Plan, shrunk.Job.Iterations, shrunk.Throughput.MeasuredSPS, shrunk.Throughput.PredictedSPS, profiledSPS(shrunk.Job))
 
 	// Kill the daemon while both run; a new one adopts them.
 	if err := d.Process.Signal(syscall.SIGKILL); err != nil {
@@ -423,8 +446,8 @@ request: {gpus: 4, cpus: 4, plan: "dp=4,tp=1,pp=1,mb=4,ga=1"}
 	if last.Job.Iterations != iterations {
 		t.Errorf("torch job finished at %d iterations, want %d", last.Job.Iterations, iterations)
 	}
-	t.Logf("both jobs finished at %s; torch job: %d restarts; last seen running at iteration %d on %d server(s): measured %.2f samples/s, predicted %.2f samples/s",
-		time.Since(began).Round(time.Millisecond), last.Job.Restarts, late.Job.Iterations, servers(late.Job), late.Throughput.MeasuredSPS, late.Throughput.PredictedSPS)
+	t.Logf("both jobs finished at %s; torch job: %d restarts; last seen running at iteration %d on %d server(s): measured %.2f samples/s (the profiled model predicts %.2f)",
+		time.Since(began).Round(time.Millisecond), last.Job.Restarts, late.Job.Iterations, servers(late.Job), late.Throughput.MeasuredSPS, profiledSPS(late.Job))
 
 	// What the trainer logged: every iteration once, DP 4 then DP 2.
 	e2e := readLossLog(t, lossLog)
