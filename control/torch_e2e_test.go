@@ -324,6 +324,15 @@ request: {gpus: 4, cpus: 4, plan: "dp=4,tp=1,pp=1,mb=2,ga=2"}
 		_ = json.Unmarshal(rec.Placement, &pl)
 		return len(pl)
 	}
+	serverNames := func(rec control.JobRecord) string {
+		var pl []launch.Server
+		_ = json.Unmarshal(rec.Placement, &pl)
+		var names []string
+		for _, s := range pl {
+			names = append(names, s.Name)
+		}
+		return strings.Join(names, ", ")
+	}
 	// profiledSPS is the starting model's prediction (the profiled
 	// forward, before the daemon refits it online) of a job record's
 	// plan and placement.
@@ -365,12 +374,17 @@ request: {gpus: 4, cpus: 4, plan: "dp=4,tp=1,pp=1,mb=2,ga=2"}
 			started = dr.Reason
 		}
 	}
-	t.Logf("torch job %s started by the replan policy (%s), running on 2 servers at %s: %d iterations, measured %.2f samples/s, predicted %.2f samples/s (the profiled model: %.2f; plan %s)",
-		id, started, time.Since(began).Round(time.Millisecond), first.Job.Iterations, first.Throughput.MeasuredSPS, first.Throughput.PredictedSPS, profiledSPS(first.Job), first.Job.Plan)
+	t.Logf("torch job %s started by the replan policy (%s), running on %s at %s: %d iterations, measured %.2f samples/s, predicted %.2f samples/s (the profiled model: %.2f; plan %s)",
+		id, started, serverNames(first.Job), time.Since(began).Round(time.Millisecond), first.Job.Iterations, first.Throughput.MeasuredSPS, first.Throughput.PredictedSPS, profiledSPS(first.Job), first.Job.Plan)
 
 	// A guaranteed job whose promise (its request's predicted throughput,
 	// packed) needs 4 GPUs, two whole servers: the policy places it at
 	// that minRes by shrinking the best-effort torch job to one server.
+	// Algorithm 1 picks its servers node by node, the roomiest first (a
+	// best-effort job's GPUs count as room), ties by index: the first two.
+	// The policy started the torch job on the last two, so it keeps the
+	// third. (Started on the first two it would be preempted while the
+	// third stood free: docs/jobspec.md, "What ran for real".)
 	holder, err := client.Submit(ctx, "holder.yaml", fmt.Appendf(nil, `version: 1
 name: holder
 tenant: research
@@ -408,14 +422,21 @@ request: {gpus: 4, cpus: 4, plan: "dp=4,tp=1,pp=1,mb=4,ga=1"}
 		}
 		return nil
 	})
+	// The policy shrank it: one reconfigure, no preemption (a job
+	// preempted and started again on one server would also be there).
 	var how string
+	kinds := map[string]int{}
 	for _, dr := range shrunk.Decisions {
-		if dr.Kind == "reconfigure" || dr.Kind == "preempt" {
+		kinds[dr.Kind]++
+		if dr.Kind == "reconfigure" {
 			how = fmt.Sprintf("%s (%s)", dr.Kind, dr.Reason)
 		}
 	}
-	t.Logf("torch job on 1 server at %s after %s: plan %s, %d iterations, measured %.2f samples/s, predicted %.2f samples/s (the profiled model: %.2f)",
-		time.Since(began).Round(time.Millisecond), how, shrunk.Job.Plan, shrunk.Job.Iterations, shrunk.Throughput.MeasuredSPS, shrunk.Throughput.PredictedSPS, profiledSPS(shrunk.Job))
+	if kinds["reconfigure"] != 1 || kinds["preempt"] != 0 {
+		t.Fatalf("torch job decisions %v: want one reconfigure and no preemption", kinds)
+	}
+	t.Logf("torch job on server %s (it ran on %s) at %s after %s: plan %s, %d iterations, measured %.2f samples/s, predicted %.2f samples/s (the profiled model: %.2f)",
+		serverNames(shrunk.Job), serverNames(first.Job), time.Since(began).Round(time.Millisecond), how, shrunk.Job.Plan, shrunk.Job.Iterations, shrunk.Throughput.MeasuredSPS, shrunk.Throughput.PredictedSPS, profiledSPS(shrunk.Job))
 
 	// Kill the daemon while both run; a new one adopts them.
 	if err := d.Process.Signal(syscall.SIGKILL); err != nil {
