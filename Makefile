@@ -23,8 +23,9 @@ test:
 
 # Real distributed training through replan (issue 13): the trainer fixture
 # (control/testdata/torchtrainer) under Debian's torch with real torchrun
-# over the sshd test hosts, reconfigured DP 4 -> 2 by the daemon, compared
-# with an uninterrupted run. Ends with its one summary line. Skips (with a
+# over the sshd test hosts, placed on 2 servers x 2 processes and shrunk
+# DP 4 -> 2 for a guaranteed job by replan's default policy (on the
+# trainer's profiled devices), compared with an uninterrupted run. Ends with its one summary line. Skips (with a
 # message) where torch is missing, unless CI=true, where that fails.
 TORCH_PYTHON ?= /usr/bin/python3
 e2e-torch:

@@ -47,16 +47,22 @@ type testDaemonConfig struct {
 	RemoteDir string `json:"remote_dir"`
 	DB        string `json:"db"`
 	Socket    string `json:"socket"`
-	// Policy is the scheduling policy: "" is morphling, "shrink-to-fit"
-	// the torch end-to-end test's scripted one (torch_policy_test.go).
+	// Policy is the scheduling policy by name (sched.NewWithRestartCost,
+	// a restart priced at 5 s): "" is morphling.
 	Policy string `json:"policy,omitempty"`
+	// Forwards are profiled forward passes of model types on the test
+	// hosts' devices, by model name: the daemon's starting model of such a
+	// type is perf.DefaultModel with this Forward (what `replan daemon
+	// --data` gives it for the profiled Morphling models); other types get
+	// perf.DefaultModel.
+	Forwards map[string]perf.Forward `json:"forwards,omitempty"`
 	// WaitTimeoutS is the SSH executor's WaitTimeout in seconds (0: 60).
 	WaitTimeoutS int `json:"wait_timeout_s,omitempty"`
 }
 
 // runTestDaemon is `replan daemon --executor ssh` in miniature: the SSH
-// executor over a fleet, the morphling policy, a short tick, the API on a
-// unix socket. It runs until killed.
+// executor over a fleet, the policy it names (morphling by default), a
+// short tick, the API on a unix socket. It runs until killed.
 func runTestDaemon(path string) error {
 	ctx := context.Background()
 	raw, err := os.ReadFile(path)
@@ -92,11 +98,20 @@ func runTestDaemon(path string) error {
 		return err
 	}
 	defer st.Close()
-	var policy sched.Policy = shrinkToFit{}
-	if cfg.Policy != "shrink-to-fit" {
-		if policy, err = sched.NewWithRestartCost("morphling", 5); err != nil {
-			return err
+	name := cfg.Policy
+	if name == "" {
+		name = "morphling"
+	}
+	policy, err := sched.NewWithRestartCost(name, 5)
+	if err != nil {
+		return err
+	}
+	model := func(a perf.Arch) perf.Model {
+		m := perf.DefaultModel(a, perf.A800)
+		if f, ok := cfg.Forwards[a.Name]; ok {
+			m.Forward = f
 		}
+		return m
 	}
 	var servers []control.ServerInfo
 	for _, s := range inv.Servers {
@@ -106,7 +121,7 @@ func runTestDaemon(path string) error {
 	for _, t := range inv.Tenants {
 		tenants = append(tenants, control.TenantInfo{Name: t.Name, QuotaGPUs: t.GPUQuota})
 	}
-	d, err := control.New(ctx, control.Config{Store: st, Exec: ex, Policy: policy, Servers: servers, Tenants: tenants, Logger: log, ProgressEvery: 200 * time.Millisecond})
+	d, err := control.New(ctx, control.Config{Store: st, Exec: ex, Policy: policy, Servers: servers, Tenants: tenants, Model: model, Logger: log, ProgressEvery: 200 * time.Millisecond})
 	if err != nil {
 		return err
 	}

@@ -26,8 +26,18 @@ the iteration, agree (all-reduce), save a checkpoint in Megatron's layout
 RNG state and the sample counter, and exit 0. With --load it resumes at the
 next iteration with any DP size.
 
+Each rank is one "GPU": a CPU process that does the math (float64, one
+thread) and, with TRAINER_FORWARD_S, drives an emulated device: a forward
+pass over n samples also spends n * TRAINER_FORWARD_S seconds of device
+time, its backward twice that (a transformer's backward is about twice its
+forward: perf's k_bwd = 2), waited for the way a host thread waits for its
+GPU. Device time runs in parallel across ranks, so throughput grows with DP
+however few cores the machine has; the CPU math alone would not (the test
+machine has two cores for all its ranks). profile.py measures a forward
+pass of this device the way a profiler measures a GPU's.
+
 Environment (for tests only, none changes the math):
-  TRAINER_ITER_SLEEP  seconds to sleep after each iteration (pacing)
+  TRAINER_FORWARD_S   emulated device seconds per sample of a forward pass
   TRAINER_LOSS_LOG    file rank 0 appends "iteration loss" lines to
 """
 
@@ -122,6 +132,16 @@ class GPT(nn.Module):
         for blk in self.blocks:
             x = blk(x)
         return self.head(self.ln(x))
+
+
+def device(seconds):
+    """Waits for the emulated device (see the module's doc)."""
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+def forward_s():
+    return float(os.environ.get("TRAINER_FORWARD_S", "0") or 0)
 
 
 def sample(seed, n, seq, vocab):
@@ -233,7 +253,7 @@ def main():
               f"global batch {gb}, {'resuming at iteration ' + str(it + 1) if it else 'starting at iteration 1'}", flush=True)
     ddp = DDP(model)
     start = it
-    pace = float(os.environ.get("TRAINER_ITER_SLEEP", "0") or 0)
+    fwd_s = forward_s()
     loss_log = os.environ.get("TRAINER_LOSS_LOG") if rank == 0 else None
     while it < args.train_iters:
         t0 = time.time()
@@ -245,6 +265,7 @@ def main():
             first = base + m * mb * dp + rank * mb
             x = torch.stack([sample(args.seed, first + j, args.seq_length, args.vocab_size) for j in range(mb)])
             logits = ddp(x[:, :-1])
+            device(fwd_s * mb)
             per_token = F.cross_entropy(logits.reshape(-1, args.vocab_size), x[:, 1:].reshape(-1), reduction="none")
             per_sample = per_token.view(mb, -1).mean(dim=1)
             loss = per_sample.sum() / gb
@@ -254,11 +275,10 @@ def main():
                     (loss * dp).backward()
             else:
                 (loss * dp).backward()  # DDP averages over DP: the gradient of the global mean
+            device(2 * fwd_s * mb)
         opt.step()
         consumed += gb
         dist.all_reduce(total)
-        if pace > 0:
-            time.sleep(pace)
         # Every rank agrees whether to stop (Megatron's exit-signal handler).
         flag = torch.tensor([1.0 if stop["signal"] else 0.0])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
