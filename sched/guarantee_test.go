@@ -79,3 +79,48 @@ func TestGuaranteedShrinksUntilItFits(t *testing.T) {
 		}
 	}
 }
+
+// TestGuaranteedTakesAFreeServerFirst: a guaranteed job whose minRes
+// needs two servers, where a best-effort job holds servers 0 and 1 and
+// server 2 is free. Algorithm 1 places it node by node on the roomiest
+// servers; the three are equally roomy (the best-effort job's GPUs count
+// as room), and the pick used to break that tie by index alone: servers
+// 0 and 1, so the best-effort job was shrunk on both, i.e. preempted,
+// while a whole server stood idle. Among equally roomy servers the one
+// with free GPUs comes first: the job takes server 2 and one of the
+// other job's servers, which is shrunk to the remaining one.
+func TestGuaranteedTakesAFreeServerFirst(t *testing.T) {
+	bert, gpt2 := model(t, "bert"), model(t, "gpt2")
+	be := waiting(t, "be", bert, 4, 0)
+	be.Alloc = []sched.Alloc{{Server: 0, GPUs: 2, CPUs: 16}, {Server: 1, GPUs: 2, CPUs: 16}}
+	be.Plan = bestPlan(t, bert, perf.Placement{2, 2})
+	be.ItersDone = 1
+	g := waiting(t, "g", gpt2, 4, 5)
+	g.Class, g.Tenant = sched.Guaranteed, "A"
+	for _, p := range []sched.Policy{sched.NewMorphling(cheap()), sched.NewReplan(cheap(), sched.DefaultNetOptions())} {
+		if mr := p.(*sched.Morphling).MinRes(&g, 2); mr.GPUs < 3 {
+			t.Fatalf("%s: minRes %d GPUs fits one server of 2: not the case under test", p.Name(), mr.GPUs)
+		}
+		s := snapshot(servers(3, 2), be, g)
+		s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: 6}, {Name: "B"}}
+		d := p.Schedule(s)
+		st, ok := find(d, "g")
+		if !ok || st.Kind != sched.Start {
+			t.Errorf("%s: guaranteed job not started: %q", p.Name(), reason(d, "g"))
+			continue
+		}
+		onFree := false
+		for _, a := range st.Alloc {
+			onFree = onFree || a.Server == 2
+		}
+		if !onFree {
+			t.Errorf("%s: started on %+v, not on the free server 2", p.Name(), st.Alloc)
+		}
+		if v, ok := find(d, "be"); !ok || v.Kind != sched.Reconfigure || v.Placement.GPUs() != 2 {
+			t.Errorf("%s: best-effort job: %v, want it shrunk to one server of 2 GPUs", p.Name(), v)
+		}
+		if err := sched.CheckInvariants(s, d); err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -968,7 +968,20 @@ func (p *Morphling) packedGrow(st *state, i, target int) bool {
 		st.roomAt[s], st.roomOK[s] = n, true
 		return min(n, st.snap.Servers[s].CPUs/cpg)
 	}
-	// The k roomiest servers of a group, roomiest first, and their room.
+	// better orders servers for the job: the roomiest first; among equally
+	// roomy ones those with more free GPUs (fewer running jobs to shrink:
+	// a free server is not passed over for one whose job would have to be
+	// shrunk or preempted), then by index.
+	better := func(a, b int) bool {
+		if ra, rb := room(a), room(b); ra != rb {
+			return ra > rb
+		}
+		if fa, fb := max(st.free[a], 0), max(st.free[b], 0); fa != fb {
+			return fa > fb
+		}
+		return a < b
+	}
+	// The k best servers of a group, roomiest first, and their room.
 	pick := func(group []int) ([]int, int) {
 		top := make([]int, 0, k+1)
 		for _, s := range group {
@@ -977,11 +990,11 @@ func (p *Morphling) packedGrow(st *state, i, target int) bool {
 				continue
 			}
 			n := len(top)
-			if n == k && room(top[n-1]) >= r {
+			if n == k && !better(s, top[n-1]) {
 				continue
 			}
 			top = append(top, s)
-			for x := len(top) - 1; x > 0 && (room(top[x]) > room(top[x-1]) || room(top[x]) == room(top[x-1]) && top[x] < top[x-1]); x-- {
+			for x := len(top) - 1; x > 0 && better(top[x], top[x-1]); x-- {
 				top[x], top[x-1] = top[x-1], top[x]
 			}
 			if len(top) > k {
