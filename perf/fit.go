@@ -18,6 +18,13 @@ type Sample struct {
 	Resources Resources `json:"resources"`
 	IterS     float64   `json:"iter_s"`
 	FwdS      float64   `json:"fwd_s,omitempty"`
+	// OptS is the measured optimizer phase of a run without offload
+	// (the GPU optimizer step plus ZeRO's parameter all-gather), when the
+	// profiler gave it. Fit matches it against the model's optimizer
+	// phase as well as the iteration: without it, a constant overhead
+	// and the optimizer step price every ZeRO-0 run alike and only ZeRO
+	// runs tell them apart.
+	OptS float64 `json:"opt_s,omitempty"`
 }
 
 // Trust thresholds: a model is trusted for scheduling after this many
@@ -246,6 +253,8 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 	}
 	shapes := make([]shape, len(samples))
 	logY := make([]float64, len(samples))
+	logOpt := make([]float64, len(samples)) // 0: no measured optimizer phase
+	terms := len(samples)
 	for i, s := range samples {
 		if s.IterS <= 0 || math.IsNaN(s.IterS) || math.IsInf(s.IterS, 0) {
 			return Params{}, st, fmt.Errorf("fit: sample %d: iteration time must be > 0, got %g", i, s.IterS)
@@ -256,6 +265,10 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		}
 		shapes[i] = sh
 		logY[i] = math.Log(s.IterS)
+		if s.OptS > 0 && !s.Plan.Offload && !math.IsInf(s.OptS, 0) {
+			logOpt[i] = math.Log(s.OptS)
+			terms++
+		}
 		if s.Plan.Offload {
 			st.OffloadSamples++
 		}
@@ -270,7 +283,7 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 	if start == (Params{}) {
 		start = DefaultParams
 	}
-	n := float64(len(samples))
+	n := float64(terms)
 	obj := func(x []float64) float64 {
 		st.Evaluations++
 		var v [NumParams]float64
@@ -279,18 +292,23 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		}
 		k := ParamsFromVector(v)
 		var sum float64
-		for i := range shapes {
-			it := shapes[i].eval(k).Iter
-			if !(it > 0) || math.IsInf(it, 0) {
-				return math.Inf(1)
-			}
-			d := math.Log(it) - logY[i]
+		loss := func(d float64) float64 {
 			if robust {
 				// pseudo-Huber, quadratic below 10% log error, linear above
 				const delta = 0.1
-				sum += 2 * delta * delta * (math.Sqrt(1+d*d/(delta*delta)) - 1)
-			} else {
-				sum += d * d
+				return 2 * delta * delta * (math.Sqrt(1+d*d/(delta*delta)) - 1)
+			}
+			return d * d
+		}
+		for i := range shapes {
+			b := shapes[i].eval(k)
+			it := b.Iter
+			if !(it > 0) || math.IsInf(it, 0) {
+				return math.Inf(1)
+			}
+			sum += loss(math.Log(it) - logY[i])
+			if logOpt[i] != 0 {
+				sum += loss(math.Log(max(b.Too, 1e-9)) - logOpt[i])
 			}
 		}
 		var reg float64
@@ -339,7 +357,7 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		d := math.Log(shapes[i].eval(k).Iter) - logY[i]
 		sum += d * d
 	}
-	st.RMSLE = math.Sqrt(sum / n)
+	st.RMSLE = math.Sqrt(sum / float64(len(samples)))
 	return k, st, nil
 }
 
