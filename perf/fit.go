@@ -160,7 +160,7 @@ func (st *FitStats) flag(k Params) {
 // FitOptions tunes Fit. The zero value is the documented default.
 type FitOptions struct {
 	Starts   int     // Nelder–Mead starts (default 3)
-	MaxEvals int     // function evaluations per start (default 1000)
+	MaxEvals int     // function evaluations per start (default 3000: twelve parameters need more than 1000 for Nelder–Mead to settle)
 	Prior    float64 // weight pulling log-parameters to DefaultParams (default 1e-5)
 	Seed     uint64  // seed of the start perturbations (fixed: fits are reproducible)
 	// OutlierLogErr screens bad measurements: after a first fit, samples
@@ -242,7 +242,7 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		o.Starts = 3
 	}
 	if o.MaxEvals <= 0 {
-		o.MaxEvals = 1000
+		o.MaxEvals = 3000
 	}
 	if o.Prior == 0 {
 		o.Prior = 1e-5

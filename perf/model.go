@@ -68,7 +68,7 @@ func ParamsFromVector(v [NumParams]float64) Params {
 
 // DefaultParams is the starting point of every fit and the prior the fit is
 // gently pulled towards when samples do not identify a parameter.
-var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01, KStray: 4, KMP: 1, KHost: 0.05, KTP: 1, KStage: 0.001}
+var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01, KStray: 4, KMP: 1, KHost: 0.25, KTP: 1, KStage: 0.001}
 
 // Forward is the profiled forward pass of a model type on one GPU: the
 // forward of an iteration processing n samples per GPU takes Alpha + Beta·n

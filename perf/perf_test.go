@@ -322,6 +322,9 @@ func TestFitRecoversParameters(t *testing.T) {
 	}
 	add(Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 1, GA: 1}, Placement{4, 4}, 4)
 	add(Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 1, GA: 1, ZeRO: 2, Offload: true}, Placement{4, 4}, 2)
+	// k_host (per-server host traffic) against the CPU step: a server
+	// holding half the job's GPUs at the same CPUs per GPU
+	add(Plan{DP: 2, TP: 1, PP: 1, MicroBatch: 4, GA: 1, ZeRO: 2, Offload: true}, Placement{1, 1}, 4)
 	add(Plan{DP: 4, TP: 1, PP: 1, MicroBatch: 1, GA: 2, Ckpt: true}, Placement{4}, 4)
 	start := truth
 	start.Params = DefaultParams
