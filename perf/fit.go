@@ -136,6 +136,10 @@ type FitStats struct {
 	// and the model's prices of such placements are a pessimistic guess
 	// until one has been measured.
 	StraySamples int `json:"stray_samples"`
+	// MPSamples counts samples of model-parallel plans (TP > 1 or PP > 1):
+	// with none, k_mp, k_tp and k_stage are their priors and the model's
+	// prices of such plans are the data-parallel profile's guess.
+	MPSamples int `json:"mp_samples"`
 	// Flags are warnings about the fitted parameters: overlap exponents
 	// below 1 (outside the paper's definition: the overlapped time then
 	// exceeds the sum of its parts), k_stray left at its prior.
@@ -151,6 +155,9 @@ func (st *FitStats) flag(k Params) {
 		if x.v < 1 {
 			st.Flags = append(st.Flags, fmt.Sprintf("%s = %.3f < 1: an overlap exponent outside the paper's definition (overlapped time above the sum of its parts)", x.name, x.v))
 		}
+	}
+	if st.MPSamples == 0 {
+		st.Flags = append(st.Flags, "no sample of a model-parallel plan (TP > 1 or PP > 1): k_mp, k_tp and k_stage are their priors, untrusted for such plans")
 	}
 	if st.StraySamples == 0 {
 		st.Flags = append(st.Flags, fmt.Sprintf("no sample on a stray placement (a server holding a GPU count that is not a multiple of its GPUs per NIC): k_stray is its prior %.1f GB/s, untrusted for such placements", DefaultParams.KStray))
@@ -170,7 +177,7 @@ type FitOptions struct {
 	OutlierLogErr float64
 }
 
-// Fit estimates m's seven parameters from samples by minimising the squared
+// Fit estimates m's twelve parameters from samples by minimising the squared
 // log error of the predicted iteration times, over log-parameters (so every
 // parameter stays positive): several Nelder–Mead starts, then a BFGS polish
 // with a finite-difference gradient from the best. A small prior keeps
@@ -231,7 +238,7 @@ func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
 	}
 	st2.Evaluations += st.Evaluations
 	st2.Starts += st.Starts
-	st2.Samples, st2.OffloadSamples, st2.Trusted, st2.StraySamples = st.Samples, st.OffloadSamples, st.Trusted, st.StraySamples
+	st2.Samples, st2.OffloadSamples, st2.Trusted, st2.StraySamples, st2.MPSamples = st.Samples, st.OffloadSamples, st.Trusted, st.StraySamples, st.MPSamples
 	st2.Dropped, st2.Suspect, st2.Flags = bad, suspect, nil
 	st2.flag(k)
 	return k, st2, nil
@@ -275,13 +282,19 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		if m.Env.Stray(s.Resources.Placement) {
 			st.StraySamples++
 		}
+		if s.Plan.TP > 1 || s.Plan.PP > 1 {
+			st.MPSamples++
+		}
 	}
 	st.Trusted = st.Samples >= MinSamples && st.OffloadSamples >= MinOffloadSamples
 
-	prior := logVec(DefaultParams)
+	prior := logVec(fitPrior)
 	start := m.Params
 	if start == (Params{}) {
 		start = DefaultParams
+	}
+	if start.KStage <= 0 {
+		start.KStage = fitPrior.KStage
 	}
 	n := float64(terms)
 	obj := func(x []float64) float64 {
@@ -360,6 +373,17 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 	st.RMSLE = math.Sqrt(sum / float64(len(samples)))
 	return k, st, nil
 }
+
+// fitPrior is the point the fit is pulled towards and starts from:
+// DefaultParams, except k_stage, which an unfitted model leaves at 0 (no
+// per-step pipeline cost, as before the term existed) but a fit, searching
+// over its logarithm, starts at 1 ms (a point-to-point handshake and a
+// schedule step).
+var fitPrior = func() Params {
+	p := DefaultParams
+	p.KStage = 1e-3
+	return p
+}()
 
 // overlapParam marks the overlap exponents the fit keeps within the
 // paper's definition of f_k, k ≥ 1 (k = 1 adds the two times, k → ∞ hides

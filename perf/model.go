@@ -6,8 +6,10 @@ import (
 	"math"
 )
 
-// Params are the seven fittable parameters of Morphling's iteration-time
-// model (Appendix A, Table 5).
+// Params are the fittable parameters of the iteration-time model: the
+// seven of Morphling's Appendix A (Table 5), then five the A800 data
+// needs, each a physical cost the paper's formula leaves out (k_stray,
+// k_mp, k_host, k_tp, k_stage; docs/perf.md).
 type Params struct {
 	KBwd    float64 `json:"k_bwd"`     // backward = k_bwd · forward
 	KSync   float64 `json:"k_sync"`    // overlap degree of backward and DP gradient sync
@@ -47,6 +49,8 @@ type Params struct {
 	// KStage is the seconds each pipeline step on the critical path
 	// spends at a stage boundary beyond the bytes it sends: the
 	// point-to-point handshake and the schedule's step between stages.
+	// 0 in DefaultParams (an unfitted model prices no such cost); a fit
+	// starts it at 1 ms.
 	KStage float64 `json:"k_stage"`
 }
 
@@ -68,7 +72,7 @@ func ParamsFromVector(v [NumParams]float64) Params {
 
 // DefaultParams is the starting point of every fit and the prior the fit is
 // gently pulled towards when samples do not identify a parameter.
-var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01, KStray: 4, KMP: 1, KHost: 0.25, KTP: 1, KStage: 0.001}
+var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01, KStray: 4, KMP: 1, KHost: 0.25, KTP: 1}
 
 // Forward is the profiled forward pass of a model type on one GPU: the
 // forward of an iteration processing n samples per GPU takes Alpha + Beta·n
