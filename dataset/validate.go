@@ -19,6 +19,7 @@ const Protocol = `fit on the model's profile samples plus at most 7 placements r
 	`Fit rows are chosen before any prediction by a fixed rule: rows are grouped by plan family, families ordered by size (largest first, then name), ` +
 	`rows in a family ordered by (GPUs, servers, placement, exec_plan); families are visited round-robin and each gives its next row in spread order ` +
 	`(middle, first, last, quarter, three-quarter, ...) whose placement no chosen row has yet (or its next row when none is left) until 7 rows are taken. ` +
+	`Profile rows are the plans they ran at the model type's own global batch (llama7b_bsz16 fits on llama7b's batch-8 profile as batch-8 runs). ` +
 	`A profile whose parameter count is more than 25% away from the model's (llama30b's profile is llama7b's) is used only for the forward profile, scaled by the parameter ratio.`
 
 // MaxWorstRows is how many of a model's worst held-out rows a report lists.
@@ -98,6 +99,15 @@ func profileFor(name string, profiles []string) (profile string, arch perf.Arch,
 	return "", perf.Arch{}, false
 }
 
+// profileArch is a with the global batch its profile was measured at: the
+// built-in model type's.
+func profileArch(a perf.Arch) perf.Arch {
+	if b, ok := perf.Builtin(a.Name); ok {
+		a.GlobalBatch = b.GlobalBatch
+	}
+	return a
+}
+
 type heldRow struct {
 	row    PlacementRow
 	family string
@@ -144,8 +154,12 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 	if err != nil {
 		return mr, err
 	}
-	profSamples := prof.Samples(arch)
-	fwd, screened, err := perf.FitForwardScreened(arch, profSamples)
+	// The profile was measured at the model type's own global batch (the
+	// built-in's): a table at another batch (llama7b_bsz16) fits on its
+	// samples as the plans they ran, each GPU's share of batch 8.
+	profArch := profileArch(arch)
+	profSamples := prof.Samples(profArch)
+	fwd, screened, err := perf.FitForwardScreened(profArch, profSamples)
 	if err != nil {
 		return mr, err
 	}
@@ -403,7 +417,7 @@ func FitSet(ctx context.Context, dir, name string, arch perf.Arch) ([]perf.Sampl
 	}
 	var out []perf.Sample
 	if math.Abs(a.Params/prof.ParamCount()-1) <= 0.25 {
-		out = prof.Samples(a)
+		out = prof.Samples(profileArch(a))
 	}
 	held := heldRows(rows, a)
 	for _, i := range chooseFitRows(held, MaxFitRows) {

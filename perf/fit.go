@@ -396,13 +396,18 @@ var fitPrior = func() Params {
 // it.
 var overlapParam = [NumParams]bool{4: true, 5: true}
 
-// priorScale multiplies the prior's weight per parameter: k_host is a
+// priorScale multiplies the prior's weight per parameter. k_bwd is held
+// near 2 (×100): a transformer's backward computes two GEMMs (weight and
+// input gradients) per forward GEMM, and the fits that identify it land at
+// 1.2-2.3; without the pull, llama's offload profile, whose backward phase
+// holds the host copies, drove it to 15-17 and k_mp to 0.1 to undo it on
+// the 3D rows. k_host is a
 // property of the server's memory system, not of the model (0.25 s per
 // 1e9 parameters: the CPU Adam streams ≈28 bytes per parameter through
 // host memory at ≈110 GB/s; bert and t5 fit 0.29 and 0.26 on their own),
 // so a model type with few offload samples keeps it near that figure
 // instead of trading it against k_opt_off.
-var priorScale = [NumParams]float64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1000, 1, 1}
+var priorScale = [NumParams]float64{100, 1, 1, 1, 1, 1, 1, 1, 1, 1000, 1, 1}
 
 // fromFree maps the fit's free variable of parameter i to its value.
 func fromFree(i int, x float64) float64 {

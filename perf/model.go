@@ -195,6 +195,12 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 	d, t, pp := float64(p.DP), float64(p.TP), float64(p.PP)
 	ga := float64(p.GA)
 	b := float64(a.GlobalBatch)
+	if p.MicroBatch > 0 {
+		// the plan says what each GPU processes: a run measured at another
+		// global batch than the model type's (a profile taken at batch 8
+		// for a job at 16) is priced at its own batch
+		b = float64(p.MicroBatch) * ga * d
+	}
 	mb := b / (d * ga) // samples per micro-batch (fractional for uneven data rows)
 	s := shape{ga: ga, pp: pp, ckpt: p.Ckpt, offload: p.Offload, tier: r.Tier(), mp: p.TP > 1 || p.PP > 1}
 	s.f1 = m.Forward.Beta * mb / t / pp
