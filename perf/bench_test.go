@@ -15,7 +15,7 @@ func BenchmarkCurve64(b *testing.B) {
 	}
 }
 
-// BenchmarkFit fits the twelve parameters on 14 samples (target ≤ 50 ms; 66 ms on the shared 2-core machine with 3000 evaluations per start).
+// BenchmarkFit fits the twelve parameters on 14 samples (target ≤ 50 ms).
 func BenchmarkFit(b *testing.B) {
 	m := benchModel(b)
 	var samples []Sample
