@@ -131,10 +131,12 @@ type FitStats struct {
 	// kept, because screening them would have dropped too many (more than
 	// a quarter, or below MinSamples): reported, not silently used.
 	Suspect []int `json:"suspect,omitempty"`
-	// StraySamples counts samples on a stray placement (Env.Stray): with
-	// none, k_stray is its prior (DefaultParams.KStray, a slow host path)
-	// and the model's prices of such placements are a pessimistic guess
-	// until one has been measured.
+	// StraySamples counts samples priced as stray (Env.Stray, a DP
+	// collective across the servers, no offload): with none, k_stray is
+	// its prior (DefaultParams.KStray, a host-staged path) and the model's
+	// prices of such placements are a pessimistic guess until one has been
+	// measured. Offload samples on such placements do not count: they say
+	// nothing about k_stray.
 	StraySamples int `json:"stray_samples"`
 	// MPSamples counts samples of model-parallel plans (TP > 1 or PP > 1):
 	// with none, k_mp, k_tp and k_stage are their priors and the model's
@@ -279,7 +281,7 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		if s.Plan.Offload {
 			st.OffloadSamples++
 		}
-		if m.Env.Stray(s.Resources.Placement) {
+		if sh.stray {
 			st.StraySamples++
 		}
 		if s.Plan.TP > 1 || s.Plan.PP > 1 {

@@ -25,7 +25,10 @@ type Params struct {
 	// its ring neighbour) through the host bridge, without GPUDirect
 	// RDMA, and the whole ring runs at that path's speed. It is a
 	// property of the server, fitted like the others (0 in an old model
-	// file: the default).
+	// file: the default). The default, 8 GB/s, is that host-staged path:
+	// a PCIe copy into host memory and the NIC's read of it, each ≈20
+	// GB/s and serialised per chunk, less the proxy's overhead (t5, the
+	// one table that stalls, fits 8).
 	KStray float64 `json:"k_stray"`
 	// KMP is the compute of a model-parallel plan (TP > 1 or PP > 1)
 	// relative to the profiled data-parallel forward and backward: such
@@ -72,7 +75,7 @@ func ParamsFromVector(v [NumParams]float64) Params {
 
 // DefaultParams is the starting point of every fit and the prior the fit is
 // gently pulled towards when samples do not identify a parameter.
-var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01, KStray: 4, KMP: 1, KHost: 0.25, KTP: 1}
+var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01, KStray: 8, KMP: 1, KHost: 0.25, KTP: 1}
 
 // Forward is the profiled forward pass of a model type on one GPU: the
 // forward of an iteration processing n samples per GPU takes Alpha + Beta·n
