@@ -79,6 +79,9 @@ func printValidate(w io.Writer, rep dataset.Report) error {
 	for _, m := range rep.Models {
 		fmt.Fprintf(w, "\n%s: fitted on %d samples (%d offload, rmsle %.3f) incl. rows %s\n", m.Model, m.Fit.Samples, m.Fit.OffloadSamples, m.Fit.RMSLE, strings.Join(m.FitRows, " "))
 		fmt.Fprintf(w, "  worst: %s\n", m.Worst)
+		for _, r := range m.WorstRows {
+			fmt.Fprintf(w, "    %s\n", r)
+		}
 		for _, n := range m.Notes {
 			fmt.Fprintf(w, "  note: %s\n", n)
 		}

@@ -208,6 +208,7 @@ func (p Profile) Samples(a perf.Arch) []perf.Sample {
 			Resources: perf.Resources{Placement: perf.EvenPlacement(r.GPUs, r.Nodes), CPUsPerGPU: float64(max(r.CPUThreads, 1))},
 			IterS:     r.IterMS / 1000,
 			FwdS:      r.ForwardMS / 1000,
+			OptS:      r.OptMS / 1000,
 		})
 	}
 	return out

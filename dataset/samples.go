@@ -11,8 +11,9 @@ import (
 )
 
 // ParseSamples reads a samples file for `replan perf fit`: CSV with a header
-// naming at least plan, placement and iter_s, optionally fwd_s,
-// cpus_per_gpu and cross_rack. plan is a plan spec
+// naming at least plan, placement and iter_s, optionally fwd_s, opt_s (the
+// measured optimizer phase of a run without offload), cpus_per_gpu and
+// cross_rack. plan is a plan spec
 // ("dp=2,tp=4,pp=1,mb=2,ga=4,zero=1", quoted because of its commas) or a
 // Morphling exec_plan code ("248", "zero-offload"); placement is "44" or
 // "16.16". Every bad row is reported with file, line and column.
@@ -53,6 +54,9 @@ func ParseSamples(name string, r io.Reader, a perf.Arch) ([]perf.Sample, error) 
 		}
 		if _, ok := t.header["fwd_s"]; ok {
 			s.FwdS = t.float(i, "fwd_s", &errs)
+		}
+		if _, ok := t.header["opt_s"]; ok {
+			s.OptS = t.float(i, "opt_s", &errs)
 		}
 		if _, ok := t.header["cpus_per_gpu"]; ok {
 			s.Resources.CPUsPerGPU = t.float(i, "cpus_per_gpu", &errs)

@@ -19,7 +19,11 @@ const Protocol = `fit on the model's profile samples plus at most 7 placements r
 	`Fit rows are chosen before any prediction by a fixed rule: rows are grouped by plan family, families ordered by size (largest first, then name), ` +
 	`rows in a family ordered by (GPUs, servers, placement, exec_plan); families are visited round-robin and each gives its next row in spread order ` +
 	`(middle, first, last, quarter, three-quarter, ...) whose placement no chosen row has yet (or its next row when none is left) until 7 rows are taken. ` +
+	`Profile rows are the plans they ran at the model type's own global batch (llama7b_bsz16 fits on llama7b's batch-8 profile as batch-8 runs). ` +
 	`A profile whose parameter count is more than 25% away from the model's (llama30b's profile is llama7b's) is used only for the forward profile, scaled by the parameter ratio.`
+
+// MaxWorstRows is how many of a model's worst held-out rows a report lists.
+const MaxWorstRows = 5
 
 // MaxFitRows is the number of placements rows Validate may fit on.
 const MaxFitRows = 7
@@ -46,6 +50,9 @@ type ModelReport struct {
 	Forward   perf.Forward   `json:"forward"`
 	Notes     []string       `json:"notes,omitempty"`
 	Worst     string         `json:"worst"` // the row with the maximum error
+	// WorstRows are the held-out rows with the largest errors, largest
+	// first (at most MaxWorstRows): plan, placement, measured, predicted.
+	WorstRows []string `json:"worst_rows,omitempty"`
 	// Splits are the errors of the held-out rows by placement kind: one
 	// server, several servers each holding a multiple of its GPUs per
 	// NIC ("even"), several servers one of which does not ("uneven",
@@ -90,6 +97,15 @@ func profileFor(name string, profiles []string) (profile string, arch perf.Arch,
 		}
 	}
 	return "", perf.Arch{}, false
+}
+
+// profileArch is a with the global batch its profile was measured at: the
+// built-in model type's.
+func profileArch(a perf.Arch) perf.Arch {
+	if b, ok := perf.Builtin(a.Name); ok {
+		a.GlobalBatch = b.GlobalBatch
+	}
+	return a
 }
 
 type heldRow struct {
@@ -138,8 +154,12 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 	if err != nil {
 		return mr, err
 	}
-	profSamples := prof.Samples(arch)
-	fwd, screened, err := perf.FitForwardScreened(arch, profSamples)
+	// The profile was measured at the model type's own global batch (the
+	// built-in's): a table at another batch (llama7b_bsz16) fits on its
+	// samples as the plans they ran, each GPU's share of batch 8.
+	profArch := profileArch(arch)
+	profSamples := prof.Samples(profArch)
+	fwd, screened, err := perf.FitForwardScreened(profArch, profSamples)
 	if err != nil {
 		return mr, err
 	}
@@ -206,6 +226,11 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 	var constSum float64
 	fam := map[string]*FamilyReport{}
 	var sum float64
+	type worstRow struct {
+		e float64
+		s string
+	}
+	var worst []worstRow
 	for i, h := range held {
 		if isFit[i] {
 			continue
@@ -243,10 +268,15 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 		mr.ConstMaxErrPct = math.Max(mr.ConstMaxErrPct, ce)
 		mr.Rows++
 		sum += e
+		worst = append(worst, worstRow{e, fmt.Sprintf("%s@%s (%s): measured %.3fs, predicted %.3fs, %+.1f%%", h.row.ExecPlan, h.row.Placement, kind, h.row.IterS, b.Iter, 100*(b.Iter-h.row.IterS)/h.row.IterS)})
 		if e > mr.MaxErrPct {
 			mr.MaxErrPct = e
 			mr.Worst = fmt.Sprintf("%s@%s: measured %.3fs, predicted %.3fs", h.row.ExecPlan, h.row.Placement, h.row.IterS, b.Iter)
 		}
+	}
+	sort.SliceStable(worst, func(i, j int) bool { return worst[i].e > worst[j].e })
+	for i := 0; i < len(worst) && i < MaxWorstRows; i++ {
+		mr.WorstRows = append(mr.WorstRows, worst[i].s)
 	}
 	if mr.Rows > 0 {
 		mr.AvgErrPct = sum / float64(mr.Rows)
@@ -387,7 +417,7 @@ func FitSet(ctx context.Context, dir, name string, arch perf.Arch) ([]perf.Sampl
 	}
 	var out []perf.Sample
 	if math.Abs(a.Params/prof.ParamCount()-1) <= 0.25 {
-		out = prof.Samples(a)
+		out = prof.Samples(profileArch(a))
 	}
 	held := heldRows(rows, a)
 	for _, i := range chooseFitRows(held, MaxFitRows) {

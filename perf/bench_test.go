@@ -15,7 +15,7 @@ func BenchmarkCurve64(b *testing.B) {
 	}
 }
 
-// BenchmarkFit fits seven parameters on 14 samples (target ≤ 50 ms).
+// BenchmarkFit fits the twelve parameters on 14 samples (target ≤ 50 ms).
 func BenchmarkFit(b *testing.B) {
 	m := benchModel(b)
 	var samples []Sample

@@ -6,8 +6,10 @@ import (
 	"math"
 )
 
-// Params are the seven fittable parameters of Morphling's iteration-time
-// model (Appendix A, Table 5).
+// Params are the fittable parameters of the iteration-time model: the
+// seven of Morphling's Appendix A (Table 5), then five the A800 data
+// needs, each a physical cost the paper's formula leaves out (k_stray,
+// k_mp, k_host, k_tp, k_stage; docs/perf.md).
 type Params struct {
 	KBwd    float64 `json:"k_bwd"`     // backward = k_bwd · forward
 	KSync   float64 `json:"k_sync"`    // overlap degree of backward and DP gradient sync
@@ -23,29 +25,57 @@ type Params struct {
 	// its ring neighbour) through the host bridge, without GPUDirect
 	// RDMA, and the whole ring runs at that path's speed. It is a
 	// property of the server, fitted like the others (0 in an old model
-	// file: the default).
+	// file: the default). The default, 8 GB/s, is that host-staged path:
+	// a PCIe copy into host memory and the NIC's read of it, each ≈20
+	// GB/s and serialised per chunk, less the proxy's overhead (t5, the
+	// one table that stalls, fits 8).
 	KStray float64 `json:"k_stray"`
+	// KMP is the compute of a model-parallel plan (TP > 1 or PP > 1)
+	// relative to the profiled data-parallel forward and backward: such
+	// plans run another engine's layers (tensor-split GEMMs, per-stage
+	// schedules) that the data-parallel profile does not time. 1 = the
+	// same kernels; fitted like the others (0 in an old model file: the
+	// default).
+	KMP float64 `json:"k_mp"`
+	// KHost is the seconds per 1e9 parameters that one server's host
+	// spends on the offloaded optimizer states of its GPUs (ZeRO-Offload):
+	// the CPU Adam and the copies stream the fp32 states through the
+	// server's memory, which all its GPUs share, so a server holding g of
+	// the job's N GPUs moves Ψ·g/N parameters' states however many cores
+	// it uses.
+	KHost float64 `json:"k_host"`
+	// KTP is the slowdown of the tensor-parallel all-reduces against the
+	// NVLink bus bandwidth (1 = Env.IntraGBps): they are issued per layer,
+	// block the layer's compute and run at the bus bandwidth of
+	// mid-sized messages, well below the large-message figure.
+	KTP float64 `json:"k_tp"`
+	// KStage is the seconds each pipeline step on the critical path
+	// spends at a stage boundary beyond the bytes it sends: the
+	// point-to-point handshake and the schedule's step between stages.
+	// 0 in DefaultParams (an unfitted model prices no such cost); a fit
+	// starts it at 1 ms.
+	KStage float64 `json:"k_stage"`
 }
 
 // NumParams is the number of fittable parameters.
-const NumParams = 8
+const NumParams = 12
 
 // ParamNames lists the parameters in vector order.
-var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_off", "k_swap", "k_const", "k_stray"}
+var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_off", "k_swap", "k_const", "k_stray", "k_mp", "k_host", "k_tp", "k_stage"}
 
 // Vector returns the parameters in ParamNames order.
 func (p Params) Vector() [NumParams]float64 {
-	return [NumParams]float64{p.KBwd, p.KSync, p.KOpt, p.KOptOff, p.KOff, p.KSwap, p.KConst, p.KStray}
+	return [NumParams]float64{p.KBwd, p.KSync, p.KOpt, p.KOptOff, p.KOff, p.KSwap, p.KConst, p.KStray, p.KMP, p.KHost, p.KTP, p.KStage}
 }
 
 // ParamsFromVector is the inverse of Vector.
 func ParamsFromVector(v [NumParams]float64) Params {
-	return Params{KBwd: v[0], KSync: v[1], KOpt: v[2], KOptOff: v[3], KOff: v[4], KSwap: v[5], KConst: v[6], KStray: v[7]}
+	return Params{KBwd: v[0], KSync: v[1], KOpt: v[2], KOptOff: v[3], KOff: v[4], KSwap: v[5], KConst: v[6], KStray: v[7], KMP: v[8], KHost: v[9], KTP: v[10], KStage: v[11]}
 }
 
 // DefaultParams is the starting point of every fit and the prior the fit is
 // gently pulled towards when samples do not identify a parameter.
-var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01, KStray: 4}
+var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01, KStray: 8, KMP: 1, KHost: 0.25, KTP: 1}
 
 // Forward is the profiled forward pass of a model type on one GPU: the
 // forward of an iteration processing n samples per GPU takes Alpha + Beta·n
@@ -127,10 +157,12 @@ type shape struct {
 	f1, ga, pp       float64 // forward of one micro-batch on one stage; GA; PP
 	fixed            float64 // per-iteration forward overhead (Forward.Alpha)
 	ckpt, offload    bool
+	mp               bool // TP > 1 or PP > 1: compute scaled by Params.KMP
 	commDP, gather   float64
 	commTP, commPP   float64
 	shardG           float64 // billions of parameters the optimizer updates per GPU
 	cpus, off        float64
+	hostG            float64 // offload: billions of parameters whose states the busiest server's host moves
 	dpCross, ppCross bool
 	tier             Tier
 	// stray: the DP collective spans servers and one of them holds a GPU
@@ -166,8 +198,14 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 	d, t, pp := float64(p.DP), float64(p.TP), float64(p.PP)
 	ga := float64(p.GA)
 	b := float64(a.GlobalBatch)
+	if p.MicroBatch > 0 {
+		// the plan says what each GPU processes: a run measured at another
+		// global batch than the model type's (a profile taken at batch 8
+		// for a job at 16) is priced at its own batch
+		b = float64(p.MicroBatch) * ga * d
+	}
 	mb := b / (d * ga) // samples per micro-batch (fractional for uneven data rows)
-	s := shape{ga: ga, pp: pp, ckpt: p.Ckpt, offload: p.Offload, tier: r.Tier()}
+	s := shape{ga: ga, pp: pp, ckpt: p.Ckpt, offload: p.Offload, tier: r.Tier(), mp: p.TP > 1 || p.PP > 1}
 	s.f1 = m.Forward.Beta * mb / t / pp
 	s.fixed = m.Forward.Alpha
 
@@ -204,7 +242,7 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 	}
 	dpGBps, dpCross, ppGBps, ppCross := m.linkBandwidths(p, r, server)
 	s.dpCross, s.ppCross = dpCross, ppCross
-	if dpCross && vDP > 0 && e.Stray(pl) {
+	if dpCross && vDP > 0 && e.Stray(pl) && !p.Offload {
 		s.stray, s.strayDP, s.strayGather = true, vDP/1e9, vGather/1e9
 	}
 	if vDP > 0 {
@@ -227,6 +265,11 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 			s.cpus = 1
 		}
 		s.off = 2 * bytesPerParam16 * psi / d / (e.PCIeGBps * 1e9) // grads down, params up
+		gmax := 0
+		for _, g := range pl {
+			gmax = max(gmax, g)
+		}
+		s.hostG = psi / 1e9 * float64(min(gmax, p.DP)) / d
 	}
 	return s, nil
 }
@@ -246,23 +289,42 @@ func (s *shape) eval(k Params) Breakdown {
 	// Checkpointing recomputes the forward inside the backward. The A800
 	// data shows that time is not hidden by the gradient sync (gc − ga is
 	// one forward on every placement), so it sits outside the overlap.
-	b1 := k.KBwd * s.f1
+	f1 := s.f1
+	if s.mp {
+		kmp := k.KMP
+		if kmp <= 0 {
+			kmp = DefaultParams.KMP
+		}
+		f1 *= kmp
+	}
+	b1 := k.KBwd * f1
 	rc := 0.0
 	if s.ckpt {
-		rc = s.f1
+		rc = f1
+	}
+	kt := k.KTP
+	if kt <= 0 {
+		kt = DefaultParams.KTP
+	}
+	commTP := s.commTP * kt
+	out.CommTP = commTP
+	commPP := s.commPP
+	if s.pp > 1 {
+		commPP += k.KStage * (s.ga + s.pp - 2)
+		out.CommPP = commPP
 	}
 	if s.pp == 1 {
-		out.Fwd = s.fixed + s.ga*s.f1
+		out.Fwd = s.fixed + s.ga*f1
 		out.Bwd = s.ga * (b1 + rc)
-		out.Tcc = s.fixed + s.ga*(s.f1+rc) + (s.ga-1)*b1 + overlap(k.KSync, b1, commDP) + s.commTP
+		out.Tcc = s.fixed + s.ga*(f1+rc) + (s.ga-1)*b1 + overlap(k.KSync, b1, commDP) + commTP
 	} else {
 		fill := s.ga + s.pp - 1
-		out.Fwd = s.fixed + s.f1*fill
+		out.Fwd = s.fixed + f1*fill
 		out.Bwd = (b1 + rc) * fill
-		out.Tcc = out.Fwd + rc*fill + overlap(k.KSync, b1*fill, commDP) + s.commTP + s.commPP
+		out.Tcc = out.Fwd + rc*fill + overlap(k.KSync, b1*fill, commDP) + commTP + commPP
 	}
 	if s.offload {
-		out.Opt = k.KOptOff * s.shardG / s.cpus
+		out.Opt = k.KOptOff*s.shardG/s.cpus + k.KHost*s.hostG
 		out.Off = s.off
 		out.Too = overlap(k.KOff, commDP+gather, s.off) + overlap(k.KSwap, out.Opt, s.off)
 	} else {
@@ -274,7 +336,7 @@ func (s *shape) eval(k Params) Breakdown {
 		out.InterServer += commDP + gather
 	}
 	if s.ppCross {
-		out.InterServer += s.commPP
+		out.InterServer += commPP
 	}
 	return out
 }
