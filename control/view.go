@@ -24,9 +24,12 @@ func (d *Daemon) jobsSnapshot() []string { return d.view().jobs }
 // executor call, so a reconfiguration that takes minutes on real servers
 // never stalls `replan queue`.
 type readView struct {
-	queue      []QueueEntry
-	nodes      []NodeView
-	jobs       []string
+	queue []QueueEntry
+	nodes []NodeView
+	jobs  []string
+	// recs are the records of every job in jobs as stored, in the
+	// store's order (submission time, id): GET /v1/jobs of live states.
+	recs       []JobRecord
 	round      RoundStats
 	throughput map[string]Throughput
 	running    []RunningJob
@@ -103,14 +106,17 @@ func (d *Daemon) publishNow() {
 func (d *Daemon) publishAdded(js *jobState) {
 	old := d.published.Load()
 	id := js.rec.ID
-	if old == nil || (len(old.jobs) > 0 && old.jobs[len(old.jobs)-1] >= id) || (len(old.queue) > 0 && old.queue[len(old.queue)-1].Job.ID >= id) {
+	if old == nil || (len(old.jobs) > 0 && old.jobs[len(old.jobs)-1] >= id) || (len(old.queue) > 0 && old.queue[len(old.queue)-1].Job.ID >= id) ||
+		(len(old.recs) > 0 && old.recs[len(old.recs)-1].SubmittedAt.After(js.rec.SubmittedAt)) {
 		d.publish()
 		return
 	}
 	v := *old
 	v.jobs = append(slices.Clip(old.jobs), id)
 	v.queue = append(slices.Clip(old.queue), QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: "not scheduled yet"})
+	v.recs = append(slices.Clip(old.recs), js.rec)
 	d.published.Store(&v)
+	d.encKickWarm()
 	if d.announce.Swap(false) {
 		d.broadcast()
 	}
@@ -122,8 +128,10 @@ func (d *Daemon) publish() {
 	d.publishedAt = time.Now()
 	d.stale.Store(false)
 	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links, at: d.now()}
+	v.recs = make([]JobRecord, 0, len(d.jobs))
 	for id, js := range d.jobs {
 		v.jobs = append(v.jobs, id)
+		v.recs = append(v.recs, js.rec)
 		if js.rec.State == StateRunning {
 			tp := Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
 			v.throughput[id] = tp
@@ -144,8 +152,10 @@ func (d *Daemon) publish() {
 		}
 	}
 	sort.Strings(v.jobs)
+	sortRecs(v.recs)
 	sort.Slice(v.running, func(a, b int) bool { return v.running[a].Job.ID < v.running[b].Job.ID })
 	d.published.Store(v)
+	d.encKickWarm()
 	if d.announce.Swap(false) {
 		d.broadcast()
 	}
