@@ -14,10 +14,12 @@ package control
 //     revalidate); at most one re-encode per key runs at a time. Every
 //     entry's as_of (and the X-Replan-As-Of header) is the time of the
 //     view the body was encoded from, so the answer says how old it is.
-//   - Every publish starts the re-encode of the keys read within the last
-//     EncodeKeepWarm, so a client that polls usually gets the newest view.
+//   - A publish starts the re-encode of each key read since its last
+//     encoding began (and within EncodeKeepWarm), so a client that polls
+//     usually gets the newest view, and there is at most about one
+//     encoding per read, never one per publish when nobody reads.
 //   - Only the first read of a key (nothing encoded yet) encodes while it
-//     waits.
+//     waits; the queue is encoded ahead at the first publish.
 //   - Job records are encoded once per content: the bytes of each record
 //     (with its spec) are kept, keyed by job id, and reused while the
 //     record is unchanged (sameRecord); a re-encode splices them.
@@ -58,12 +60,15 @@ type encRec struct {
 
 // encEntry is one read key's newest encoding.
 type encEntry struct {
-	build    func(v *readView) ([]byte, error)
-	view     *readView // the view body was encoded from
-	gen      uint64    // the start estimates' generation it had
-	body     []byte
-	err      error
-	done     bool // body (or err) is set
+	build func(v *readView) ([]byte, error)
+	view  *readView // the view body was encoded from
+	gen   uint64    // the start estimates' generation it had
+	body  []byte
+	err   error
+	done  bool // body (or err) is set
+	// read: a read came since the last encoding began; only then does a
+	// publish re-encode (at most one encoding per read).
+	read     bool
 	building bool // a background re-encode runs
 	dirty    bool // another one was asked for meanwhile
 	lastRead time.Time
@@ -101,7 +106,7 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error)) ([
 		e = &encEntry{build: build}
 		c.entries[key] = e
 	}
-	e.lastRead = time.Now()
+	e.lastRead, e.read = time.Now(), true
 	if e.done {
 		body, at, err := e.body, e.view.at, e.err
 		if !d.encFresh(e) {
@@ -146,14 +151,23 @@ func (d *Daemon) encKickLocked(e *encEntry) {
 	}()
 }
 
-// encKickWarm re-encodes, in the background, every key read within
-// EncodeKeepWarm; called at every publish (the caller may hold d.mu).
+// encKickWarm re-encodes, in the background, every key read since its
+// last encoding began and within EncodeKeepWarm; called at every publish
+// (the caller may hold d.mu).
 func (d *Daemon) encKickWarm() {
 	c := &d.enc
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.entries == nil {
+		// The queue is encoded once ahead, so that even the first read
+		// finds it encoded.
+		e := &encEntry{build: d.encodeQueue}
+		c.entries = map[string]*encEntry{"queue": e}
+		d.encKickLocked(e)
+		return
+	}
 	for _, e := range c.entries {
-		if e.done && time.Since(e.lastRead) < EncodeKeepWarm {
+		if e.done && e.read && time.Since(e.lastRead) < EncodeKeepWarm {
 			d.encKickLocked(e)
 		}
 	}
@@ -172,6 +186,7 @@ func (d *Daemon) encBuild(e *encEntry) {
 		c.mu.Unlock()
 		return
 	}
+	e.read = false
 	c.mu.Unlock()
 	body, err := e.build(v)
 	c.evictRecs(v)
@@ -424,12 +439,16 @@ func (d *Daemon) jobsJSON(f JobFilter) ([]byte, time.Time, error) {
 }
 
 // sortRecs orders records as the store lists them: by submission time,
-// then id.
+// then id. Records in id order usually are in that order already: then
+// it only checks.
 func sortRecs(recs []JobRecord) {
-	sort.Slice(recs, func(a, b int) bool {
+	less := func(a, b int) bool {
 		if !recs[a].SubmittedAt.Equal(recs[b].SubmittedAt) {
 			return recs[a].SubmittedAt.Before(recs[b].SubmittedAt)
 		}
 		return recs[a].ID < recs[b].ID
-	})
+	}
+	if !sort.SliceIsSorted(recs, less) {
+		sort.Slice(recs, less)
+	}
 }

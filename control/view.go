@@ -128,10 +128,8 @@ func (d *Daemon) publish() {
 	d.publishedAt = time.Now()
 	d.stale.Store(false)
 	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links, at: d.now()}
-	v.recs = make([]JobRecord, 0, len(d.jobs))
 	for id, js := range d.jobs {
 		v.jobs = append(v.jobs, id)
-		v.recs = append(v.recs, js.rec)
 		if js.rec.State == StateRunning {
 			tp := Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
 			v.throughput[id] = tp
@@ -152,6 +150,10 @@ func (d *Daemon) publish() {
 		}
 	}
 	sort.Strings(v.jobs)
+	v.recs = make([]JobRecord, len(v.jobs))
+	for i, id := range v.jobs {
+		v.recs[i] = d.jobs[id].rec
+	}
 	sortRecs(v.recs)
 	sort.Slice(v.running, func(a, b int) bool { return v.running[a].Job.ID < v.running[b].Job.ID })
 	d.published.Store(v)
