@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -226,4 +227,43 @@ func TestEncodedReadsFollowChanges(t *testing.T) {
 	if !bytes.Equal(body, append(want, '\n')) {
 		t.Fatalf("cached queue differs from encoding its view afresh:\n got %s\nwant %s", body, want)
 	}
+}
+
+// sortedJobIDs reuses the last view's order: whatever jobs came and went
+// since, it lists exactly the daemon's jobs in order.
+func TestSortedJobIDs(t *testing.T) {
+	d := &Daemon{jobs: map[string]*jobState{}}
+	check := func(step string) {
+		t.Helper()
+		got := d.sortedJobIDs()
+		want := make([]string, 0, len(d.jobs))
+		for id := range d.jobs {
+			want = append(want, id)
+		}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: got %v, want %v", step, got, want)
+		}
+		d.published.Store(&readView{jobs: got})
+	}
+	add := func(ids ...string) {
+		for _, id := range ids {
+			d.jobs[id] = &jobState{}
+		}
+	}
+	check("empty")
+	add("j-000003", "j-000001", "j-000002")
+	check("first")
+	add("j-000005", "j-000004")
+	delete(d.jobs, "j-000002")
+	check("added after, one gone")
+	check("unchanged")
+	add("j-000000") // before the last view's first: sorted afresh
+	check("added before")
+	add("j-999999", "j-1000000") // the id outgrows its width
+	check("wider id")
+	for id := range d.jobs {
+		delete(d.jobs, id)
+	}
+	check("all gone")
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/replan/replan/jobspec"
@@ -128,8 +127,11 @@ func (d *Daemon) publish() {
 	d.publishedAt = time.Now()
 	d.stale.Store(false)
 	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links, at: d.now()}
-	for id, js := range d.jobs {
-		v.jobs = append(v.jobs, id)
+	v.jobs = d.sortedJobIDs()
+	v.recs = make([]JobRecord, len(v.jobs))
+	for i, id := range v.jobs {
+		js := d.jobs[id]
+		v.recs[i] = js.rec
 		if js.rec.State == StateRunning {
 			tp := Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
 			v.throughput[id] = tp
@@ -149,19 +151,48 @@ func (d *Daemon) publish() {
 			v.running = append(v.running, r)
 		}
 	}
-	sort.Strings(v.jobs)
-	v.recs = make([]JobRecord, len(v.jobs))
-	for i, id := range v.jobs {
-		v.recs[i] = d.jobs[id].rec
-	}
 	sortRecs(v.recs)
-	sort.Slice(v.running, func(a, b int) bool { return v.running[a].Job.ID < v.running[b].Job.ID })
 	d.published.Store(v)
 	d.encKickWarm()
 	if d.announce.Swap(false) {
 		d.broadcast()
 	}
 	d.etaKick() // re-estimate start times in the background (eta.go)
+}
+
+// sortedJobIDs lists the ids of d.jobs in order. Ids only grow, so it
+// keeps the last view's order of the jobs still there and sorts only the
+// ids added since (all after the last one); anything else is sorted
+// afresh. The caller holds d.mu.
+func (d *Daemon) sortedJobIDs() []string {
+	var old []string
+	if v := d.published.Load(); v != nil {
+		old = v.jobs
+	}
+	ids := make([]string, 0, len(d.jobs))
+	for _, id := range old {
+		if _, ok := d.jobs[id]; ok {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == len(d.jobs) {
+		return ids
+	}
+	kept := len(ids)
+	for id := range d.jobs {
+		if len(old) == 0 || id > old[len(old)-1] {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) != len(d.jobs) {
+		ids = ids[:0]
+		for id := range d.jobs {
+			ids = append(ids, id)
+		}
+		kept = 0
+	}
+	slices.Sort(ids[kept:])
+	return ids
 }
 
 // Throughput is a running job's predicted and measured samples per second
