@@ -105,6 +105,17 @@ func TestDaemonBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	go Serve(ctx, l, (&API{D: d, Version: "bench"}).Handler())
+	cl := NewUnixClient(sock)
+	// The same read on an idle daemon (no rounds yet): what a read costs
+	// without contention (the first one may encode).
+	var idle []time.Duration
+	for i := 0; i < 30; i++ {
+		a := time.Now()
+		if _, err := getBody(ctx, cl, "/v1/queue"); err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, time.Since(a))
+	}
 	var mu sync.Mutex
 	var rounds, plans []time.Duration
 	var roundErrs int
@@ -127,7 +138,6 @@ func TestDaemonBench(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	cl := NewUnixClient(sock)
 	var sub, queue, jobs, queueDec, jobsDec, dsub, dread []time.Duration
 	bytesRead := map[string]int{}
 	var fails []string
@@ -215,6 +225,7 @@ func TestDaemonBench(t *testing.T) {
 	row("submit (API)", sub, "50ms "+mark(sub, 50*time.Millisecond))
 	row("read: queue (API)", queue, "20ms "+mark(queue, 20*time.Millisecond))
 	row("read: jobs running", jobs, "20ms "+mark(jobs, 20*time.Millisecond))
+	row("queue, idle daemon", idle, "-")
 	row("client decode: queue", queueDec, "-")
 	row("client decode: jobs", jobsDec, "-")
 	row("Daemon.Submit", dsub, "-")

@@ -11,9 +11,11 @@ package control
 //   - A read answers with that body at once. When a newer view exists (or
 //     newer start estimates, or the view is marked stale), the read also
 //     starts a background re-encode of the newest view (stale while
-//     revalidate); at most one re-encode per key runs at a time. Every
-//     entry's as_of (and the X-Replan-As-Of header) is the time of the
-//     view the body was encoded from, so the answer says how old it is.
+//     revalidate); at most one re-encode per key runs at a time. An
+//     outdated body older than EncodeMaxAge is not served: the read
+//     waits for the newest view's encoding. Every entry's as_of (and the
+//     X-Replan-As-Of header) is the time of the view the body was encoded
+//     from, so the answer says how old it is.
 //   - A publish starts the re-encode of each key read since its last
 //     encoding began (and within EncodeKeepWarm), so a client that polls
 //     usually gets the newest view, and there is at most about one
@@ -41,6 +43,13 @@ import (
 // every publish (in the background).
 var EncodeKeepWarm = 10 * time.Second
 
+// EncodeMaxAge bounds how outdated an answer may be: a read answers from
+// an encoding of an older view only when that encoding was finished
+// within EncodeMaxAge (a re-encode is then started); an older one is
+// brought up to date first, the read waiting. So a client that reads
+// right after its own change, with nobody else reading, sees it.
+var EncodeMaxAge = time.Second
+
 // maxEncKeys bounds the cached keys (jobs filters come from clients).
 const maxEncKeys = 32
 
@@ -66,6 +75,8 @@ type encEntry struct {
 	body  []byte
 	err   error
 	done  bool // body (or err) is set
+	// encoded is when it was (wall clock).
+	encoded time.Time
 	// read: a read came since the last encoding began; only then does a
 	// publish re-encode (at most one encoding per read).
 	read     bool
@@ -86,7 +97,8 @@ func (d *Daemon) etaGen() uint64 {
 }
 
 // encoded returns key's newest encoding and the time of the view it was
-// taken from; it encodes only when key was never encoded.
+// taken from; it encodes while the caller waits only when key was never
+// encoded or its encoding is outdated and older than EncodeMaxAge.
 func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error)) ([]byte, time.Time, error) {
 	c := &d.enc
 	c.mu.Lock()
@@ -109,11 +121,14 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error)) ([
 	e.lastRead, e.read = time.Now(), true
 	if e.done {
 		body, at, err := e.body, e.view.at, e.err
-		if !d.encFresh(e) {
-			d.encKickLocked(e)
+		fresh := d.encFresh(e)
+		if fresh || time.Since(e.encoded) < EncodeMaxAge {
+			if !fresh {
+				d.encKickLocked(e)
+			}
+			c.mu.Unlock()
+			return body, at, err
 		}
-		c.mu.Unlock()
-		return body, at, err
 	}
 	c.mu.Unlock()
 	d.encBuild(e)
@@ -191,7 +206,7 @@ func (d *Daemon) encBuild(e *encEntry) {
 	body, err := e.build(v)
 	c.evictRecs(v)
 	c.mu.Lock()
-	e.view, e.gen, e.body, e.err, e.done = v, g, body, err, true
+	e.view, e.gen, e.body, e.err, e.done, e.encoded = v, g, body, err, true, time.Now()
 	c.mu.Unlock()
 }
 

@@ -267,3 +267,46 @@ func TestSortedJobIDs(t *testing.T) {
 	}
 	check("all gone")
 }
+
+// With nobody else reading, a read right after a submit or a cancel shows
+// it at once: an outdated encoding older than EncodeMaxAge is brought up
+// to date before it is served.
+func TestEncodedReadSeesOwnWrite(t *testing.T) {
+	old := EncodeMaxAge
+	EncodeMaxAge = 0 // every outdated encoding is too old
+	t.Cleanup(func() { EncodeMaxAge = old })
+	ctx := context.Background()
+	cl, _, _, _, _ := startAPI(t, "")
+	has := func(id string) bool {
+		q, err := cl.Queue(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range q {
+			if e.Job.ID == id {
+				return true
+			}
+		}
+		return false
+	}
+	big := strings.Replace(strings.Replace(specYAML, "%s", "big", 1), "gpus: 4", "gpus: 16", 1)
+	if _, err := cl.Submit(ctx, "big.yaml", []byte(big)); err != nil { // takes the whole cluster
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		rec, err := cl.Submit(ctx, "a.yaml", []byte(strings.Replace(big, "name: big", fmt.Sprintf("name: w%d", i), 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !has(rec.ID) {
+			t.Fatalf("the queue read right after submitting %s does not show it", rec.ID)
+		}
+		if _, err := cl.JobOp(ctx, rec.ID, "cancel"); err != nil {
+			t.Fatal(err)
+		}
+		if has(rec.ID) {
+			t.Fatalf("the queue read right after cancelling %s still shows it", rec.ID)
+		}
+	}
+
+}
