@@ -3,25 +3,26 @@ package control
 // Encoded reads: GET /v1/queue and GET /v1/jobs?state=... (waiting and
 // running states only) answer with JSON encoded once per published view,
 // not once per request. The queue is every waiting job with its spec
-// (5,000 jobs are about 6 MB of JSON): encoding it took most of a read's
-// time.
+// (5,000 jobs are about 5.4 MB of JSON): encoding it took most of a
+// read's time.
 //
 //   - Each read key (the queue; each jobs filter) keeps its newest fully
-//     encoded body with the view and ETA generation it was encoded from.
-//   - A read answers with that body at once. When a newer view exists (or
-//     newer start estimates, or the view is marked stale), the read also
-//     starts a background re-encode of the newest view (stale while
-//     revalidate); at most one re-encode per key runs at a time. An
-//     outdated body older than EncodeMaxAge is not served: the read
-//     waits for the newest view's encoding. Every entry's as_of (and the
-//     X-Replan-As-Of header) is the time of the view the body was encoded
-//     from, so the answer says how old it is.
-//   - A publish starts the re-encode of each key read since its last
-//     encoding began (and within EncodeKeepWarm), so a client that polls
-//     usually gets the newest view, and there is at most about one
-//     encoding per read, never one per publish when nobody reads.
-//   - Only the first read of a key (nothing encoded yet) encodes while it
-//     waits; the queue is encoded ahead at the first publish.
+//     encoded body with the view (its sequence number) and the start
+//     estimates' generation it was encoded from.
+//   - A read shows everything published before it began: it answers with
+//     the kept body when that body's view and estimates are at least as
+//     new as those at the read's start, and otherwise waits for the
+//     encoding of the newest view (joining one in progress). A view
+//     marked stale (changes of a round's apply not yet published, see
+//     publishSoon) does not make a read wait: the read answers and starts
+//     a background re-encode (stale while revalidate).
+//   - Every publish starts, in the background, the re-encode of each key
+//     read since its last encoding began (within EncodeKeepWarm), so the
+//     encoding a read needs is usually done or under way when it comes;
+//     nobody reading costs nothing. The queue is encoded ahead at the
+//     first publish.
+//   - Every entry's as_of (and the X-Replan-As-Of header) is the time of
+//     the view the body was encoded from.
 //   - Job records are encoded once per content: the bytes of each record
 //     (with its spec) are kept, keyed by job id, and reused while the
 //     record is unchanged (sameRecord); a re-encode splices them.
@@ -42,13 +43,6 @@ import (
 // EncodeKeepWarm is how long after its last read a key is re-encoded at
 // every publish (in the background).
 var EncodeKeepWarm = 10 * time.Second
-
-// EncodeMaxAge bounds how outdated an answer may be: a read answers from
-// an encoding of an older view only when that encoding was finished
-// within EncodeMaxAge (a re-encode is then started); an older one is
-// brought up to date first, the read waiting. So a client that reads
-// right after its own change, with nobody else reading, sees it.
-var EncodeMaxAge = time.Second
 
 // maxEncKeys bounds the cached keys (jobs filters come from clients).
 const maxEncKeys = 32
@@ -75,8 +69,6 @@ type encEntry struct {
 	body  []byte
 	err   error
 	done  bool // body (or err) is set
-	// encoded is when it was (wall clock).
-	encoded time.Time
 	// read: a read came since the last encoding began; only then does a
 	// publish re-encode (at most one encoding per read).
 	read     bool
@@ -85,7 +77,7 @@ type encEntry struct {
 	lastRead time.Time
 }
 
-// etaGen changes whenever the start estimates (withETA) may have changed.
+// etaGen grows whenever the start estimates (withETA) may have changed.
 func (d *Daemon) etaGen() uint64 {
 	d.eta.mu.Lock()
 	defer d.eta.mu.Unlock()
@@ -96,10 +88,15 @@ func (d *Daemon) etaGen() uint64 {
 	return g
 }
 
-// encoded returns key's newest encoding and the time of the view it was
-// taken from; it encodes while the caller waits only when key was never
-// encoded or its encoding is outdated and older than EncodeMaxAge.
+// encoded returns key's encoding of a view at least as new as the one
+// published when it was called, and that view's time; it waits only when
+// the kept encoding is older.
 func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error)) ([]byte, time.Time, error) {
+	var seq uint64
+	if v := d.published.Load(); v != nil {
+		seq = v.seq
+	}
+	gen := d.etaGen()
 	c := &d.enc
 	c.mu.Lock()
 	if c.entries == nil {
@@ -119,16 +116,13 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error)) ([
 		c.entries[key] = e
 	}
 	e.lastRead, e.read = time.Now(), true
-	if e.done {
+	if e.done && e.view.seq >= seq && e.gen >= gen {
 		body, at, err := e.body, e.view.at, e.err
-		fresh := d.encFresh(e)
-		if fresh || time.Since(e.encoded) < EncodeMaxAge {
-			if !fresh {
-				d.encKickLocked(e)
-			}
-			c.mu.Unlock()
-			return body, at, err
+		if !d.encFresh(e) {
+			d.encKickLocked(e) // the view is stale: newer data comes
 		}
+		c.mu.Unlock()
+		return body, at, err
 	}
 	c.mu.Unlock()
 	d.encBuild(e)
@@ -206,7 +200,7 @@ func (d *Daemon) encBuild(e *encEntry) {
 	body, err := e.build(v)
 	c.evictRecs(v)
 	c.mu.Lock()
-	e.view, e.gen, e.body, e.err, e.done, e.encoded = v, g, body, err, true, time.Now()
+	e.view, e.gen, e.body, e.err, e.done = v, g, body, err, true
 	c.mu.Unlock()
 }
 

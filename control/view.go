@@ -34,6 +34,7 @@ type readView struct {
 	running    []RunningJob
 	links      sched.LinkReport
 	at         time.Time // the daemon's clock when it was built (the API's as_of)
+	seq        uint64    // grows with every view published
 }
 
 // RunningJob is a running job with what the daemon knows of its speed:
@@ -111,6 +112,7 @@ func (d *Daemon) publishAdded(js *jobState) {
 		return
 	}
 	v := *old
+	v.seq++
 	v.jobs = append(slices.Clip(old.jobs), id)
 	v.queue = append(slices.Clip(old.queue), QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: "not scheduled yet"})
 	v.recs = append(slices.Clip(old.recs), js.rec)
@@ -127,6 +129,10 @@ func (d *Daemon) publish() {
 	d.publishedAt = time.Now()
 	d.stale.Store(false)
 	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links, at: d.now()}
+	v.seq = 1
+	if old := d.published.Load(); old != nil {
+		v.seq = old.seq + 1
+	}
 	v.jobs = d.sortedJobIDs()
 	v.recs = make([]JobRecord, len(v.jobs))
 	for i, id := range v.jobs {
