@@ -310,3 +310,38 @@ func TestEncodedReadSeesOwnWrite(t *testing.T) {
 	}
 
 }
+
+// BenchmarkEncodeQueue: a 5,000-entry queue (each with its ~1 KB spec),
+// encoded by encoding/json, by the splicing encoder with no record
+// encoded yet, and re-encoded with every record's JSON kept (what a new
+// view costs): go test -run - -bench EncodeQueue ./control/
+func BenchmarkEncodeQueue(b *testing.B) {
+	s := spec(&testing.T{}, "bench", 4, "best-effort")
+	raw, _ := json.Marshal(s)
+	at := time.Date(2026, 11, 25, 14, 0, 0, 0, time.UTC)
+	q := make([]QueueEntry, 5000)
+	for i := range q {
+		q[i] = QueueEntry{Job: JobRecord{ID: fmt.Sprintf("j-%06d", i), Name: "bench", Tenant: "research", Class: "best-effort", Spec: raw, State: StateQueued, SubmittedAt: at, Version: 3},
+			GPUs: 4, Reason: "waits for 4 GPUs on one server", WaitingS: float64(i) * 1.5, AsOf: at, ETAReason: "not estimated yet"}
+	}
+	b.Run("encoding/json", func(b *testing.B) {
+		for range b.N {
+			var buf bytes.Buffer
+			json.NewEncoder(&buf).Encode(q)
+		}
+	})
+	b.Run("splice/cold", func(b *testing.B) {
+		for range b.N {
+			var c encCache
+			c.encodeQueue(q)
+		}
+	})
+	b.Run("splice/cached", func(b *testing.B) {
+		var c encCache
+		c.encodeQueue(q)
+		b.ResetTimer()
+		for range b.N {
+			c.encodeQueue(q)
+		}
+	})
+}
