@@ -53,6 +53,8 @@ type encCache struct {
 	// buildMu serialises encodings; it guards recs.
 	buildMu sync.Mutex
 	recs    map[string]encRec
+	// extended counts encodings made by extending the one before (tests).
+	extended int
 }
 
 // encRec is a job record and its JSON.
@@ -64,11 +66,14 @@ type encRec struct {
 // encEntry is one read key's newest encoding.
 type encEntry struct {
 	build func(v *readView) ([]byte, error)
-	view  *readView // the view body was encoded from
-	gen   uint64    // the start estimates' generation it had
-	body  []byte
-	err   error
-	done  bool // body (or err) is set
+	// extend makes v's body from prev, the body of the view v was made
+	// from by appending its last n jobs (publishAdded: a submit).
+	extend func(prev []byte, v *readView, n int) ([]byte, error)
+	view   *readView // the view body was encoded from
+	gen    uint64    // the start estimates' generation it had
+	body   []byte
+	err    error
+	done   bool // body (or err) is set
 	// read: a read came since the last encoding began; only then does a
 	// publish re-encode (at most one encoding per read).
 	read     bool
@@ -91,7 +96,7 @@ func (d *Daemon) etaGen() uint64 {
 // encoded returns key's encoding of a view at least as new as the one
 // published when it was called, and that view's time; it waits only when
 // the kept encoding is older.
-func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error)) ([]byte, time.Time, error) {
+func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), extend func(prev []byte, v *readView, n int) ([]byte, error)) ([]byte, time.Time, error) {
 	var seq uint64
 	if v := d.published.Load(); v != nil {
 		seq = v.seq
@@ -112,7 +117,7 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error)) ([
 				}
 			}
 		}
-		e = &encEntry{build: build}
+		e = &encEntry{build: build, extend: extend}
 		c.entries[key] = e
 	}
 	e.lastRead, e.read = time.Now(), true
@@ -125,7 +130,7 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error)) ([
 		return body, at, err
 	}
 	c.mu.Unlock()
-	d.encBuild(e)
+	d.encBuild(e, false)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return e.body, e.view.at, e.err
@@ -147,7 +152,7 @@ func (d *Daemon) encKickLocked(e *encEntry) {
 	e.building = true
 	go func() {
 		for {
-			d.encBuild(e)
+			d.encBuild(e, true)
 			d.enc.mu.Lock()
 			if !e.dirty {
 				e.building = false
@@ -170,7 +175,7 @@ func (d *Daemon) encKickWarm() {
 	if c.entries == nil {
 		// The queue is encoded once ahead, so that even the first read
 		// finds it encoded.
-		e := &encEntry{build: d.encodeQueue}
+		e := &encEntry{build: d.encodeQueue, extend: d.extendQueue}
 		c.entries = map[string]*encEntry{"queue": e}
 		d.encKickLocked(e)
 		return
@@ -182,13 +187,19 @@ func (d *Daemon) encKickWarm() {
 	}
 }
 
-// encBuild encodes the newest view for e unless e already has it. It
-// must not be called with d.mu or d.enc.mu held.
-func (d *Daemon) encBuild(e *encEntry) {
+// encBuild encodes the published view for e unless e already has it;
+// with refresh, a view marked stale is rebuilt first (the background
+// re-encodes; a waiting read takes the published view as it is). A view
+// made from e's by appending jobs (submits) is encoded by extending e's
+// body. It must not be called with d.mu or d.enc.mu held.
+func (d *Daemon) encBuild(e *encEntry, refresh bool) {
 	c := &d.enc
 	c.buildMu.Lock()
 	defer c.buildMu.Unlock()
-	v := d.view()
+	v := d.published.Load()
+	if refresh || v == nil {
+		v = d.view()
+	}
 	g := d.etaGen() // before encoding: a newer estimate makes it stale, never the reverse
 	c.mu.Lock()
 	if e.done && e.view == v && e.gen == g {
@@ -196,8 +207,16 @@ func (d *Daemon) encBuild(e *encEntry) {
 		return
 	}
 	e.read = false
+	prev, pv, pgen, perr, pdone := e.body, e.view, e.gen, e.err, e.done
 	c.mu.Unlock()
-	body, err := e.build(v)
+	var body []byte
+	var err error
+	if pdone && perr == nil && pgen == g && e.extend != nil && pv.seq >= v.chain && pv.seq < v.seq {
+		body, err = e.extend(prev, v, int(v.seq-pv.seq))
+		c.extended++
+	} else {
+		body, err = e.build(v)
+	}
 	c.evictRecs(v)
 	c.mu.Lock()
 	e.view, e.gen, e.body, e.err, e.done = v, g, body, err, true
@@ -266,13 +285,42 @@ func (d *Daemon) encodeQueue(v *readView) ([]byte, error) {
 	return d.enc.encodeQueue(d.withETA(v))
 }
 
+// extendQueue is encodeQueue for a view v made by appending its last n
+// entries to the view whose body is prev. The caller holds
+// d.enc.buildMu.
+func (d *Daemon) extendQueue(prev []byte, v *readView, n int) ([]byte, error) {
+	tail := d.withETA(&readView{queue: v.queue[len(v.queue)-n:], at: v.at})
+	buf, err := d.enc.appendQueue(reopen(prev, n*1400), tail)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, "]\n"...), nil
+}
+
+// reopen copies a JSON array body ("[...]\n") without its end, with room
+// for extra bytes more.
+func reopen(body []byte, extra int) []byte {
+	out := make([]byte, len(body)-2, len(body)+extra)
+	copy(out, body)
+	return out
+}
+
 // encodeQueue encodes q; the caller holds c.buildMu.
 func (c *encCache) encodeQueue(q []QueueEntry) ([]byte, error) {
-	strs := map[string][]byte{} // reasons repeat: each encoded once
 	buf := make([]byte, 0, len(q)*1400+16)
-	buf = append(buf, '[')
+	buf, err := c.appendQueue(append(buf, '['), q)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, "]\n"...), nil
+}
+
+// appendQueue appends q's entries to an open JSON array; the caller holds
+// c.buildMu.
+func (c *encCache) appendQueue(buf []byte, q []QueueEntry) ([]byte, error) {
+	strs := map[string][]byte{} // reasons repeat: each encoded once
 	for i := range q {
-		if i > 0 {
+		if buf[len(buf)-1] != '[' {
 			buf = append(buf, ',')
 		}
 		jb, err := c.record(&q[i].Job)
@@ -285,7 +333,6 @@ func (c *encCache) encodeQueue(q []QueueEntry) ([]byte, error) {
 			return nil, fmt.Errorf("encode queue entry %s: %w", q[i].Job.ID, err)
 		}
 	}
-	buf = append(buf, "]\n"...)
 	return buf, nil
 }
 
@@ -411,40 +458,53 @@ func jobsKey(f JobFilter) string {
 // v: the records as stored, in the store's order (submission time, id).
 // The caller holds d.enc.buildMu.
 func (d *Daemon) encodeJobs(v *readView, f JobFilter) ([]byte, error) {
-	want := map[JobState]bool{}
-	for _, s := range f.States {
-		want[s] = true
+	buf, err := d.enc.appendJobs([]byte{'['}, v.recs, f)
+	if err != nil {
+		return nil, err
 	}
-	var buf bytes.Buffer
-	buf.WriteByte('[')
-	n := 0
-	for i := range v.recs {
-		r := &v.recs[i]
-		if !want[r.State] || (f.Tenant != "" && r.Tenant != f.Tenant) {
+	return append(buf, "]\n"...), nil
+}
+
+// extendJobs is encodeJobs for a view v made by appending its last n
+// records to the view whose body is prev. The caller holds
+// d.enc.buildMu.
+func (d *Daemon) extendJobs(prev []byte, v *readView, n int, f JobFilter) ([]byte, error) {
+	buf, err := d.enc.appendJobs(reopen(prev, n*1400), v.recs[len(v.recs)-n:], f)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, "]\n"...), nil
+}
+
+// appendJobs appends the records of recs that f selects to an open JSON
+// array; the caller holds c.buildMu.
+func (c *encCache) appendJobs(buf []byte, recs []JobRecord, f JobFilter) ([]byte, error) {
+	for i := range recs {
+		r := &recs[i]
+		if !slices.Contains(f.States, r.State) || (f.Tenant != "" && r.Tenant != f.Tenant) {
 			continue
 		}
-		b, err := d.enc.record(r)
+		b, err := c.record(r)
 		if err != nil {
 			return nil, err
 		}
-		if n > 0 {
-			buf.WriteByte(',')
+		if buf[len(buf)-1] != '[' {
+			buf = append(buf, ',')
 		}
-		buf.Write(b)
-		n++
+		buf = append(buf, b...)
 	}
-	buf.WriteString("]\n")
-	return buf.Bytes(), nil
+	return buf, nil
 }
 
 // queueJSON is GET /v1/queue's body (see encoded).
 func (d *Daemon) queueJSON() ([]byte, time.Time, error) {
-	return d.encoded("queue", d.encodeQueue)
+	return d.encoded("queue", d.encodeQueue, d.extendQueue)
 }
 
 // jobsJSON is GET /v1/jobs's body for a filter viewJobFilter accepts.
 func (d *Daemon) jobsJSON(f JobFilter) ([]byte, time.Time, error) {
-	return d.encoded(jobsKey(f), func(v *readView) ([]byte, error) { return d.encodeJobs(v, f) })
+	return d.encoded(jobsKey(f), func(v *readView) ([]byte, error) { return d.encodeJobs(v, f) },
+		func(prev []byte, v *readView, n int) ([]byte, error) { return d.extendJobs(prev, v, n, f) })
 }
 
 // sortRecs orders records as the store lists them: by submission time,

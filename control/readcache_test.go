@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
@@ -276,7 +278,19 @@ func TestEncodedReadSeesOwnWrite(t *testing.T) {
 	EncodeKeepWarm = 0
 	t.Cleanup(func() { EncodeKeepWarm = warm })
 	ctx := context.Background()
-	cl, _, _, _, _ := startAPI(t, "")
+	cl, d, _, _, _ := startAPI(t, "")
+	// sameAsFresh: what was served for key equals encoding its view afresh.
+	sameAsFresh := func(key string, fresh func(v *readView) []byte) {
+		t.Helper()
+		d.enc.mu.Lock()
+		e := d.enc.entries[key]
+		body, v := e.body, e.view
+		d.enc.mu.Unlock()
+		if want := fresh(v); !bytes.Equal(body, want) {
+			t.Fatalf("%s: served body differs from encoding its view afresh:\n got %s\nwant %s", key, body, want)
+		}
+	}
+	queued := JobFilter{States: []JobState{StateQueued, StateHeld}}
 	has := func(id string) bool {
 		q, err := cl.Queue(ctx)
 		if err != nil {
@@ -301,6 +315,26 @@ func TestEncodedReadSeesOwnWrite(t *testing.T) {
 		if !has(rec.ID) {
 			t.Fatalf("the queue read right after submitting %s does not show it", rec.ID)
 		}
+		sameAsFresh("queue", func(v *readView) []byte {
+			b, _ := json.Marshal(d.withETA(v))
+			return append(b, '\n')
+		})
+		if _, err := getBody(ctx, cl, "/v1/jobs?state=queued,held"); err != nil {
+			t.Fatal(err)
+		}
+		sameAsFresh(jobsKey(queued), func(v *readView) []byte {
+			var recs []JobRecord
+			for _, r := range v.recs {
+				if r.State == StateQueued || r.State == StateHeld {
+					recs = append(recs, r)
+				}
+			}
+			if recs == nil {
+				recs = []JobRecord{}
+			}
+			b, _ := json.Marshal(recs)
+			return append(b, '\n')
+		})
 		if _, err := cl.JobOp(ctx, rec.ID, "cancel"); err != nil {
 			t.Fatal(err)
 		}
@@ -344,4 +378,46 @@ func BenchmarkEncodeQueue(b *testing.B) {
 			c.encodeQueue(q)
 		}
 	})
+}
+
+// A submit appends its job to the view; the encodings are then extended,
+// not redone, and equal encoding the new view afresh.
+func TestEncodingExtendedBySubmits(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	d, _ := newDaemon(t, st, &recorder{}, "static")
+	h := (&API{D: d, Version: "test"}).Handler()
+	get := func(path string) []byte {
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, path, nil))
+		if rr.Code != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, rr.Code, rr.Body)
+		}
+		return rr.Body.Bytes()
+	}
+	for i := 0; i < 4; i++ {
+		if _, err := d.Submit(ctx, spec(t, fmt.Sprintf("x%d", i), 4, "best-effort")); err != nil {
+			t.Fatal(err)
+		}
+		q := get("/v1/queue")
+		want, _ := json.Marshal(d.Queue())
+		if !bytes.Equal(q, append(want, '\n')) {
+			t.Fatalf("after submit %d: GET /v1/queue\n got %s\nwant %s", i, q, want)
+		}
+		j := get("/v1/jobs?state=queued")
+		recs, err := st.ListJobs(ctx, JobFilter{States: []JobState{StateQueued}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ = json.Marshal(recs)
+		if !bytes.Equal(j, append(want, '\n')) {
+			t.Fatalf("after submit %d: GET /v1/jobs?state=queued\n got %s\nwant %s", i, j, want)
+		}
+	}
+	d.enc.buildMu.Lock()
+	extended := d.enc.extended
+	d.enc.buildMu.Unlock()
+	if extended < 6 { // both keys, after the second, third and fourth submits
+		t.Errorf("%d encodings made by extending the one before, want at least 6", extended)
+	}
 }

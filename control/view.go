@@ -35,6 +35,10 @@ type readView struct {
 	links      sched.LinkReport
 	at         time.Time // the daemon's clock when it was built (the API's as_of)
 	seq        uint64    // grows with every view published
+	// chain is the seq of the first view of a run of views each made from
+	// the one before by appending one submitted job (publishAdded); seq
+	// itself for a rebuilt view.
+	chain uint64
 }
 
 // RunningJob is a running job with what the daemon knows of its speed:
@@ -112,7 +116,7 @@ func (d *Daemon) publishAdded(js *jobState) {
 		return
 	}
 	v := *old
-	v.seq++
+	v.seq++ // v.chain stays: one more view of the run
 	v.jobs = append(slices.Clip(old.jobs), id)
 	v.queue = append(slices.Clip(old.queue), QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: "not scheduled yet"})
 	v.recs = append(slices.Clip(old.recs), js.rec)
@@ -133,6 +137,7 @@ func (d *Daemon) publish() {
 	if old := d.published.Load(); old != nil {
 		v.seq = old.seq + 1
 	}
+	v.chain = v.seq
 	v.jobs = d.sortedJobIDs()
 	v.recs = make([]JobRecord, len(v.jobs))
 	for i, id := range v.jobs {
