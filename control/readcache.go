@@ -30,6 +30,7 @@ package control
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -37,6 +38,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -50,11 +52,12 @@ const maxEncKeys = 32
 type encCache struct {
 	mu      sync.Mutex // guards entries and their fields
 	entries map[string]*encEntry
-	// buildMu serialises encodings; it guards recs.
+	// buildMu serialises full encodings (extensions run beside them).
 	buildMu sync.Mutex
+	recsMu  sync.Mutex // guards recs
 	recs    map[string]encRec
 	// extended counts encodings made by extending the one before (tests).
-	extended int
+	extended atomic.Int64
 }
 
 // encRec is a job record and its JSON.
@@ -129,6 +132,10 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), ex
 		c.mu.Unlock()
 		return body, at, err
 	}
+	if body, at, ok := d.encExtendLocked(e); ok {
+		c.mu.Unlock()
+		return body, at, nil
+	}
 	c.mu.Unlock()
 	d.encBuild(e, false)
 	c.mu.Lock()
@@ -187,6 +194,36 @@ func (d *Daemon) encKickWarm() {
 	}
 }
 
+// encExtendLocked brings e up to the published view by extending its
+// body when that view was made from e's by submits (a copy and the new
+// jobs: no full encoding, and no wait for one under way). It is called
+// with d.enc.mu held and returns with it held (it lets it go while it
+// encodes).
+func (d *Daemon) encExtendLocked(e *encEntry) ([]byte, time.Time, bool) {
+	c := &d.enc
+	v := d.published.Load()
+	if !e.done || e.err != nil || e.extend == nil || v == nil || e.view.seq < v.chain || e.view.seq >= v.seq {
+		return nil, time.Time{}, false
+	}
+	prev, pv, pgen := e.body, e.view, e.gen
+	c.mu.Unlock()
+	g := d.etaGen()
+	var body []byte
+	err := errors.New("estimates changed")
+	if g == pgen {
+		body, err = e.extend(prev, v, int(v.seq-pv.seq))
+	}
+	c.mu.Lock()
+	if err != nil {
+		return nil, time.Time{}, false
+	}
+	c.extended.Add(1)
+	if e.view.seq < v.seq {
+		e.view, e.body = v, body
+	}
+	return body, v.at, true
+}
+
 // encBuild encodes the published view for e unless e already has it;
 // with refresh, a view marked stale is rebuilt first (the background
 // re-encodes; a waiting read takes the published view as it is). A view
@@ -213,7 +250,7 @@ func (d *Daemon) encBuild(e *encEntry, refresh bool) {
 	var err error
 	if pdone && perr == nil && pgen == g && e.extend != nil && pv.seq >= v.chain && pv.seq < v.seq {
 		body, err = e.extend(prev, v, int(v.seq-pv.seq))
-		c.extended++
+		c.extended.Add(1)
 	} else {
 		body, err = e.build(v)
 	}
@@ -226,6 +263,8 @@ func (d *Daemon) encBuild(e *encEntry, refresh bool) {
 // record returns rec's JSON, encoding it only when it changed since it
 // was last encoded. The caller holds c.buildMu.
 func (c *encCache) record(rec *JobRecord) ([]byte, error) {
+	c.recsMu.Lock()
+	defer c.recsMu.Unlock()
 	if c.recs == nil {
 		c.recs = map[string]encRec{}
 	}
@@ -243,6 +282,8 @@ func (c *encCache) record(rec *JobRecord) ([]byte, error) {
 // evictRecs forgets the encoded records of jobs no longer in v (ended
 // jobs) once there are many. The caller holds c.buildMu.
 func (c *encCache) evictRecs(v *readView) {
+	c.recsMu.Lock()
+	defer c.recsMu.Unlock()
 	if len(c.recs) <= len(v.jobs)+1024 {
 		return
 	}

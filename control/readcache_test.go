@@ -414,10 +414,7 @@ func TestEncodingExtendedBySubmits(t *testing.T) {
 			t.Fatalf("after submit %d: GET /v1/jobs?state=queued\n got %s\nwant %s", i, j, want)
 		}
 	}
-	d.enc.buildMu.Lock()
-	extended := d.enc.extended
-	d.enc.buildMu.Unlock()
-	if extended < 6 { // both keys, after the second, third and fourth submits
+	if extended := d.enc.extended.Load(); extended < 6 { // both keys, after the second, third and fourth submits
 		t.Errorf("%d encodings made by extending the one before, want at least 6", extended)
 	}
 }
