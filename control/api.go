@@ -304,6 +304,12 @@ func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.Tenant = r.URL.Query().Get("tenant")
+	if viewJobFilter(f) {
+		// Live states only: the published view's encoding (readcache.go).
+		body, at, err := a.D.jobsJSON(f)
+		writeEncoded(w, body, at, err)
+		return
+	}
 	jobs, err := a.D.cfg.Store.ListJobs(r.Context(), f)
 	if err != nil {
 		writeErr(w, statusOf(err), err)
@@ -357,11 +363,26 @@ func (a *API) jobOp(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) queue(w http.ResponseWriter, r *http.Request) {
-	q := a.D.Queue()
-	if q == nil {
-		q = []QueueEntry{}
+	body, at, err := a.D.queueJSON()
+	writeEncoded(w, body, at, err)
+}
+
+// AsOfHeader is the response header of an encoded read (GET /v1/queue,
+// GET /v1/jobs of live states): the daemon's clock when the view it was
+// encoded from was taken (RFC 3339).
+const AsOfHeader = "X-Replan-As-Of"
+
+// writeEncoded answers with a body encoded ahead (readcache.go).
+func writeEncoded(w http.ResponseWriter, body []byte, at time.Time, err error) {
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
 	}
-	writeJSON(w, http.StatusOK, q)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.Header().Set(AsOfHeader, at.UTC().Format(time.RFC3339Nano))
+	w.WriteHeader(http.StatusOK)
+	w.Write(body)
 }
 
 func (a *API) nodes(w http.ResponseWriter, r *http.Request) {

@@ -1,9 +1,11 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -103,6 +105,17 @@ func TestDaemonBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	go Serve(ctx, l, (&API{D: d, Version: "bench"}).Handler())
+	cl := NewUnixClient(sock)
+	// The same read on an idle daemon (no rounds yet): what a read costs
+	// without contention (the first one may encode).
+	var idle []time.Duration
+	for i := 0; i < 30; i++ {
+		a := time.Now()
+		if _, err := getBody(ctx, cl, "/v1/queue"); err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, time.Since(a))
+	}
 	var mu sync.Mutex
 	var rounds, plans []time.Duration
 	var roundErrs int
@@ -125,8 +138,8 @@ func TestDaemonBench(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	cl := NewUnixClient(sock)
-	var sub, queue, jobs, dsub, dread []time.Duration
+	var sub, queue, jobs, queueDec, jobsDec, dsub, dread []time.Duration
+	bytesRead := map[string]int{}
 	var fails []string
 	end := time.Now().Add(dur)
 	for i := 0; time.Now().Before(end); i++ {
@@ -136,16 +149,27 @@ func TestDaemonBench(t *testing.T) {
 			fails = append(fails, err.Error())
 		}
 		sub = append(sub, time.Since(a))
-		a = time.Now()
-		if _, err := cl.Queue(ctx); err != nil {
-			fails = append(fails, err.Error())
+		// A read is timed until the whole body has been received; the
+		// client's decoding of it is timed on its own.
+		for _, r := range []struct {
+			path      string
+			recv, dec *[]time.Duration
+			into      any
+		}{{"/v1/queue", &queue, &queueDec, &[]QueueEntry{}}, {"/v1/jobs?state=running", &jobs, &jobsDec, &[]JobRecord{}}} {
+			a = time.Now()
+			body, err := getBody(ctx, cl, r.path)
+			if err != nil {
+				fails = append(fails, err.Error())
+				continue
+			}
+			*r.recv = append(*r.recv, time.Since(a))
+			bytesRead[r.path] = len(body)
+			a = time.Now()
+			if err := json.Unmarshal(body, r.into); err != nil {
+				fails = append(fails, err.Error())
+			}
+			*r.dec = append(*r.dec, time.Since(a))
 		}
-		queue = append(queue, time.Since(a))
-		a = time.Now()
-		if _, err := cl.Jobs(ctx, StateRunning); err != nil {
-			fails = append(fails, err.Error())
-		}
-		jobs = append(jobs, time.Since(a))
 		// The daemon's own share, without HTTP and JSON.
 		a = time.Now()
 		if _, err := d.Submit(ctx, mk(i)); err != nil {
@@ -201,10 +225,14 @@ func TestDaemonBench(t *testing.T) {
 	row("submit (API)", sub, "50ms "+mark(sub, 50*time.Millisecond))
 	row("read: queue (API)", queue, "20ms "+mark(queue, 20*time.Millisecond))
 	row("read: jobs running", jobs, "20ms "+mark(jobs, 20*time.Millisecond))
+	row("queue, idle daemon", idle, "-")
+	row("client decode: queue", queueDec, "-")
+	row("client decode: jobs", jobsDec, "-")
 	row("Daemon.Submit", dsub, "-")
 	row("Daemon.Queue+Nodes", dread, "-")
 	row("round (whole)", rounds, "-")
 	row("round: policy only", plans, "-")
+	fmt.Printf("daemon bench: last bodies: queue %d bytes, jobs running %d bytes\n", bytesRead["/v1/queue"], bytesRead["/v1/jobs?state=running"])
 	if firstRoundErr != nil {
 		msg := firstRoundErr.Error()
 		fmt.Printf("daemon bench: first round error: %s\n", msg[:min(len(msg), 300)])
@@ -212,4 +240,30 @@ func TestDaemonBench(t *testing.T) {
 	if len(fails) > 0 {
 		fmt.Printf("daemon bench: %d requests failed, first: %s\n", len(fails), fails[0])
 	}
+}
+
+// getBody GETs path and reads the whole body (a status other than 200 is
+// an error).
+func getBody(ctx context.Context, cl *Client, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", cl.Base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := cl.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if resp.ContentLength > 0 {
+		buf.Grow(int(resp.ContentLength))
+	}
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return nil, err
+	}
+	body := buf.Bytes()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %s", path, resp.Status, body)
+	}
+	return body, nil
 }

@@ -128,6 +128,7 @@ type Daemon struct {
 	storeErrors atomic.Int64      // store writes that failed
 	eta         etaState          // background start estimates (eta.go)
 	telemetry   map[int][]GPUStat // per server: its GPUs as last observed (telemetry.go)
+	enc         encCache          // encoded reads (readcache.go)
 }
 
 type jobState struct {

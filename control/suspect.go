@@ -7,9 +7,11 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/replan/replan/launch"
@@ -148,9 +150,10 @@ func (d *Daemon) clearSuspect(ctx context.Context, i int, why string) error {
 	})
 }
 
-// healthChecks runs the executor's health check on suspect servers (at
-// most once per minute of the daemon's clock each) and clears those that
-// pass. It takes d.mu; the caller must not hold it.
+// healthChecks runs the executor's health check on suspect servers that
+// answer heartbeats (at most once per minute of the daemon's clock each),
+// all at once, and clears those that pass. It takes d.mu; the caller must
+// not hold it.
 func (d *Daemon) healthChecks(ctx context.Context) error {
 	hc, ok := d.cfg.Exec.(HealthChecker)
 	if !ok {
@@ -160,18 +163,33 @@ func (d *Daemon) healthChecks(ctx context.Context) error {
 	var due []int
 	for i, n := range d.nodes {
 		name := d.cfg.Servers[i].Name
-		if n.suspect && d.now().Sub(d.checked[name]) >= time.Minute {
+		if n.suspect && n.missed < d.cfg.HeartbeatMisses && d.now().Sub(d.checked[name]) >= time.Minute {
 			due = append(due, i)
 			d.checked[name] = d.now()
 		}
 	}
 	d.mu.Unlock()
+	passed := make([]bool, len(due))
+	var wg sync.WaitGroup
+	for k, i := range due {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := d.cfg.Servers[i].Name
+			err := hc.Check(ctx, name)
+			if err != nil {
+				d.log.Info("health check of a suspect server failed", "server", name, "err", err)
+			}
+			passed[k] = err == nil
+		}()
+	}
+	wg.Wait()
 	var errs []error
-	for _, i := range due {
-		name := d.cfg.Servers[i].Name
-		if err := hc.Check(ctx, name); err != nil {
+	for k, i := range due {
+		if !passed[k] {
 			continue
 		}
+		name := d.cfg.Servers[i].Name
 		d.mu.Lock()
 		if d.nodes[i].suspect {
 			if err := d.clearSuspect(ctx, i, "health check passed"); err != nil {
@@ -181,8 +199,5 @@ func (d *Daemon) healthChecks(ctx context.Context) error {
 		d.publish()
 		d.mu.Unlock()
 	}
-	if len(errs) > 0 {
-		return errs[0]
-	}
-	return nil
+	return errors.Join(errs...)
 }

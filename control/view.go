@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/replan/replan/jobspec"
@@ -24,14 +23,22 @@ func (d *Daemon) jobsSnapshot() []string { return d.view().jobs }
 // executor call, so a reconfiguration that takes minutes on real servers
 // never stalls `replan queue`.
 type readView struct {
-	queue      []QueueEntry
-	nodes      []NodeView
-	jobs       []string
+	queue []QueueEntry
+	nodes []NodeView
+	jobs  []string
+	// recs are the records of every job in jobs as stored, in the
+	// store's order (submission time, id): GET /v1/jobs of live states.
+	recs       []JobRecord
 	round      RoundStats
 	throughput map[string]Throughput
 	running    []RunningJob
 	links      sched.LinkReport
 	at         time.Time // the daemon's clock when it was built (the API's as_of)
+	seq        uint64    // grows with every view published
+	// chain is the seq of the first view of a run of views each made from
+	// the one before by appending one submitted job (publishAdded); seq
+	// itself for a rebuilt view.
+	chain uint64
 }
 
 // RunningJob is a running job with what the daemon knows of its speed:
@@ -103,14 +110,18 @@ func (d *Daemon) publishNow() {
 func (d *Daemon) publishAdded(js *jobState) {
 	old := d.published.Load()
 	id := js.rec.ID
-	if old == nil || (len(old.jobs) > 0 && old.jobs[len(old.jobs)-1] >= id) || (len(old.queue) > 0 && old.queue[len(old.queue)-1].Job.ID >= id) {
+	if old == nil || (len(old.jobs) > 0 && old.jobs[len(old.jobs)-1] >= id) || (len(old.queue) > 0 && old.queue[len(old.queue)-1].Job.ID >= id) ||
+		(len(old.recs) > 0 && old.recs[len(old.recs)-1].SubmittedAt.After(js.rec.SubmittedAt)) {
 		d.publish()
 		return
 	}
 	v := *old
+	v.seq++ // v.chain stays: one more view of the run
 	v.jobs = append(slices.Clip(old.jobs), id)
 	v.queue = append(slices.Clip(old.queue), QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: "not scheduled yet"})
+	v.recs = append(slices.Clip(old.recs), js.rec)
 	d.published.Store(&v)
+	d.encKickWarm()
 	if d.announce.Swap(false) {
 		d.broadcast()
 	}
@@ -122,8 +133,16 @@ func (d *Daemon) publish() {
 	d.publishedAt = time.Now()
 	d.stale.Store(false)
 	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links, at: d.now()}
-	for id, js := range d.jobs {
-		v.jobs = append(v.jobs, id)
+	v.seq = 1
+	if old := d.published.Load(); old != nil {
+		v.seq = old.seq + 1
+	}
+	v.chain = v.seq
+	v.jobs = d.sortedJobIDs()
+	v.recs = make([]JobRecord, len(v.jobs))
+	for i, id := range v.jobs {
+		js := d.jobs[id]
+		v.recs[i] = js.rec
 		if js.rec.State == StateRunning {
 			tp := Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
 			v.throughput[id] = tp
@@ -143,13 +162,48 @@ func (d *Daemon) publish() {
 			v.running = append(v.running, r)
 		}
 	}
-	sort.Strings(v.jobs)
-	sort.Slice(v.running, func(a, b int) bool { return v.running[a].Job.ID < v.running[b].Job.ID })
+	sortRecs(v.recs)
 	d.published.Store(v)
+	d.encKickWarm()
 	if d.announce.Swap(false) {
 		d.broadcast()
 	}
 	d.etaKick() // re-estimate start times in the background (eta.go)
+}
+
+// sortedJobIDs lists the ids of d.jobs in order. Ids only grow, so it
+// keeps the last view's order of the jobs still there and sorts only the
+// ids added since (all after the last one); anything else is sorted
+// afresh. The caller holds d.mu.
+func (d *Daemon) sortedJobIDs() []string {
+	var old []string
+	if v := d.published.Load(); v != nil {
+		old = v.jobs
+	}
+	ids := make([]string, 0, len(d.jobs))
+	for _, id := range old {
+		if _, ok := d.jobs[id]; ok {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == len(d.jobs) {
+		return ids
+	}
+	kept := len(ids)
+	for id := range d.jobs {
+		if len(old) == 0 || id > old[len(old)-1] {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) != len(d.jobs) {
+		ids = ids[:0]
+		for id := range d.jobs {
+			ids = append(ids, id)
+		}
+		kept = 0
+	}
+	slices.Sort(ids[kept:])
+	return ids
 }
 
 // Throughput is a running job's predicted and measured samples per second

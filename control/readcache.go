@@ -1,0 +1,564 @@
+package control
+
+// Encoded reads: GET /v1/queue and GET /v1/jobs?state=... (waiting and
+// running states only) answer with JSON encoded once per published view,
+// not once per request. The queue is every waiting job with its spec
+// (5,000 jobs are about 5.4 MB of JSON): encoding it took most of a
+// read's time.
+//
+//   - Each read key (the queue; each jobs filter) keeps its newest fully
+//     encoded body with the view (its sequence number) and the start
+//     estimates' generation it was encoded from.
+//   - A read shows everything published before it began: it answers with
+//     the kept body when that body's view and estimates are at least as
+//     new as those at the read's start, and otherwise waits for the
+//     encoding of the newest view (joining one in progress). A view
+//     marked stale (changes of a round's apply not yet published, see
+//     publishSoon) does not make a read wait: the read answers and starts
+//     a background re-encode (stale while revalidate).
+//   - Every publish starts, in the background, the re-encode of each key
+//     read since its last encoding began (within EncodeKeepWarm), so the
+//     encoding a read needs is usually done or under way when it comes;
+//     nobody reading costs nothing. The queue is encoded ahead at the
+//     first publish.
+//   - Every entry's as_of (and the X-Replan-As-Of header) is the time of
+//     the view the body was encoded from.
+//   - Job records are encoded once per content: the bytes of each record
+//     (with its spec) are kept, keyed by job id, and reused while the
+//     record is unchanged (sameRecord); a re-encode splices them.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// EncodeKeepWarm is how long after its last read a key is re-encoded at
+// every publish (in the background).
+var EncodeKeepWarm = 10 * time.Second
+
+// maxEncKeys bounds the cached keys (jobs filters come from clients).
+const maxEncKeys = 32
+
+type encCache struct {
+	mu      sync.Mutex // guards entries and their fields
+	entries map[string]*encEntry
+	// buildMu serialises full encodings (extensions run beside them).
+	buildMu sync.Mutex
+	recsMu  sync.Mutex // guards recs
+	recs    map[string]encRec
+	// extended counts encodings made by extending the one before (tests).
+	extended atomic.Int64
+}
+
+// encRec is a job record and its JSON.
+type encRec struct {
+	rec JobRecord
+	b   []byte
+}
+
+// encEntry is one read key's newest encoding.
+type encEntry struct {
+	build func(v *readView) ([]byte, error)
+	// extend makes v's body from prev, the body of the view v was made
+	// from by appending its last n jobs (publishAdded: a submit).
+	extend func(prev []byte, v *readView, n int) ([]byte, error)
+	view   *readView // the view body was encoded from
+	gen    uint64    // the start estimates' generation it had
+	body   []byte
+	err    error
+	done   bool // body (or err) is set
+	// read: a read came since the last encoding began; only then does a
+	// publish re-encode (at most one encoding per read).
+	read     bool
+	building bool // a background re-encode runs
+	dirty    bool // another one was asked for meanwhile
+	lastRead time.Time
+}
+
+// etaGen grows whenever the start estimates (withETA) may have changed.
+func (d *Daemon) etaGen() uint64 {
+	d.eta.mu.Lock()
+	defer d.eta.mu.Unlock()
+	g := uint64(d.eta.runs) * 2
+	if d.eta.newPolicy != nil {
+		g++
+	}
+	return g
+}
+
+// encoded returns key's encoding of a view at least as new as the one
+// published when it was called, and that view's time; it waits only when
+// the kept encoding is older.
+func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), extend func(prev []byte, v *readView, n int) ([]byte, error)) ([]byte, time.Time, error) {
+	var seq uint64
+	if v := d.published.Load(); v != nil {
+		seq = v.seq
+	}
+	gen := d.etaGen()
+	c := &d.enc
+	c.mu.Lock()
+	if c.entries == nil {
+		c.entries = map[string]*encEntry{}
+	}
+	e := c.entries[key]
+	if e == nil {
+		if len(c.entries) >= maxEncKeys {
+			for k, old := range c.entries {
+				if !old.building {
+					delete(c.entries, k)
+					break
+				}
+			}
+		}
+		e = &encEntry{build: build, extend: extend}
+		c.entries[key] = e
+	}
+	e.lastRead, e.read = time.Now(), true
+	if e.done && e.view.seq >= seq && e.gen >= gen {
+		body, at, err := e.body, e.view.at, e.err
+		if !d.encFresh(e) {
+			d.encKickLocked(e) // the view is stale: newer data comes
+		}
+		c.mu.Unlock()
+		return body, at, err
+	}
+	if body, at, ok := d.encExtendLocked(e); ok {
+		c.mu.Unlock()
+		return body, at, nil
+	}
+	c.mu.Unlock()
+	d.encBuild(e, false)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return e.body, e.view.at, e.err
+}
+
+// encFresh reports whether e was encoded from the newest view; the
+// caller holds d.enc.mu.
+func (d *Daemon) encFresh(e *encEntry) bool {
+	return e.done && e.view == d.published.Load() && !d.stale.Load() && e.gen == d.etaGen()
+}
+
+// encKickLocked starts a background re-encode of e (or asks the running
+// one for another); the caller holds d.enc.mu.
+func (d *Daemon) encKickLocked(e *encEntry) {
+	if e.building {
+		e.dirty = true
+		return
+	}
+	e.building = true
+	go func() {
+		for {
+			d.encBuild(e, true)
+			d.enc.mu.Lock()
+			if !e.dirty {
+				e.building = false
+				d.enc.mu.Unlock()
+				return
+			}
+			e.dirty = false
+			d.enc.mu.Unlock()
+		}
+	}()
+}
+
+// encKickWarm re-encodes, in the background, every key read since its
+// last encoding began and within EncodeKeepWarm; called at every publish
+// (the caller may hold d.mu).
+func (d *Daemon) encKickWarm() {
+	c := &d.enc
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		// The queue is encoded once ahead, so that even the first read
+		// finds it encoded.
+		e := &encEntry{build: d.encodeQueue, extend: d.extendQueue}
+		c.entries = map[string]*encEntry{"queue": e}
+		d.encKickLocked(e)
+		return
+	}
+	for _, e := range c.entries {
+		if e.done && e.read && time.Since(e.lastRead) < EncodeKeepWarm {
+			d.encKickLocked(e)
+		}
+	}
+}
+
+// encExtendLocked brings e up to the published view by extending its
+// body when that view was made from e's by submits (a copy and the new
+// jobs: no full encoding, and no wait for one under way). It is called
+// with d.enc.mu held and returns with it held (it lets it go while it
+// encodes).
+func (d *Daemon) encExtendLocked(e *encEntry) ([]byte, time.Time, bool) {
+	c := &d.enc
+	v := d.published.Load()
+	if !e.done || e.err != nil || e.extend == nil || v == nil || e.view.seq < v.chain || e.view.seq >= v.seq {
+		return nil, time.Time{}, false
+	}
+	prev, pv, pgen := e.body, e.view, e.gen
+	c.mu.Unlock()
+	g := d.etaGen()
+	var body []byte
+	err := errors.New("estimates changed")
+	if g == pgen {
+		body, err = e.extend(prev, v, int(v.seq-pv.seq))
+	}
+	c.mu.Lock()
+	if err != nil {
+		return nil, time.Time{}, false
+	}
+	c.extended.Add(1)
+	if e.view.seq < v.seq {
+		e.view, e.body = v, body
+	}
+	return body, v.at, true
+}
+
+// encBuild encodes the published view for e unless e already has it;
+// with refresh, a view marked stale is rebuilt first (the background
+// re-encodes; a waiting read takes the published view as it is). A view
+// made from e's by appending jobs (submits) is encoded by extending e's
+// body. It must not be called with d.mu or d.enc.mu held.
+func (d *Daemon) encBuild(e *encEntry, refresh bool) {
+	c := &d.enc
+	c.buildMu.Lock()
+	defer c.buildMu.Unlock()
+	v := d.published.Load()
+	if refresh || v == nil {
+		v = d.view()
+	}
+	g := d.etaGen() // before encoding: a newer estimate makes it stale, never the reverse
+	c.mu.Lock()
+	if e.done && e.view == v && e.gen == g {
+		c.mu.Unlock()
+		return
+	}
+	e.read = false
+	prev, pv, pgen, perr, pdone := e.body, e.view, e.gen, e.err, e.done
+	c.mu.Unlock()
+	var body []byte
+	var err error
+	if pdone && perr == nil && pgen == g && e.extend != nil && pv.seq >= v.chain && pv.seq < v.seq {
+		body, err = e.extend(prev, v, int(v.seq-pv.seq))
+		c.extended.Add(1)
+	} else {
+		body, err = e.build(v)
+	}
+	c.evictRecs(v)
+	c.mu.Lock()
+	e.view, e.gen, e.body, e.err, e.done = v, g, body, err, true
+	c.mu.Unlock()
+}
+
+// record returns rec's JSON, encoding it only when it changed since it
+// was last encoded. The caller holds c.buildMu.
+func (c *encCache) record(rec *JobRecord) ([]byte, error) {
+	c.recsMu.Lock()
+	defer c.recsMu.Unlock()
+	if c.recs == nil {
+		c.recs = map[string]encRec{}
+	}
+	if r, ok := c.recs[rec.ID]; ok && sameRecord(&r.rec, rec) {
+		return r.b, nil
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("encode job %s: %w", rec.ID, err)
+	}
+	c.recs[rec.ID] = encRec{rec: *rec, b: b}
+	return b, nil
+}
+
+// evictRecs forgets the encoded records of jobs no longer in v (ended
+// jobs) once there are many. The caller holds c.buildMu.
+func (c *encCache) evictRecs(v *readView) {
+	c.recsMu.Lock()
+	defer c.recsMu.Unlock()
+	if len(c.recs) <= len(v.jobs)+1024 {
+		return
+	}
+	for id := range c.recs {
+		if _, ok := slices.BinarySearch(v.jobs, id); !ok {
+			delete(c.recs, id)
+		}
+	}
+}
+
+// sameRecord reports whether a and b encode the same (every field of
+// JobRecord; TestSameRecordSeesEveryField keeps it complete).
+func sameRecord(a, b *JobRecord) bool {
+	return a.ID == b.ID && a.Name == b.Name && a.Tenant == b.Tenant && a.Class == b.Class &&
+		sameBytes(a.Spec, b.Spec) && a.State == b.State && a.Reason == b.Reason &&
+		sameBytes(a.Plan, b.Plan) && sameBytes(a.Placement, b.Placement) &&
+		sameTime(a.SubmittedAt, b.SubmittedAt) && sameTime(a.StartedAt, b.StartedAt) && sameTime(a.FinishedAt, b.FinishedAt) &&
+		a.Iterations == b.Iterations && a.Checkpoint == b.Checkpoint && a.Restarts == b.Restarts &&
+		a.Failures == b.Failures && a.Attempt == b.Attempt && a.Version == b.Version
+}
+
+func sameBytes(a, b []byte) bool {
+	if len(a) != len(b) || (a == nil) != (b == nil) {
+		return false
+	}
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true
+	}
+	return bytes.Equal(a, b)
+}
+
+// sameTime: equal instants in the same location (they encode the same).
+func sameTime(a, b time.Time) bool { return a.Equal(b) && a.Location() == b.Location() }
+
+// encodeQueue is GET /v1/queue's body for view v: the same bytes as
+// encoding d.withETA(v) with json.Encoder (TestEncodedReadsEqualFreshEncoding),
+// made from each job record's cached JSON and the rest of its entry
+// written by appendQueueRest. The caller holds d.enc.buildMu.
+func (d *Daemon) encodeQueue(v *readView) ([]byte, error) {
+	return d.enc.encodeQueue(d.withETA(v))
+}
+
+// extendQueue is encodeQueue for a view v made by appending its last n
+// entries to the view whose body is prev. The caller holds
+// d.enc.buildMu.
+func (d *Daemon) extendQueue(prev []byte, v *readView, n int) ([]byte, error) {
+	tail := d.withETA(&readView{queue: v.queue[len(v.queue)-n:], at: v.at})
+	buf, err := d.enc.appendQueue(reopen(prev, n*1400), tail)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, "]\n"...), nil
+}
+
+// reopen copies a JSON array body ("[...]\n") without its end, with room
+// for extra bytes more.
+func reopen(body []byte, extra int) []byte {
+	out := make([]byte, len(body)-2, len(body)+extra)
+	copy(out, body)
+	return out
+}
+
+// encodeQueue encodes q; the caller holds c.buildMu.
+func (c *encCache) encodeQueue(q []QueueEntry) ([]byte, error) {
+	buf := make([]byte, 0, len(q)*1400+16)
+	buf, err := c.appendQueue(append(buf, '['), q)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, "]\n"...), nil
+}
+
+// appendQueue appends q's entries to an open JSON array; the caller holds
+// c.buildMu.
+func (c *encCache) appendQueue(buf []byte, q []QueueEntry) ([]byte, error) {
+	strs := map[string][]byte{} // reasons repeat: each encoded once
+	for i := range q {
+		if buf[len(buf)-1] != '[' {
+			buf = append(buf, ',')
+		}
+		jb, err := c.record(&q[i].Job)
+		if err != nil {
+			return nil, err
+		}
+		buf = append(buf, `{"job":`...)
+		buf = append(buf, jb...)
+		if buf, err = appendQueueRest(buf, &q[i], strs); err != nil {
+			return nil, fmt.Errorf("encode queue entry %s: %w", q[i].Job.ID, err)
+		}
+	}
+	return buf, nil
+}
+
+// appendQueueRest appends the fields of q after "job", in QueueEntry's
+// order and exactly as encoding/json writes them, and the closing brace.
+func appendQueueRest(b []byte, q *QueueEntry, strs map[string][]byte) ([]byte, error) {
+	var err error
+	b = append(b, `,"gpus":`...)
+	b = strconv.AppendInt(b, int64(q.GPUs), 10)
+	b = append(b, `,"reason":`...)
+	if b, err = appendJSONString(b, q.Reason, strs); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"waiting_s":`...)
+	if b, err = appendJSONFloat(b, q.WaitingS); err != nil {
+		return nil, err
+	}
+	if q.Timers != nil {
+		t, err := json.Marshal(q.Timers)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, `,"timers":`...)
+		b = append(b, t...)
+	}
+	b = append(b, `,"eta_s":`...)
+	if q.ETAS == nil {
+		b = append(b, "null"...)
+	} else if b, err = appendJSONFloat(b, *q.ETAS); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"eta_at":`...)
+	if q.ETAAt == nil {
+		b = append(b, "null"...)
+	} else if b, err = appendJSONTime(b, *q.ETAAt); err != nil {
+		return nil, err
+	}
+	if q.ETAReason != "" {
+		b = append(b, `,"eta_reason":`...)
+		if b, err = appendJSONString(b, q.ETAReason, strs); err != nil {
+			return nil, err
+		}
+	}
+	b = append(b, `,"as_of":`...)
+	if b, err = appendJSONTime(b, q.AsOf); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as encoding/json writes it (HTML-safe
+// escapes), remembering each string's encoding in strs.
+func appendJSONString(b []byte, s string, strs map[string][]byte) ([]byte, error) {
+	e, ok := strs[s]
+	if !ok {
+		var err error
+		if e, err = json.Marshal(s); err != nil {
+			return nil, err
+		}
+		strs[s] = e
+	}
+	return append(b, e...), nil
+}
+
+// appendJSONFloat appends f as encoding/json writes a float64 (the
+// shortest representation; exponent form below 1e-6 and from 1e21).
+func appendJSONFloat(b []byte, f float64) ([]byte, error) {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return nil, fmt.Errorf("json: unsupported value: %v", f)
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		// clean up e-09 to e-9, as encoding/json does
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b, nil
+}
+
+// appendJSONTime appends t as time.Time's MarshalJSON does.
+func appendJSONTime(b []byte, t time.Time) ([]byte, error) {
+	if y := t.Year(); y < 0 || y >= 10000 {
+		return nil, fmt.Errorf("json: time %v: year outside of range [0,9999]", t)
+	}
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"'), nil
+}
+
+// viewJobFilter reports whether f can be answered from the published
+// view: it names states and none of them is final (ended jobs are only in
+// the store).
+func viewJobFilter(f JobFilter) bool {
+	if len(f.States) == 0 {
+		return false
+	}
+	for _, s := range f.States {
+		if s.Final() {
+			return false
+		}
+	}
+	return true
+}
+
+// jobsKey names a jobs filter as a read key (states sorted, once each).
+func jobsKey(f JobFilter) string {
+	st := make([]string, 0, len(f.States))
+	for _, s := range f.States {
+		st = append(st, string(s))
+	}
+	sort.Strings(st)
+	st = slices.Compact(st)
+	return "jobs?state=" + strings.Join(st, ",") + "&tenant=" + f.Tenant
+}
+
+// encodeJobs is GET /v1/jobs's body for filter f (viewJobFilter) from view
+// v: the records as stored, in the store's order (submission time, id).
+// The caller holds d.enc.buildMu.
+func (d *Daemon) encodeJobs(v *readView, f JobFilter) ([]byte, error) {
+	buf, err := d.enc.appendJobs([]byte{'['}, v.recs, f)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, "]\n"...), nil
+}
+
+// extendJobs is encodeJobs for a view v made by appending its last n
+// records to the view whose body is prev. The caller holds
+// d.enc.buildMu.
+func (d *Daemon) extendJobs(prev []byte, v *readView, n int, f JobFilter) ([]byte, error) {
+	buf, err := d.enc.appendJobs(reopen(prev, n*1400), v.recs[len(v.recs)-n:], f)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, "]\n"...), nil
+}
+
+// appendJobs appends the records of recs that f selects to an open JSON
+// array; the caller holds c.buildMu.
+func (c *encCache) appendJobs(buf []byte, recs []JobRecord, f JobFilter) ([]byte, error) {
+	for i := range recs {
+		r := &recs[i]
+		if !slices.Contains(f.States, r.State) || (f.Tenant != "" && r.Tenant != f.Tenant) {
+			continue
+		}
+		b, err := c.record(r)
+		if err != nil {
+			return nil, err
+		}
+		if buf[len(buf)-1] != '[' {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, b...)
+	}
+	return buf, nil
+}
+
+// queueJSON is GET /v1/queue's body (see encoded).
+func (d *Daemon) queueJSON() ([]byte, time.Time, error) {
+	return d.encoded("queue", d.encodeQueue, d.extendQueue)
+}
+
+// jobsJSON is GET /v1/jobs's body for a filter viewJobFilter accepts.
+func (d *Daemon) jobsJSON(f JobFilter) ([]byte, time.Time, error) {
+	return d.encoded(jobsKey(f), func(v *readView) ([]byte, error) { return d.encodeJobs(v, f) },
+		func(prev []byte, v *readView, n int) ([]byte, error) { return d.extendJobs(prev, v, n, f) })
+}
+
+// sortRecs orders records as the store lists them: by submission time,
+// then id. Records in id order usually are in that order already: then
+// it only checks.
+func sortRecs(recs []JobRecord) {
+	less := func(a, b int) bool {
+		if !recs[a].SubmittedAt.Equal(recs[b].SubmittedAt) {
+			return recs[a].SubmittedAt.Before(recs[b].SubmittedAt)
+		}
+		return recs[a].ID < recs[b].ID
+	}
+	if !sort.SliceIsSorted(recs, less) {
+		sort.Slice(recs, less)
+	}
+}
