@@ -260,6 +260,9 @@ func (d *Daemon) adopt(ctx context.Context) error {
 			if err := d.write(ctx, nil, Batch{Events: []Event{d.ev("adopt", id, "", js.spec.Name+" still running: adopted", nil)}}, nil); err != nil {
 				return fmt.Errorf("adopt %s: %w", id, err)
 			}
+			// The policy's prediction was not stored: the model's for the
+			// plan and placement it runs with, until a round decides again.
+			js.predSPS = d.predictRunning(js)
 			continue
 		}
 		if err := d.requeue(ctx, js, fmt.Sprintf("not running after the daemon restarted; back to the queue from checkpoint %d", js.rec.Checkpoint), false); err != nil {
@@ -267,6 +270,30 @@ func (d *Daemon) adopt(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// predictRunning is the throughput the model of js's type predicts for the
+// plan and placement it runs with (0 when it cannot say).
+func (d *Daemon) predictRunning(js *jobState) float64 {
+	var pl perf.Placement
+	gpus, cpus := 0, 0
+	racks := map[string]bool{}
+	for _, s := range js.servers {
+		pl = append(pl, len(s.GPUs))
+		gpus += len(s.GPUs)
+		cpus += len(s.CPUs)
+		if i, ok := d.srvIdx[s.Name]; ok {
+			racks[d.cfg.Servers[i].Rack] = true
+		}
+	}
+	if gpus == 0 || js.spec.GlobalBatch <= 0 {
+		return 0
+	}
+	b, err := d.model(js.spec.Arch).Model.Predict(js.plan, perf.Resources{Placement: pl, CrossRack: len(racks) > 1, CPUsPerGPU: float64(cpus) / float64(gpus)})
+	if err != nil || b.Iter <= 0 {
+		return 0
+	}
+	return float64(js.spec.GlobalBatch) / b.Iter
 }
 
 func (d *Daemon) recover(ctx context.Context) error {

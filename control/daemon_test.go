@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -408,5 +409,33 @@ func TestDaemonHonoursPins(t *testing.T) {
 		if l.JobID == w.ID && len(l.Servers) > 1 {
 			t.Fatalf("job pinned to one server placed on %d", len(l.Servers))
 		}
+	}
+}
+
+// TestAdoptedJobShowsItsPrediction: a job a restarted daemon adopts shows
+// the model's throughput for the plan and placement it runs with before
+// any round decides for it again (it showed 0, and `replan job` no
+// throughput line, until then).
+func TestAdoptedJobShowsItsPrediction(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	ex := &recorder{}
+	d, _ := newDaemon(t, st, ex, "static")
+	rec, err := d.Submit(ctx, spec(t, "one", 8, jobspec.BestEffort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := rec.ID
+	before := d.JobThroughput(id).PredictedSPS
+	if before <= 0 {
+		t.Fatalf("started job predicts %v samples/s", before)
+	}
+	d2, _ := newDaemon(t, st, &recorder{starts: ex.starts}, "static")
+	after := d2.JobThroughput(id).PredictedSPS
+	if math.Abs(after/before-1) > 1e-9 {
+		t.Fatalf("adopted job predicts %v samples/s, the daemon that started it %v", after, before)
 	}
 }
