@@ -42,6 +42,12 @@ type ForwardConfig struct {
 	// in seconds (0: on every event): a job that could start between two
 	// rounds starts at the next one.
 	RoundEvery float64
+	// IdealSeconds: the caller keeps Job.IdealSeconds (as the simulator
+	// does) and the forward simulation accumulates it from the
+	// snapshot's. False (a control plane, which keeps none): the policy
+	// is shown none in the forward simulation either, and estimates
+	// Nw_sens from progress as it does in the caller's rounds.
+	IdealSeconds bool
 	// Arrivals are jobs expected to be submitted later (Submit after
 	// Snapshot.Now, no allocation): the estimate of a waiting job counts
 	// with the jobs that will overtake it. Their IDs must not collide with
@@ -157,7 +163,8 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 		}
 		j := &job{w: dataset.WorkloadJob{Name: sj.ID, Submit: sj.Submit, GPUs: sj.ReqGPUs, CPUs: sj.ReqCPUs, Steps: int(math.Ceil(sj.ItersTotal))},
 			model: name, m: sj.Model, reqPlan: sj.ReqPlan, class: sj.Class, tenant: sj.Tenant,
-			done: sj.ItersDone, held: sj.ItersDone, last: s.now, changed: sj.LastChange, lastRun: sj.LastRun, runSec: sj.RunSeconds, restarts: sj.Restarts}
+			done: sj.ItersDone, held: sj.ItersDone, last: s.now, changed: sj.LastChange, lastRun: sj.LastRun, runSec: sj.RunSeconds, restarts: sj.Restarts,
+			idealSec: sj.IdealSeconds, noIdeal: !cfg.IdealSeconds, reqCPUs: sj.ReqCPUs}
 		j.cpg = max(1, sj.ReqCPUs/max(sj.ReqGPUs, 1))
 		if sj.Promise > 0 && sj.Model.Arch.GlobalBatch > 0 {
 			j.promise = sj.Promise / float64(sj.Model.Arch.GlobalBatch)
@@ -191,12 +198,14 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 				cross = true
 			}
 		}
-		j.cpg = max(min(cpg, j.cpg), 1)
+		// Priced with the cores it holds; its request stays what the
+		// policy sees in every round (the control plane's rounds do).
+		cpg = max(min(cpg, j.cpg), 1)
 		j.plan, j.pl, j.phase = sj.Plan, placementFromAlloc(j.alloc), sj.Phase
 		fj := extra[sj.ID]
 		j.rate = fj.Rate
 		if j.rate <= 0 {
-			if it, _ := s.r.iter(name, j.plan, j.pl, cross, j.cpg); it > 0 {
+			if it, _ := s.r.iter(name, j.plan, j.pl, cross, cpg); it > 0 {
 				j.rate = 1 / it
 			}
 		}

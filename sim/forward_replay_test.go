@@ -62,7 +62,7 @@ func stateAt(s *simulator, cut float64) (sched.Snapshot, map[string]ForwardJob, 
 		j = &jc
 		s.advance(j, cut)
 		sj.Alloc, sj.Plan, sj.ItersDone, sj.Restarts, sj.LastChange = j.alloc, j.plan, j.done, j.restarts, j.changed
-		sj.LastRun, sj.RunSeconds, sj.Phase = j.lastRun, j.runSec, j.phase
+		sj.LastRun, sj.RunSeconds, sj.IdealSeconds, sj.Phase = j.lastRun, j.runSec, j.idealSec, j.phase
 		if j.st == running {
 			sj.LastRun = cut
 			extra[j.w.Name] = ForwardJob{Rate: j.rate, RestartLeft: math.Max(j.restart-cut, 0)}
@@ -112,7 +112,7 @@ func TestForwardReplaysTheRun(t *testing.T) {
 			snap, extra, later := replayCut(t, trace, models, name, cfg, cut)
 			fp, _ := sched.NewWithRestartCost(name, 260)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			res, err := Forward(ctx, snap, fp, models, extra, ForwardConfig{RestartCost: 260, RoundEvery: 30, Arrivals: later})
+			res, err := Forward(ctx, snap, fp, models, extra, ForwardConfig{RestartCost: 260, RoundEvery: 30, Arrivals: later, IdealSeconds: true})
 			cancel()
 			if err != nil {
 				t.Fatal(err)

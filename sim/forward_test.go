@@ -79,3 +79,58 @@ func TestForwardNoStartHasAReason(t *testing.T) {
 	}
 	t.Logf("%+v", res)
 }
+
+// spy starts the waiting jobs on server 1 at its request, one per round
+// while it has room, and records what each round shows it of each job.
+type spy struct{ seen []sched.Job }
+
+func (s *spy) Name() string { return "spy" }
+func (s *spy) Schedule(snap sched.Snapshot) sched.Decisions {
+	s.seen = append(s.seen, snap.Jobs...)
+	d := sched.Decisions{WakeAt: snap.Now + 60}
+	for i, j := range snap.Jobs {
+		if len(j.Alloc) == 0 && snap.Servers[1].FreeGPUs >= j.ReqGPUs && snap.Servers[1].FreeCPUs >= j.ReqCPUs {
+			d.Actions = append(d.Actions, sched.Decision{Job: j.ID, Index: i, Kind: sched.Start, Plan: j.ReqPlan, Alloc: []sched.Alloc{{Server: 1, GPUs: j.ReqGPUs, CPUs: j.ReqCPUs}}})
+			break
+		}
+	}
+	return d
+}
+
+// TestForwardShowsThePolicyTheCallersInputs: the policy's rounds in a
+// forward simulation see each job as the control plane's rounds do: its
+// requested cores as requested (not rounded to a multiple of its GPUs, not
+// lowered to the cores a running job was given) and no IdealSeconds when
+// the control plane keeps none (Nw_sens is then estimated from progress
+// in both; accumulated from the forward simulation's start it would
+// collapse towards 0 for a job that ran before).
+func TestForwardShowsThePolicyTheCallersInputs(t *testing.T) {
+	m := fwdModel(t, "bert")
+	plan := perf.Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 4, GA: 1}
+	srv := []sched.Server{{ID: "s0", Rack: "r0", GPUs: 8, CPUs: 96, MemGB: 1600}, {ID: "s1", Rack: "r0", GPUs: 8, CPUs: 96, MemGB: 1600}}
+	now := 5000.0
+	snap := sched.Snapshot{Now: now, Servers: srv, Tenants: []sched.Tenant{{Name: "B"}}, Jobs: []sched.Job{
+		{ID: "run", Tenant: "B", Model: m, ReqGPUs: 8, ReqCPUs: 64, ReqPlan: plan, Plan: plan, Alloc: []sched.Alloc{{Server: 0, GPUs: 8, CPUs: 32}},
+			Submit: 0, ItersDone: 900, ItersTotal: 100000, LastChange: 100, LastRun: now, RunSeconds: 4900},
+		{ID: "odd", Tenant: "B", Model: m, ReqGPUs: 8, ReqCPUs: 20, ReqPlan: plan, Submit: 4000, ItersTotal: 5000, RunSeconds: 300, ItersDone: 10, LastRun: 4500},
+		// never fits: the simulation goes on to its horizon
+		{ID: "big", Tenant: "B", Model: m, ReqGPUs: 16, ReqCPUs: 128, ReqPlan: perf.Plan{DP: 16, TP: 1, PP: 1, MicroBatch: 2, GA: 1}, Submit: 4100, ItersTotal: 50},
+	}}
+	snap.FillFree()
+	p := &spy{}
+	if _, err := Forward(context.Background(), snap, p, DefaultModels(perf.A800), map[string]ForwardJob{"run": {Rate: 1}}, ForwardConfig{RestartCost: -1, Horizon: 600}); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.seen) == 0 {
+		t.Fatal("no round")
+	}
+	for _, j := range p.seen {
+		want := map[string]int{"run": 64, "odd": 20, "big": 128}[j.ID]
+		if j.ReqCPUs != want {
+			t.Errorf("at a round %s asks for %d cores, the snapshot said %d", j.ID, j.ReqCPUs, want)
+		}
+		if j.IdealSeconds != 0 {
+			t.Errorf("at a round %s has IdealSeconds %.0f; the caller keeps none", j.ID, j.IdealSeconds)
+		}
+	}
+}
