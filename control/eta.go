@@ -191,15 +191,25 @@ func (e *etaState) expectedLocked(snap sched.Snapshot) []sched.Job {
 	return out
 }
 
+// ETABusy is the share of one core the estimator may use: after a forward
+// simulation that took t, the next one starts no sooner than
+// t·(1/ETABusy − 1) later (changes meanwhile are merged into it). On a
+// large cluster, where one simulation takes long and the state changes
+// all the time, the estimator would otherwise hold a core for good and
+// slow the daemon it estimates.
+var ETABusy = 0.5
+
 // etaLoop runs forward simulations until the state stops changing.
 func (d *Daemon) etaLoop(in etaInput) {
 	for {
 		d.eta.mu.Lock()
 		p, restart, every := d.eta.policy, d.eta.restart, d.eta.every
 		d.eta.mu.Unlock()
+		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		res, err := sim.Forward(ctx, in.snap, p, nil, in.extra, sim.ForwardConfig{RestartCost: restartOrNone(restart), Arrivals: in.arrivals, RoundEvery: every})
 		cancel()
+		took := time.Since(began)
 		if err != nil {
 			d.log.Warn("eta", "err", err)
 		}
@@ -210,6 +220,11 @@ func (d *Daemon) etaLoop(in etaInput) {
 			d.eta.mu.Unlock()
 			return
 		}
+		d.eta.mu.Unlock()
+		if b := ETABusy; b > 0 && b < 1 {
+			time.Sleep(time.Duration(float64(took) * (1/b - 1)))
+		}
+		d.eta.mu.Lock()
 		d.eta.dirty = false
 		d.eta.mu.Unlock()
 		d.mu.Lock()
