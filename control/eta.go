@@ -31,6 +31,7 @@ type etaState struct {
 	at        map[string]time.Time // estimated start per waiting job
 	why       map[string]string    // why a waiting job has no estimate
 	first     map[string]time.Time // the first estimate each job got
+	firstAsOf map[string]time.Time // when the state of that estimate was taken
 	models    map[string]*perf.Model
 	runs      int
 	// recent are the jobs submitted within the last ETAWindow (as the
@@ -249,7 +250,7 @@ func (d *Daemon) etaStore(in etaInput, res sim.ForwardResult, err error) {
 	e.asOf = in.asOf
 	e.at, e.why = map[string]time.Time{}, map[string]string{}
 	if e.first == nil {
-		e.first = map[string]time.Time{}
+		e.first, e.firstAsOf = map[string]time.Time{}, map[string]time.Time{}
 	}
 	base := in.snap.Now
 	for _, sj := range in.snap.Jobs {
@@ -268,7 +269,7 @@ func (d *Daemon) etaStore(in etaInput, res sim.ForwardResult, err error) {
 		at := in.asOf.Add(time.Duration((t - base) * float64(time.Second)))
 		e.at[sj.ID] = at
 		if _, seen := e.first[sj.ID]; !seen {
-			e.first[sj.ID] = at
+			e.first[sj.ID], e.firstAsOf[sj.ID] = at, in.asOf
 		}
 	}
 	for _, id := range in.held {
@@ -301,6 +302,19 @@ func (d *Daemon) FirstETAs() map[string]time.Time {
 	defer e.mu.Unlock()
 	out := make(map[string]time.Time, len(e.first))
 	for k, v := range e.first {
+		out[k] = v
+	}
+	return out
+}
+
+// FirstETAsAsOf is, for each job's first estimate, when the state it was
+// simulated from was taken (jobs submitted later were unknown to it).
+func (d *Daemon) FirstETAsAsOf() map[string]time.Time {
+	e := &d.eta
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]time.Time, len(e.firstAsOf))
+	for k, v := range e.firstAsOf {
 		out[k] = v
 	}
 	return out
