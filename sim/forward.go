@@ -141,7 +141,14 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 	jobs := append([]sched.Job(nil), snap.Jobs...)
 	sort.SliceStable(jobs, func(a, b int) bool { return jobs[a].Submit < jobs[b].Submit })
 	arrivals := append([]sched.Job(nil), cfg.Arrivals...)
-	sort.SliceStable(arrivals, func(a, b int) bool { return arrivals[a].Submit < arrivals[b].Submit })
+	// By time, then ID: the caller's order (a map's) must not change
+	// the order the policy sees simultaneous arrivals in.
+	sort.SliceStable(arrivals, func(a, b int) bool {
+		if arrivals[a].Submit != arrivals[b].Submit {
+			return arrivals[a].Submit < arrivals[b].Submit
+		}
+		return arrivals[a].ID < arrivals[b].ID
+	})
 	for _, sj := range arrivals {
 		if sj.Submit > snap.Now && len(sj.Alloc) == 0 {
 			sj.ItersDone, sj.Restarts, sj.LastRun, sj.RunSeconds = 0, 0, 0, 0

@@ -2,7 +2,10 @@ package sim
 
 import (
 	"context"
+	"maps"
 	"math"
+	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/replan/replan/perf"
@@ -131,6 +134,60 @@ func TestForwardShowsThePolicyTheCallersInputs(t *testing.T) {
 		}
 		if j.IdealSeconds != 0 {
 			t.Errorf("at a round %s has IdealSeconds %.0f; the caller keeps none", j.ID, j.IdealSeconds)
+		}
+	}
+}
+
+// TestForwardIsDeterministic: the same state gives the same estimates,
+// whatever order simultaneous expected arrivals come in and whether the
+// policy instance is fresh or was used before (the estimator keeps one).
+func TestForwardIsDeterministic(t *testing.T) {
+	m := fwdModel(t, "bert")
+	plan := func(g int) perf.Plan { return perf.Plan{DP: g, TP: 1, PP: 1, MicroBatch: max(32/g, 1), GA: 1} }
+	var srv []sched.Server
+	for i := range 4 {
+		srv = append(srv, sched.Server{ID: "s" + strconv.Itoa(i), Rack: "r" + strconv.Itoa(i/2), GPUs: 8, CPUs: 96, MemGB: 1600})
+	}
+	now := 10000.0
+	snap := sched.Snapshot{Now: now, Servers: srv, Tenants: []sched.Tenant{{Name: "B"}}}
+	for i := range 4 {
+		snap.Jobs = append(snap.Jobs, sched.Job{ID: "run" + strconv.Itoa(i), Tenant: "B", Model: m, ReqGPUs: 8, ReqCPUs: 64, ReqPlan: plan(8), Plan: plan(8),
+			Alloc: []sched.Alloc{{Server: i, GPUs: 8, CPUs: 64}}, Submit: float64(i), ItersDone: 100, ItersTotal: float64(2000 + 500*i), LastChange: 5000, LastRun: now, RunSeconds: 5000})
+	}
+	for i, g := range []int{1, 2, 4, 8, 16, 2, 1} {
+		snap.Jobs = append(snap.Jobs, sched.Job{ID: "w" + strconv.Itoa(i), Tenant: "B", Model: m, ReqGPUs: g, ReqCPUs: 8 * g, ReqPlan: plan(g), Submit: now - 100 + float64(i), ItersTotal: 3000})
+	}
+	snap.FillFree()
+	var arr []sched.Job
+	for i, g := range []int{4, 1, 8, 2, 2, 16} {
+		arr = append(arr, sched.Job{ID: "x" + strconv.Itoa(i), Tenant: "B", Model: m, ReqGPUs: g, ReqCPUs: 8 * g, ReqPlan: plan(g), Submit: now + 15, ItersTotal: 2000})
+	}
+	extra := map[string]ForwardJob{"run0": {Rate: 1}, "run1": {Rate: 0.5}, "run2": {RestartLeft: 100}}
+	run := func(p sched.Policy, arr []sched.Job) map[string]float64 {
+		res, err := Forward(context.Background(), snap, p, nil, extra, ForwardConfig{RestartCost: 260, RoundEvery: 30, Arrivals: arr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Start
+	}
+	for _, name := range []string{"replan", "morphling"} {
+		fresh := func() sched.Policy { p, _ := sched.NewWithRestartCost(name, 260); return p }
+		want := run(fresh(), arr)
+		if len(want) != 7 {
+			t.Fatalf("%s: %d of 7 waiting jobs started: %v", name, len(want), want)
+		}
+		rev := slices.Clone(arr)
+		slices.Reverse(rev)
+		used := fresh()
+		other := snap
+		other.Jobs = snap.Jobs[:6]
+		if _, err := Forward(context.Background(), other, used, nil, nil, ForwardConfig{RestartCost: 260, RoundEvery: 30}); err != nil {
+			t.Fatal(err)
+		}
+		for k, got := range []map[string]float64{run(fresh(), arr), run(fresh(), rev), run(used, rev)} {
+			if !maps.Equal(got, want) {
+				t.Errorf("%s: run %d: %v, want %v", name, k, got, want)
+			}
 		}
 	}
 }
