@@ -136,7 +136,7 @@ func (d *Daemon) etaInputLocked() etaInput {
 		if js.measSPS > 0 && js.spec.GlobalBatch > 0 {
 			fj.Rate = js.measSPS / float64(js.spec.GlobalBatch)
 		}
-		ready := js.changed.Add(time.Duration((e.restart + js.shift) * float64(time.Second)))
+		ready := restartFrom(js, in.asOf).Add(time.Duration((e.restart + js.shift) * float64(time.Second)))
 		if left := ready.Sub(in.asOf).Seconds(); left > 0 && fj.Rate == 0 {
 			fj.RestartLeft = left
 		}
@@ -359,6 +359,20 @@ func (d *Daemon) restartLeft(js *jobState, now time.Time) float64 {
 	if cost <= 0 {
 		return 0
 	}
-	ready := js.changed.Add(time.Duration((cost + js.shift) * float64(time.Second)))
+	ready := restartFrom(js, now).Add(time.Duration((cost + js.shift) * float64(time.Second)))
 	return max(ready.Sub(now).Seconds(), 0)
+}
+
+// restartFrom is when a running job's current restart began: when the
+// executor took its launch, which can be well after the round decided it
+// (launches of one round go one after the other); now while the launch is
+// still in flight. The caller holds d.mu.
+func restartFrom(js *jobState, now time.Time) time.Time {
+	switch {
+	case js.launching:
+		return now
+	case js.launched.After(js.changed):
+		return js.launched
+	}
+	return js.changed
 }
