@@ -162,6 +162,8 @@ type jobState struct {
 	// taken it yet; launched is when it did (its restart runs from then).
 	launching bool
 	launched  time.Time
+	// measAt is when measSPS and iters were last observed together.
+	measAt time.Time
 }
 
 type nodeState struct {

@@ -135,6 +135,11 @@ func (d *Daemon) etaInputLocked() etaInput {
 		fj := sim.ForwardJob{}
 		if js.measSPS > 0 && js.spec.GlobalBatch > 0 {
 			fj.Rate = js.measSPS / float64(js.spec.GlobalBatch)
+			// It went on since it was observed (up to a round ago): at
+			// that rate, not stuck where it was seen.
+			if since := in.asOf.Sub(js.measAt).Seconds(); since > 0 && !js.measAt.IsZero() {
+				sj.ItersDone = min(sj.ItersDone+since*fj.Rate, sj.ItersTotal)
+			}
 		}
 		ready := restartFrom(js, in.asOf).Add(time.Duration((e.restart + js.shift) * float64(time.Second)))
 		if left := ready.Sub(in.asOf).Seconds(); left > 0 && fj.Rate == 0 {
