@@ -142,8 +142,11 @@ func (d *Daemon) etaInputLocked() etaInput {
 			}
 		}
 		ready := restartFrom(js, in.asOf).Add(time.Duration((e.restart + js.shift) * float64(time.Second)))
-		if left := ready.Sub(in.asOf).Seconds(); left > 0 && fj.Rate == 0 {
-			fj.RestartLeft = left
+		if left := ready.Sub(in.asOf).Seconds(); fj.Rate == 0 {
+			// Its restart may have ended since the last observation: it
+			// has progressed since (at most a round's worth, the longest
+			// it goes unobserved).
+			fj.RestartLeft = max(left, -e.every)
 		}
 		in.extra[sj.ID] = fj
 	}

@@ -25,7 +25,9 @@ type ForwardJob struct {
 	// from its model like any other configuration).
 	Rate float64
 	// RestartLeft is the seconds before a running job progresses again
-	// (checkpoint-restart and time-shift still to come).
+	// (checkpoint-restart and time-shift still to come). Negative, with
+	// no Rate: its restart ended that long ago and it has progressed
+	// since, unobserved, at its priced rate.
 	RestartLeft float64
 }
 
@@ -221,6 +223,10 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 		}
 		j.baseIter = 1 / j.rate
 		j.restart = s.now + math.Max(fj.RestartLeft, 0)
+		if fj.RestartLeft < 0 && fj.Rate <= 0 {
+			j.done = math.Min(j.done-fj.RestartLeft*j.rate, float64(j.w.Steps))
+			j.held = j.done
+		}
 		j.version++
 		s.jobs = append(s.jobs, j)
 		s.live = append(s.live, j)

@@ -191,3 +191,30 @@ func TestForwardIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardCountsUnobservedProgress: a running job whose restart ended
+// 50 s ago, not measured yet (RestartLeft −50, no Rate), has progressed
+// 50 s at its priced rate: the job waiting for it starts 50 s sooner than
+// behind one whose restart just ended.
+func TestForwardCountsUnobservedProgress(t *testing.T) {
+	m := fwdModel(t, "bert")
+	plan := perf.Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 4, GA: 1}
+	srv := []sched.Server{{ID: "s0", Rack: "r0", GPUs: 8, CPUs: 96, MemGB: 1600}}
+	now := 5000.0
+	snap := sched.Snapshot{Now: now, Servers: srv, Tenants: []sched.Tenant{{Name: "B"}}, Jobs: []sched.Job{
+		{ID: "run", Tenant: "B", Model: m, ReqGPUs: 8, ReqCPUs: 64, ReqPlan: plan, Plan: plan, Alloc: []sched.Alloc{{Server: 0, GPUs: 8, CPUs: 64}},
+			Submit: 0, ItersDone: 0, ItersTotal: 100000, LastChange: 4000, LastRun: now},
+		{ID: "w", Tenant: "B", Model: m, ReqGPUs: 8, ReqCPUs: 64, ReqPlan: plan, Submit: 4000, ItersTotal: 50},
+	}}
+	snap.FillFree()
+	start := func(left float64) float64 {
+		res, err := Forward(context.Background(), snap, sched.NewStatic(), DefaultModels(perf.A800), map[string]ForwardJob{"run": {RestartLeft: left}}, ForwardConfig{RestartCost: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Start["w"]
+	}
+	if a, b := start(0), start(-50); math.Abs(a-b-50) > 1e-6 {
+		t.Errorf("w starts at %.1f behind a job whose restart just ended, at %.1f behind one that ended 50 s ago: want 50 s sooner", a, b)
+	}
+}
