@@ -525,6 +525,7 @@ func (d *Daemon) prepare(a sched.Decision, seen seenJob, pinned map[string]strin
 			// moved it (execute frees those it no longer uses).
 			d.take(id, servers)
 			js.plan, js.servers, js.changed = a.Plan, servers, d.now()
+			js.launching = true // until execute (the ETA's restart left)
 			js.ckpt = rec.Checkpoint
 			if js.runFrom.IsZero() {
 				js.runFrom = d.now()
@@ -564,6 +565,9 @@ func (d *Daemon) execute(ctx context.Context, p *prepared) error {
 	defer d.mu.Unlock()
 	defer d.publishSoon()
 	mine := d.jobs[id] == js && js.rec.State == StateRunning && js.rec.Attempt == p.attempt
+	if mine {
+		js.launching, js.launched = false, d.now()
+	}
 	if mine && p.running {
 		d.releaseExcept(id, p.servers) // the old launch's devices
 	}

@@ -159,6 +159,13 @@ type jobState struct {
 	// exec serialises the executor calls of this job; never taken while
 	// holding d.mu.
 	exec sync.Mutex
+
+	// launching: the current launch is stored but the executor has not
+	// taken it yet; launched is when it did (its restart runs from then).
+	launching bool
+	launched  time.Time
+	// measAt is when measSPS and iters were last observed together.
+	measAt time.Time
 }
 
 type nodeState struct {

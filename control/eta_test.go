@@ -176,3 +176,104 @@ func TestStatusDrainedGPUsAreNotFree(t *testing.T) {
 		t.Errorf("now %v, want the daemon's clock %v", s.Now, c.now())
 	}
 }
+
+// slowStart is the simulated executor whose launches take a while: the
+// clock moves on by delay inside Start, before the job's restart begins
+// (launches of one round go one after the other; in the demo, at 200×,
+// the last of a round's often began a minute or more after the round).
+type slowStart struct {
+	*SimExecutor
+	c     *clock
+	delay time.Duration
+}
+
+func (s slowStart) Start(ctx context.Context, l Launch) error {
+	s.c.advance(s.delay)
+	return s.SimExecutor.Start(ctx, l)
+}
+
+// TestETACountsTheRestartFromTheLaunch: jobs launched minutes after the
+// round that started them pay their restart from their launch, so the job
+// waiting for their GPUs starts that much later than the round's time
+// suggests; the estimate says so (it counted from the round's).
+func TestETACountsTheRestartFromTheLaunch(t *testing.T) {
+	st, _ := openTest(t)
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	ex := NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, time.Minute)
+	d, _ := newDaemonWith(t, st, slowStart{ex, c, 2 * time.Minute}, "static", c)
+	ctx := context.Background()
+	long := spec(t, "r1", 8, jobspec.BestEffort)
+	long.Iterations *= 5
+	d.Submit(ctx, long)
+	d.Submit(ctx, spec(t, "r2", 8, jobspec.BestEffort))
+	if _, err := d.Round(ctx); err != nil { // both decided at 12:00; r1 launched at 12:02, r2 at 12:04
+		t.Fatal(err)
+	}
+	d.Observe(ctx) // r1 runs (since 12:03), r2 restarts until 12:05 and ends first
+	d.Submit(ctx, spec(t, "w8", 8, jobspec.BestEffort))
+	d.EnableETA(func() sched.Policy { p, _ := sched.New("static"); return p }, time.Minute, 0)
+	q := waitETA(t, d)
+	var end time.Time
+	ex.mu.Lock()
+	for _, j := range ex.running {
+		if e := j.ready.Add(time.Duration(float64(j.l.Spec.Iterations) * j.iterTime * float64(time.Second))); end.IsZero() || e.Before(end) {
+			end = e
+		}
+	}
+	ex.mu.Unlock()
+	for _, e := range q {
+		if e.Job.Name != "w8" {
+			continue
+		}
+		if e.ETAAt == nil {
+			t.Fatalf("w8: no estimate (%s)", e.ETAReason)
+		}
+		if off := e.ETAAt.Sub(end); off.Abs() > 10*time.Second {
+			t.Errorf("w8 estimated at %s, the first running job ends at %s (%s off)", e.ETAAt.Format(time.TimeOnly), end.Format(time.TimeOnly), off)
+		}
+	}
+}
+
+// TestETACountsProgressSinceObserved: a running job goes on between
+// observations; the estimate counts its progress since the last one at
+// its measured rate (it took the job as stuck where it was last seen, so
+// whatever waited for it was estimated up to a round late).
+func TestETACountsProgressSinceObserved(t *testing.T) {
+	st, _ := openTest(t)
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	ex := NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, time.Minute)
+	d, _ := newDaemonWith(t, st, ex, "static", c)
+	ctx := context.Background()
+	long := spec(t, "r1", 8, jobspec.BestEffort)
+	long.Iterations *= 5
+	d.Submit(ctx, long)
+	d.Submit(ctx, spec(t, "r2", 8, jobspec.BestEffort))
+	if _, err := d.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.advance(3 * time.Minute)
+	d.Observe(ctx)
+	c.advance(2 * time.Minute) // no observation since
+	d.Submit(ctx, spec(t, "w8", 8, jobspec.BestEffort))
+	d.EnableETA(func() sched.Policy { p, _ := sched.New("static"); return p }, time.Minute, 0)
+	q := waitETA(t, d)
+	var end time.Time
+	ex.mu.Lock()
+	for _, j := range ex.running {
+		if e := j.ready.Add(time.Duration(float64(j.l.Spec.Iterations) * j.iterTime * float64(time.Second))); end.IsZero() || e.Before(end) {
+			end = e
+		}
+	}
+	ex.mu.Unlock()
+	for _, e := range q {
+		if e.Job.Name != "w8" {
+			continue
+		}
+		if e.ETAAt == nil {
+			t.Fatalf("w8: no estimate (%s)", e.ETAReason)
+		}
+		if off := e.ETAAt.Sub(end); off.Abs() > 5*time.Second {
+			t.Errorf("w8 estimated at %s, the first running job ends at %s (%s off)", e.ETAAt.Format(time.TimeOnly), end.Format(time.TimeOnly), off)
+		}
+	}
+}

@@ -98,6 +98,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		if o.SamplesPerSec > 0 {
 			js.launchFails = 0 // it runs: its launches succeed again
 			js.measSPS = o.SamplesPerSec
+			js.measAt = d.now() // with iters: the ETA's progress since
 			if err := d.refit(ctx, js, o.SamplesPerSec); err != nil {
 				errs = append(errs, err)
 			}

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -88,5 +89,32 @@ func TestHeadlessMorphlingTrace(t *testing.T) {
 	st, err := control.NewUnixClient(d.Socket).Status(ctx)
 	if err != nil || st.GPUs != 64 {
 		t.Errorf("status %+v %v", st, err)
+	}
+}
+
+// TestETAErrors: the accuracy counts jobs that waited a minute or more,
+// |first ETA − start| / wait at p50 and p90; the undisturbed p90 leaves
+// out a job that one submitted after its first estimate overtook.
+func TestETAErrors(t *testing.T) {
+	at := func(s int) time.Time { return Epoch.Add(time.Duration(s) * time.Second) }
+	jobs := []control.JobRecord{
+		{ID: "a", SubmittedAt: at(0), StartedAt: at(100)},   // estimated 100: exact
+		{ID: "b", SubmittedAt: at(10), StartedAt: at(410)},  // estimated 110: 0.75, overtaken by c
+		{ID: "c", SubmittedAt: at(20), StartedAt: at(200)},  // estimated 200: exact
+		{ID: "d", SubmittedAt: at(450), StartedAt: at(460)}, // waited 10 s: not counted
+		{ID: "e", SubmittedAt: at(40), StartedAt: at(1040)}, // no estimate
+	}
+	first := map[string]time.Time{"a": at(100), "b": at(110), "c": at(200), "d": at(450)}
+	asOf := map[string]time.Time{"a": at(0), "b": at(10), "c": at(20), "d": at(450)}
+	var s Summary
+	s.etaErrors(jobs, first, asOf)
+	if s.ETAJobs != 3 || s.ETANoEstimate != 1 {
+		t.Fatalf("jobs %d, no estimate %d; want 3 and 1", s.ETAJobs, s.ETANoEstimate)
+	}
+	if s.ETAErrP50 != 0 || math.Abs(s.ETAErrP90-0.75) > 1e-9 {
+		t.Errorf("p50 %.3f p90 %.3f, want 0 and 0.75", s.ETAErrP50, s.ETAErrP90)
+	}
+	if s.ETAJobsUndisturbed != 2 || s.ETAErrP90Undisturbed != 0 {
+		t.Errorf("undisturbed: %d jobs, p90 %.3f; want 2 and 0", s.ETAJobsUndisturbed, s.ETAErrP90Undisturbed)
 	}
 }

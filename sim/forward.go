@@ -25,7 +25,9 @@ type ForwardJob struct {
 	// from its model like any other configuration).
 	Rate float64
 	// RestartLeft is the seconds before a running job progresses again
-	// (checkpoint-restart and time-shift still to come).
+	// (checkpoint-restart and time-shift still to come). Negative, with
+	// no Rate: its restart ended that long ago and it has progressed
+	// since, unobserved, at its priced rate.
 	RestartLeft float64
 }
 
@@ -42,6 +44,12 @@ type ForwardConfig struct {
 	// in seconds (0: on every event): a job that could start between two
 	// rounds starts at the next one.
 	RoundEvery float64
+	// IdealSeconds: the caller keeps Job.IdealSeconds (as the simulator
+	// does) and the forward simulation accumulates it from the
+	// snapshot's. False (a control plane, which keeps none): the policy
+	// is shown none in the forward simulation either, and estimates
+	// Nw_sens from progress as it does in the caller's rounds.
+	IdealSeconds bool
 	// Arrivals are jobs expected to be submitted later (Submit after
 	// Snapshot.Now, no allocation): the estimate of a waiting job counts
 	// with the jobs that will overtake it. Their IDs must not collide with
@@ -135,7 +143,14 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 	jobs := append([]sched.Job(nil), snap.Jobs...)
 	sort.SliceStable(jobs, func(a, b int) bool { return jobs[a].Submit < jobs[b].Submit })
 	arrivals := append([]sched.Job(nil), cfg.Arrivals...)
-	sort.SliceStable(arrivals, func(a, b int) bool { return arrivals[a].Submit < arrivals[b].Submit })
+	// By time, then ID: the caller's order (a map's) must not change
+	// the order the policy sees simultaneous arrivals in.
+	sort.SliceStable(arrivals, func(a, b int) bool {
+		if arrivals[a].Submit != arrivals[b].Submit {
+			return arrivals[a].Submit < arrivals[b].Submit
+		}
+		return arrivals[a].ID < arrivals[b].ID
+	})
 	for _, sj := range arrivals {
 		if sj.Submit > snap.Now && len(sj.Alloc) == 0 {
 			sj.ItersDone, sj.Restarts, sj.LastRun, sj.RunSeconds = 0, 0, 0, 0
@@ -157,7 +172,8 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 		}
 		j := &job{w: dataset.WorkloadJob{Name: sj.ID, Submit: sj.Submit, GPUs: sj.ReqGPUs, CPUs: sj.ReqCPUs, Steps: int(math.Ceil(sj.ItersTotal))},
 			model: name, m: sj.Model, reqPlan: sj.ReqPlan, class: sj.Class, tenant: sj.Tenant,
-			done: sj.ItersDone, held: sj.ItersDone, last: s.now, changed: sj.LastChange, lastRun: sj.LastRun, runSec: sj.RunSeconds, restarts: sj.Restarts}
+			done: sj.ItersDone, held: sj.ItersDone, last: s.now, changed: sj.LastChange, lastRun: sj.LastRun, runSec: sj.RunSeconds, restarts: sj.Restarts,
+			idealSec: sj.IdealSeconds, noIdeal: !cfg.IdealSeconds, reqCPUs: sj.ReqCPUs}
 		j.cpg = max(1, sj.ReqCPUs/max(sj.ReqGPUs, 1))
 		if sj.Promise > 0 && sj.Model.Arch.GlobalBatch > 0 {
 			j.promise = sj.Promise / float64(sj.Model.Arch.GlobalBatch)
@@ -191,12 +207,14 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 				cross = true
 			}
 		}
-		j.cpg = max(min(cpg, j.cpg), 1)
+		// Priced with the cores it holds; its request stays what the
+		// policy sees in every round (the control plane's rounds do).
+		cpg = max(min(cpg, j.cpg), 1)
 		j.plan, j.pl, j.phase = sj.Plan, placementFromAlloc(j.alloc), sj.Phase
 		fj := extra[sj.ID]
 		j.rate = fj.Rate
 		if j.rate <= 0 {
-			if it, _ := s.r.iter(name, j.plan, j.pl, cross, j.cpg); it > 0 {
+			if it, _ := s.r.iter(name, j.plan, j.pl, cross, cpg); it > 0 {
 				j.rate = 1 / it
 			}
 		}
@@ -205,6 +223,10 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 		}
 		j.baseIter = 1 / j.rate
 		j.restart = s.now + math.Max(fj.RestartLeft, 0)
+		if fj.RestartLeft < 0 && fj.Rate <= 0 {
+			j.done = math.Min(j.done-fj.RestartLeft*j.rate, float64(j.w.Steps))
+			j.held = j.done
+		}
 		j.version++
 		s.jobs = append(s.jobs, j)
 		s.live = append(s.live, j)

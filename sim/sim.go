@@ -194,6 +194,11 @@ type job struct {
 	// waiting or restarting job must still be at it (checkProgress).
 	held   float64
 	tenant string // forward simulations: the job's tenant ("": A or B by class)
+	// Forward simulations: the request's cores as the control plane
+	// passes it (0: cpg × GPUs), and noIdeal: the control plane keeps no
+	// IdealSeconds, so the policy is shown none either.
+	reqCPUs int
+	noIdeal bool
 }
 
 // Run simulates trace under policy p.
@@ -537,12 +542,19 @@ func (s *simulator) round() error {
 		if j.tenant != "" {
 			tenant = j.tenant
 		}
+		reqCPUs, ideal := j.cpg*j.w.GPUs, j.idealSec
+		if j.reqCPUs > 0 {
+			reqCPUs = j.reqCPUs
+		}
+		if j.noIdeal {
+			ideal = 0
+		}
 		snap.Jobs = append(snap.Jobs, sched.Job{
 			ID: j.w.Name, Tenant: tenant, Class: j.class, Model: j.m,
-			ReqGPUs: j.w.GPUs, ReqCPUs: j.cpg * j.w.GPUs, ReqPlan: j.reqPlan, Promise: j.promise * float64(j.m.Arch.GlobalBatch),
+			ReqGPUs: j.w.GPUs, ReqCPUs: reqCPUs, ReqPlan: j.reqPlan, Promise: j.promise * float64(j.m.Arch.GlobalBatch),
 			Alloc: j.alloc, Plan: j.plan, Submit: j.w.Submit,
 			ItersDone: j.done, ItersTotal: float64(j.w.Steps), Restarts: j.restarts, LastChange: j.changed,
-			LastRun: j.lastRun, RunSeconds: j.runSec, IdealSeconds: j.idealSec, Phase: j.phase,
+			LastRun: j.lastRun, RunSeconds: j.runSec, IdealSeconds: ideal, Phase: j.phase,
 		})
 	}
 	servers := append([]sched.Server(nil), s.servers...)
