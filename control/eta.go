@@ -9,6 +9,7 @@ package control
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -308,11 +309,7 @@ func (d *Daemon) FirstETAs() map[string]time.Time {
 	e := &d.eta
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := make(map[string]time.Time, len(e.first))
-	for k, v := range e.first {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(e.first)
 }
 
 // FirstETAsAsOf is, for each job's first estimate, when the state it was
@@ -321,11 +318,7 @@ func (d *Daemon) FirstETAsAsOf() map[string]time.Time {
 	e := &d.eta
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := make(map[string]time.Time, len(e.firstAsOf))
-	for k, v := range e.firstAsOf {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(e.firstAsOf)
 }
 
 // withETA is the queue as published plus each entry's latest estimate,

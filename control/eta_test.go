@@ -213,25 +213,7 @@ func TestETACountsTheRestartFromTheLaunch(t *testing.T) {
 	d.Submit(ctx, spec(t, "w8", 8, jobspec.BestEffort))
 	d.EnableETA(func() sched.Policy { p, _ := sched.New("static"); return p }, time.Minute, 0)
 	q := waitETA(t, d)
-	var end time.Time
-	ex.mu.Lock()
-	for _, j := range ex.running {
-		if e := j.ready.Add(time.Duration(float64(j.l.Spec.Iterations) * j.iterTime * float64(time.Second))); end.IsZero() || e.Before(end) {
-			end = e
-		}
-	}
-	ex.mu.Unlock()
-	for _, e := range q {
-		if e.Job.Name != "w8" {
-			continue
-		}
-		if e.ETAAt == nil {
-			t.Fatalf("w8: no estimate (%s)", e.ETAReason)
-		}
-		if off := e.ETAAt.Sub(end); off.Abs() > 10*time.Second {
-			t.Errorf("w8 estimated at %s, the first running job ends at %s (%s off)", e.ETAAt.Format(time.TimeOnly), end.Format(time.TimeOnly), off)
-		}
-	}
+	w8StartsWhenTheFirstJobEnds(t, ex, q, 10*time.Second)
 }
 
 // TestETACountsProgressSinceObserved: a running job goes on between
@@ -257,6 +239,13 @@ func TestETACountsProgressSinceObserved(t *testing.T) {
 	d.Submit(ctx, spec(t, "w8", 8, jobspec.BestEffort))
 	d.EnableETA(func() sched.Policy { p, _ := sched.New("static"); return p }, time.Minute, 0)
 	q := waitETA(t, d)
+	w8StartsWhenTheFirstJobEnds(t, ex, q, 5*time.Second)
+}
+
+// w8StartsWhenTheFirstJobEnds checks that the waiting job w8 is estimated
+// to start, within tol, when the first of ex's running jobs ends.
+func w8StartsWhenTheFirstJobEnds(t *testing.T, ex *SimExecutor, q []QueueEntry, tol time.Duration) {
+	t.Helper()
 	var end time.Time
 	ex.mu.Lock()
 	for _, j := range ex.running {
@@ -272,7 +261,7 @@ func TestETACountsProgressSinceObserved(t *testing.T) {
 		if e.ETAAt == nil {
 			t.Fatalf("w8: no estimate (%s)", e.ETAReason)
 		}
-		if off := e.ETAAt.Sub(end); off.Abs() > 5*time.Second {
+		if off := e.ETAAt.Sub(end); off.Abs() > tol {
 			t.Errorf("w8 estimated at %s, the first running job ends at %s (%s off)", e.ETAAt.Format(time.TimeOnly), end.Format(time.TimeOnly), off)
 		}
 	}
