@@ -40,6 +40,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/replan/replan/sched"
 )
 
 // EncodeKeepWarm is how long after its last read a key is re-encoded at
@@ -137,7 +139,7 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), ex
 		return body, at, nil
 	}
 	c.mu.Unlock()
-	d.encBuild(e, false)
+	d.encBuild(e, false, seq, gen)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return e.body, e.view.at, e.err
@@ -159,7 +161,7 @@ func (d *Daemon) encKickLocked(e *encEntry) {
 	e.building = true
 	go func() {
 		for {
-			d.encBuild(e, true)
+			d.encBuild(e, true, 0, 0)
 			d.enc.mu.Lock()
 			if !e.dirty {
 				e.building = false
@@ -228,11 +230,23 @@ func (d *Daemon) encExtendLocked(e *encEntry) ([]byte, time.Time, bool) {
 // with refresh, a view marked stale is rebuilt first (the background
 // re-encodes; a waiting read takes the published view as it is). A view
 // made from e's by appending jobs (submits) is encoded by extending e's
-// body. It must not be called with d.mu or d.enc.mu held.
-func (d *Daemon) encBuild(e *encEntry, refresh bool) {
+// body. A read passes the view sequence and estimate generation it needs
+// (those published when it began): when the encoding it waited for (a
+// background one under way) has them, it is done, even if a round
+// published a newer view meanwhile. It must not be called with d.mu or
+// d.enc.mu held.
+func (d *Daemon) encBuild(e *encEntry, refresh bool, needSeq, needGen uint64) {
 	c := &d.enc
 	c.buildMu.Lock()
 	defer c.buildMu.Unlock()
+	if !refresh {
+		c.mu.Lock()
+		ok := e.done && e.view != nil && e.view.seq >= needSeq && e.gen >= needGen
+		c.mu.Unlock()
+		if ok {
+			return
+		}
+	}
 	v := d.published.Load()
 	if refresh || v == nil {
 		v = d.view()
@@ -360,6 +374,7 @@ func (c *encCache) encodeQueue(q []QueueEntry) ([]byte, error) {
 // c.buildMu.
 func (c *encCache) appendQueue(buf []byte, q []QueueEntry) ([]byte, error) {
 	strs := map[string][]byte{} // reasons repeat: each encoded once
+	var asOf timeMemo           // so does the view's time
 	for i := range q {
 		if buf[len(buf)-1] != '[' {
 			buf = append(buf, ',')
@@ -370,7 +385,7 @@ func (c *encCache) appendQueue(buf []byte, q []QueueEntry) ([]byte, error) {
 		}
 		buf = append(buf, `{"job":`...)
 		buf = append(buf, jb...)
-		if buf, err = appendQueueRest(buf, &q[i], strs); err != nil {
+		if buf, err = appendQueueRest(buf, &q[i], strs, &asOf); err != nil {
 			return nil, fmt.Errorf("encode queue entry %s: %w", q[i].Job.ID, err)
 		}
 	}
@@ -379,7 +394,7 @@ func (c *encCache) appendQueue(buf []byte, q []QueueEntry) ([]byte, error) {
 
 // appendQueueRest appends the fields of q after "job", in QueueEntry's
 // order and exactly as encoding/json writes them, and the closing brace.
-func appendQueueRest(b []byte, q *QueueEntry, strs map[string][]byte) ([]byte, error) {
+func appendQueueRest(b []byte, q *QueueEntry, strs map[string][]byte, asOf *timeMemo) ([]byte, error) {
 	var err error
 	b = append(b, `,"gpus":`...)
 	b = strconv.AppendInt(b, int64(q.GPUs), 10)
@@ -392,12 +407,10 @@ func appendQueueRest(b []byte, q *QueueEntry, strs map[string][]byte) ([]byte, e
 		return nil, err
 	}
 	if q.Timers != nil {
-		t, err := json.Marshal(q.Timers)
-		if err != nil {
+		b = append(b, `,"timers":`...)
+		if b, err = appendTimers(b, q.Timers, strs); err != nil {
 			return nil, err
 		}
-		b = append(b, `,"timers":`...)
-		b = append(b, t...)
 	}
 	b = append(b, `,"eta_s":`...)
 	if q.ETAS == nil {
@@ -418,15 +431,83 @@ func appendQueueRest(b []byte, q *QueueEntry, strs map[string][]byte) ([]byte, e
 		}
 	}
 	b = append(b, `,"as_of":`...)
-	if b, err = appendJSONTime(b, q.AsOf); err != nil {
+	if b, err = asOf.append(b, q.AsOf); err != nil {
 		return nil, err
 	}
 	return append(b, '}'), nil
 }
 
+// appendTimers appends t as encoding/json writes a sched.JobTimers (its
+// fields in order; ServerFrom and RackFrom are not written). Reflection
+// cost more than the rest of a queue entry: a queue read re-encodes every
+// waiting job's timers after each round.
+func appendTimers(b []byte, t *sched.JobTimers, strs map[string][]byte) ([]byte, error) {
+	var err error
+	b = append(b, `{"job":`...)
+	if b, err = appendJSONString(b, t.Job, strs); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"index":`...)
+	b = strconv.AppendInt(b, int64(t.Index), 10)
+	b = append(b, `,"gpus":`...)
+	b = strconv.AppendInt(b, int64(t.GPUs), 10)
+	for _, f := range [...]struct {
+		key string
+		v   float64
+	}{{`,"server_timer_s":`, t.ServerTimer}, {`,"rack_timer_s":`, t.RackTimer}, {`,"starved_s":`, t.Starved}} {
+		b = append(b, f.key...)
+		if b, err = appendJSONFloat(b, f.v); err != nil {
+			return nil, err
+		}
+	}
+	b = append(b, `,"accept_tier":`...)
+	if b, err = appendJSONString(b, t.AcceptTier.String(), strs); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"why":`...)
+	if b, err = appendJSONString(b, t.Why, strs); err != nil {
+		return nil, err
+	}
+	for _, f := range [...]struct {
+		key string
+		v   float64
+	}{{`,"nw_sens":`, t.NwSens}, {`,"loss_rack":`, t.LossRack}, {`,"loss_cross":`, t.LossCross}} {
+		b = append(b, f.key...)
+		if b, err = appendJSONFloat(b, f.v); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// timeMemo appends a time as appendJSONTime does, remembering the last
+// one's encoding (every entry of a view has the view's as_of).
+type timeMemo struct {
+	t   time.Time
+	enc []byte
+}
+
+func (m *timeMemo) append(b []byte, t time.Time) ([]byte, error) {
+	if m.enc != nil && sameTime(m.t, t) {
+		return append(b, m.enc...), nil
+	}
+	n := len(b)
+	b, err := appendJSONTime(b, t)
+	if err != nil {
+		return nil, err
+	}
+	m.t, m.enc = t, append([]byte(nil), b[n:]...)
+	return b, nil
+}
+
 // appendJSONString appends s as encoding/json writes it (HTML-safe
 // escapes), remembering each string's encoding in strs.
 func appendJSONString(b []byte, s string, strs map[string][]byte) ([]byte, error) {
+	if plainJSON(s) {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"'), nil
+	}
 	e, ok := strs[s]
 	if !ok {
 		var err error
@@ -436,6 +517,19 @@ func appendJSONString(b []byte, s string, strs map[string][]byte) ([]byte, error
 		strs[s] = e
 	}
 	return append(b, e...), nil
+}
+
+// plainJSON reports whether encoding/json writes s as it is between
+// quotes: printable ASCII without '"', '\\' and the HTML-escaped '<', '>'
+// and '&'. Most strings of a queue (job IDs, reasons) are.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // appendJSONFloat appends f as encoding/json writes a float64 (the

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -37,8 +39,10 @@ func TestEncodedQueueEqualsEncodingJSON(t *testing.T) {
 		{Job: recs[1], GPUs: 16, Reason: "waits for <rack> & \"more\"", WaitingS: 1e-9, AsOf: at, ETAS: &tiny, ETAAt: &later,
 			Timers: &sched.JobTimers{Job: "j-000002", GPUs: 16, ServerTimer: 30, RackTimer: 1e22, Starved: 0.1, AcceptTier: perf.TierRack, Why: "a<b", NwSens: 1}},
 		{Job: recs[2], GPUs: 1, Reason: "held by the operator", WaitingS: 123456789012, AsOf: at, ETAS: &huge, ETAAt: &at},
-		{Job: recs[0], GPUs: 0, Reason: "", WaitingS: -2, AsOf: later, ETAS: &zero, ETAAt: &later},
-		{Job: recs[1], GPUs: 2, Reason: "x", WaitingS: 0, AsOf: at, ETAS: &plain, ETAAt: &later, ETAReason: "ignored \u2029"},
+		{Job: recs[0], GPUs: 0, Reason: "", WaitingS: -2, AsOf: later, ETAS: &zero, ETAAt: &later,
+			Timers: &sched.JobTimers{Job: "j-000001", Index: 7, ServerTimer: -1e-8, AcceptTier: perf.TierCrossRack, NwSens: 0.25, LossRack: 0.125, LossCross: 3e21, ServerFrom: 4}},
+		{Job: recs[1], GPUs: 2, Reason: "x", WaitingS: 0, AsOf: at.In(time.FixedZone("y", -1800)), ETAS: &plain, ETAAt: &later, ETAReason: "ignored \u2029",
+			Timers: &sched.JobTimers{AcceptTier: perf.TierServer, Why: "\u2028<\xff>"}},
 	}
 	for _, q := range [][]QueueEntry{{}, entries[:1], entries} {
 		var want bytes.Buffer
@@ -54,6 +58,48 @@ func TestEncodedQueueEqualsEncodingJSON(t *testing.T) {
 			if !bytes.Equal(got, want.Bytes()) {
 				t.Fatalf("pass %d: encoded queue differs from encoding/json:\n got %s\nwant %s", pass, got, want.Bytes())
 			}
+		}
+	}
+}
+
+// appendTimers writes what encoding/json writes for every field of
+// sched.JobTimers: random values in every field (a field added later is
+// filled too, and must be written).
+func TestEncodedTimersEqualEncodingJSON(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	strs := []string{"", "j-000001", "a<b>&\"c\"", "\u2028\xff", "waits for one server until 12.0 h (starved 1.0 h)"}
+	floats := []float64{0, -0.0, 1, -2.5, 1e-7, 1e21, 123456789.125, 1.0 / 3}
+	for i := 0; i < 500; i++ {
+		var jt sched.JobTimers
+		v := reflect.ValueOf(&jt).Elem()
+		for f := 0; f < v.NumField(); f++ {
+			switch fv := v.Field(f); {
+			case fv.Type() == reflect.TypeOf(perf.Tier(0)):
+				fv.SetInt(int64(rng.IntN(3)))
+			case fv.Kind() == reflect.String:
+				fv.SetString(strs[rng.IntN(len(strs))])
+			case fv.Kind() == reflect.Int:
+				fv.SetInt(rng.Int64N(1<<40) - 1<<39)
+			case fv.Kind() == reflect.Float64:
+				x := floats[rng.IntN(len(floats))]
+				if rng.IntN(2) == 0 {
+					x = rng.NormFloat64() * math.Pow(10, float64(rng.IntN(30)-10))
+				}
+				fv.SetFloat(x)
+			default:
+				t.Fatalf("JobTimers field %s of kind %s: teach this test and appendTimers about it", v.Type().Field(f).Name, fv.Kind())
+			}
+		}
+		want, err := json.Marshal(&jt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := appendTimers(nil, &jt, map[string][]byte{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("timers %+v:\n got %s\nwant %s", jt, got, want)
 		}
 	}
 }
@@ -356,7 +402,11 @@ func BenchmarkEncodeQueue(b *testing.B) {
 	q := make([]QueueEntry, 5000)
 	for i := range q {
 		q[i] = QueueEntry{Job: JobRecord{ID: fmt.Sprintf("j-%06d", i), Name: "bench", Tenant: "research", Class: "best-effort", Spec: raw, State: StateQueued, SubmittedAt: at, Version: 3},
-			GPUs: 4, Reason: "waits for 4 GPUs on one server", WaitingS: float64(i) * 1.5, AsOf: at, ETAReason: "not estimated yet"}
+			GPUs: 4, Reason: "waits for 4 GPUs on one server", WaitingS: float64(i)*1.5 + 0.123456789, AsOf: at, ETAReason: "not estimated yet"}
+		// As the replan policy leaves them: timers on every waiting job,
+		// with starvation and a reason that vary.
+		q[i].Timers = &sched.JobTimers{Job: q[i].Job.ID, Index: i, GPUs: 4, ServerTimer: 1834.25, RackTimer: 43200, Starved: q[i].WaitingS,
+			AcceptTier: perf.TierServer, Why: fmt.Sprintf("waits for one server until 0.5 h (starved %.1f h)", q[i].WaitingS/3600), NwSens: 1, LossRack: 0.0312, LossCross: 0.1187}
 	}
 	b.Run("encoding/json", func(b *testing.B) {
 		for range b.N {

@@ -260,6 +260,11 @@ func newNetRound(o NetOptions, s *Snapshot, demand func(i int) int, loss func(i,
 	if nr.window <= 0 {
 		nr.window = HistoryWindow(total)
 	}
+	type tuned struct {
+		server, rack   float64
+		serverN, rackN int
+	}
+	timers := map[int]tuned{}
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
 		nj := &nr.jobs[i]
@@ -274,8 +279,16 @@ func newNetRound(o NetOptions, s *Snapshot, demand func(i int) int, loss func(i,
 		nj.fitsS, nj.fitsR = g <= maxPer, g <= nr.rackGP
 		nj.server, nj.rack = o.ServerTimer, o.RackTimer
 		if o.AutoTune {
-			nj.server, nj.serverN = s.History.TimerFrom(perf.TierServer, g, s.Now, nr.window, o.ServerTimer)
-			nj.rack, nj.rackN = s.History.TimerFrom(perf.TierRack, g, s.Now, nr.window, o.RackTimer)
+			// The timers depend only on the demand: each is computed
+			// once per round (a scan of the history each), not once
+			// per waiting job.
+			t, ok := timers[g]
+			if !ok {
+				t.server, t.serverN = s.History.TimerFrom(perf.TierServer, g, s.Now, nr.window, o.ServerTimer)
+				t.rack, t.rackN = s.History.TimerFrom(perf.TierRack, g, s.Now, nr.window, o.RackTimer)
+				timers[g] = t
+			}
+			nj.server, nj.serverN, nj.rack, nj.rackN = t.server, t.serverN, t.rack, t.rackN
 		}
 		if !nj.fitsS {
 			nj.server, nj.serverN = 0, 0
