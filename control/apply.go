@@ -101,6 +101,7 @@ func (d *Daemon) Submit(ctx context.Context, spec *jobspec.Spec) (JobRecord, err
 	d.mu.Lock()
 	js := &jobState{rec: rec, spec: spec}
 	d.jobs[id] = js
+	d.clientOps++
 	d.publishAdded(js)
 	d.mu.Unlock()
 	return rec, nil

@@ -100,6 +100,11 @@ type Daemon struct {
 	lastRound RoundStats
 	notify    notifier
 	published atomic.Pointer[readView]
+	// clientOps counts the client operations (submit, cancel, hold,
+	// release, drain, undrain) applied to memory; a view carries the count
+	// it includes, and an encoded read waits only for those (readcache.go).
+	// Guarded by mu.
+	clientOps uint64
 	// publishedAt is when the view was last rebuilt (wall clock).
 	publishedAt time.Time
 	stale       atomic.Bool                // the view misses changes (see publishSoon)

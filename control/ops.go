@@ -49,6 +49,7 @@ func (d *Daemon) Cancel(ctx context.Context, id string) (JobRecord, error) {
 		}
 	})
 	out := js.rec
+	d.clientOps++
 	d.publish()
 	d.mu.Unlock()
 	if err != nil {
@@ -78,6 +79,7 @@ func (d *Daemon) transition(ctx context.Context, id string, from []JobState, to 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.publish()
+	d.clientOps++
 	js := d.jobs[id]
 	if js == nil {
 		r, err := d.cfg.Store.GetJob(ctx, id)
@@ -140,6 +142,7 @@ func (d *Daemon) Drain(ctx context.Context, server string) ([]string, error) {
 			js.stopping = true
 		}
 	})
+	d.clientOps++
 	d.publish()
 	d.mu.Unlock()
 	if err != nil {
@@ -163,6 +166,7 @@ func (d *Daemon) Undrain(ctx context.Context, server string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.publish()
+	d.clientOps++
 	i, ok := d.srvIdx[server]
 	if !ok {
 		return fmt.Errorf("undrain: unknown server %q: %w", server, ErrNotFound)

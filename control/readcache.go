@@ -9,13 +9,17 @@ package control
 //   - Each read key (the queue; each jobs filter) keeps its newest fully
 //     encoded body with the view (its sequence number) and the start
 //     estimates' generation it was encoded from.
-//   - A read shows everything published before it began: it answers with
-//     the kept body when that body's view and estimates are at least as
-//     new as those at the read's start, and otherwise waits for the
-//     encoding of the newest view (joining one in progress). A view
-//     marked stale (changes of a round's apply not yet published, see
-//     publishSoon) does not make a read wait: the read answers and starts
-//     a background re-encode (stale while revalidate).
+//   - A read shows every client operation (submit, cancel, hold,
+//     release, drain, undrain) published before it began: it answers
+//     with the kept body when that body's view has them all, and
+//     otherwise waits for an encoding that has them (extending the kept
+//     body by the submitted jobs, or joining an encoding in progress that
+//     covers its view, or encoding the newest view). What a round, an
+//     observation or new start estimates changed since does not make a
+//     read wait: the read answers with the kept body, as of its view's
+//     time (as_of), and starts a background re-encode (stale while
+//     revalidate); with rounds back to back, a 5,000-job queue read that
+//     waited for each round's encoding had a p99 of 30-50 ms.
 //   - Every publish starts, in the background, the re-encode of each key
 //     read since its last encoding began (within EncodeKeepWarm), so the
 //     encoding a read needs is usually done or under way when it comes;
@@ -102,9 +106,9 @@ func (d *Daemon) etaGen() uint64 {
 // published when it was called, and that view's time; it waits only when
 // the kept encoding is older.
 func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), extend func(prev []byte, v *readView, n int) ([]byte, error)) ([]byte, time.Time, error) {
-	var seq uint64
+	var seq, ops uint64
 	if v := d.published.Load(); v != nil {
-		seq = v.seq
+		seq, ops = v.seq, v.ops
 	}
 	gen := d.etaGen()
 	c := &d.enc
@@ -133,6 +137,17 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), ex
 		}
 		c.mu.Unlock()
 		return body, at, err
+	}
+	if e.done && e.err == nil && e.view.ops >= ops {
+		// Every client operation published before this read is in the
+		// kept body; what it lacks is the work of rounds, observations
+		// or new estimates. It answers now, as of its view's time, and
+		// the newest view is encoded in the background: a read never
+		// waits for the encoding of a round's result.
+		body, at := e.body, e.view.at
+		d.encKickLocked(e)
+		c.mu.Unlock()
+		return body, at, nil
 	}
 	if body, at, ok := d.encExtendLocked(e); ok {
 		c.mu.Unlock()

@@ -468,3 +468,80 @@ func TestEncodingExtendedBySubmits(t *testing.T) {
 		t.Errorf("%d encodings made by extending the one before, want at least 6", extended)
 	}
 }
+
+// A read never waits for the encoding of what a round, an observation or
+// new estimates changed: while an encoding holds the encoder (here the
+// test holds it), a read after such a publish answers at once with the
+// kept body, as of its view's time. A read after a client operation
+// (here a cancel) waits for an encoding that has it, and never shows the
+// cancelled job.
+func TestEncodedReadDoesNotWaitForARound(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	d, c := newDaemon(t, st, &recorder{}, "static")
+	h := (&API{D: d, Version: "test"}).Handler()
+	get := func(path string) ([]byte, string) {
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, path, nil))
+		if rr.Code != http.StatusOK {
+			t.Errorf("GET %s: %d %s", path, rr.Code, rr.Body)
+		}
+		return rr.Body.Bytes(), rr.Header().Get(AsOfHeader)
+	}
+	var ids []string
+	for i := 0; i < 3; i++ {
+		rec, err := d.Submit(ctx, spec(t, fmt.Sprintf("w%d", i), 4, "best-effort"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, rec.ID)
+	}
+	before, asOf := get("/v1/queue") // encoded now
+	c.advance(time.Minute)
+	d.publishNow() // what a round's end does: a newer view, no client operation
+	if v := d.published.Load(); v.at.Format(time.RFC3339Nano) == asOf {
+		t.Fatalf("the new view has the old view's time %s", asOf)
+	}
+	d.enc.buildMu.Lock() // an encoding under way, for as long as the test says
+	type answer struct {
+		body []byte
+		asOf string
+	}
+	got := make(chan answer, 1)
+	go func() {
+		b, a := get("/v1/queue")
+		got <- answer{b, a}
+	}()
+	select {
+	case a := <-got:
+		if !bytes.Equal(a.body, before) || a.asOf != asOf {
+			t.Errorf("the read answered with a body as of %s, want the kept one as of %s", a.asOf, asOf)
+		}
+	case <-time.After(time.Minute):
+		d.enc.buildMu.Unlock()
+		t.Fatal("a queue read waited for the encoding of a view no client operation changed")
+	}
+	// A cancel: the next read must show it, so it waits for the encoder.
+	if _, err := d.Cancel(ctx, ids[0]); err != nil {
+		d.enc.buildMu.Unlock()
+		t.Fatal(err)
+	}
+	go func() {
+		b, a := get("/v1/queue")
+		got <- answer{b, a}
+	}()
+	d.enc.buildMu.Unlock()
+	a := <-got
+	var q []QueueEntry
+	if err := json.Unmarshal(a.body, &q); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range q {
+		if e.Job.ID == ids[0] {
+			t.Fatalf("the read after the cancel shows the cancelled job %s (as of %s)", ids[0], a.asOf)
+		}
+	}
+	if len(q) != len(ids)-1 {
+		t.Errorf("the queue after the cancel has %d jobs, want %d", len(q), len(ids)-1)
+	}
+}

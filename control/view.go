@@ -35,6 +35,9 @@ type readView struct {
 	links      sched.LinkReport
 	at         time.Time // the daemon's clock when it was built (the API's as_of)
 	seq        uint64    // grows with every view published
+	// ops is the daemon's clientOps when the view was built: every client
+	// operation up to it is in the view.
+	ops uint64
 	// chain is the seq of the first view of a run of views each made from
 	// the one before by appending one submitted job (publishAdded); seq
 	// itself for a rebuilt view.
@@ -117,6 +120,7 @@ func (d *Daemon) publishAdded(js *jobState) {
 	}
 	v := *old
 	v.seq++ // v.chain stays: one more view of the run
+	v.ops = d.clientOps
 	v.jobs = append(slices.Clip(old.jobs), id)
 	v.queue = append(slices.Clip(old.queue), QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: "not scheduled yet"})
 	v.recs = append(slices.Clip(old.recs), js.rec)
@@ -138,6 +142,7 @@ func (d *Daemon) publish() {
 		v.seq = old.seq + 1
 	}
 	v.chain = v.seq
+	v.ops = d.clientOps
 	v.jobs = d.sortedJobIDs()
 	v.recs = make([]JobRecord, len(v.jobs))
 	for i, id := range v.jobs {
