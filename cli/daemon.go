@@ -67,6 +67,7 @@ replan deploy installed (same --remote-dir), over SSH with the inventory's optio
 See docs/control.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			control.TuneGC() // a long-lived daemon trades heap for fewer collections
 			return runDaemon(cmd.Context(), o, stderr)
 		},
 	}

@@ -508,6 +508,9 @@ const (
 	ReadTimeout       = 30 * time.Second
 	IdleTimeout       = 2 * time.Minute
 	MaxConns          = 256
+	// UnixSendBuffer is the send buffer asked for on each Unix socket
+	// connection (SO_SNDBUF).
+	UnixSendBuffer = 4 << 20
 )
 
 // Serve serves h on l until ctx ends, with the limits above.
@@ -550,6 +553,13 @@ func (l *limited) Accept() (net.Conn, error) {
 	if err != nil {
 		<-l.sem
 		return nil, err
+	}
+	if uc, ok := c.(*net.UnixConn); ok {
+		// A large answer (the queue of 5,000 jobs is 6.5 MB) goes out
+		// in a few writes instead of one per default buffer (208 KB),
+		// each waiting for the client to be scheduled and drain it.
+		// The kernel caps it at net.core.wmem_max; best effort.
+		uc.SetWriteBuffer(UnixSendBuffer)
 	}
 	return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
 }

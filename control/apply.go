@@ -179,6 +179,7 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 		ids[k] = e.id
 	}
 	seen := make(map[string]seenJob, len(ids))
+	s.Jobs = make([]sched.Job, 0, len(ids))
 	total := d.clusterGPUs()
 	totalCPUs := 0
 	for _, sv := range d.cfg.Servers {

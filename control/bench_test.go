@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +48,10 @@ func TestDaemonBench(t *testing.T) {
 	if v, err := time.ParseDuration(os.Getenv("REPLAN_BENCH_DURATION")); err == nil {
 		dur = v
 	}
+	prevGC := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prevGC)
+	debug.SetGCPercent(prevGC)
+	gcPercent := TuneGC() // as `replan daemon` runs
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "bench.db"))
@@ -138,45 +144,38 @@ func TestDaemonBench(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	var sub, queue, jobs, queueDec, jobsDec, dsub, dread []time.Duration
-	bytesRead := map[string]int{}
-	const keepBodies = 20
-	kept := map[string][][]byte{}
-	// A client is another process: its receive buffers are reused, so
-	// that its garbage does not load the daemon's collector here.
-	recvBuf := map[string]*bytes.Buffer{"/v1/queue": {}, "/v1/jobs?state=running": {}}
+	// The client is another process, as a real one is (the test binary
+	// run again as TestDaemonBenchClient): its goroutines, its garbage
+	// and its decoding do not share the daemon's runtime.
+	var cr benchClientResult
+	clientDone := make(chan error, 1)
+	go func() {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDaemonBenchClient$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "REPLAN_BENCH_CLIENT_SOCK="+sock, "REPLAN_BENCH_DURATION="+dur.String())
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			clientDone <- fmt.Errorf("bench client: %w", err)
+			return
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if j, ok := strings.CutPrefix(line, benchClientPrefix); ok {
+				clientDone <- json.Unmarshal([]byte(j), &cr)
+				return
+			}
+		}
+		clientDone <- fmt.Errorf("bench client printed no result: %s", out)
+	}()
+	if err := <-clientDone; err != nil {
+		t.Fatal(err)
+	}
+	// The daemon's own share, after the client (rounds still back to
+	// back), for a quarter of the time.
+	var dsub, dread []time.Duration
 	var fails []string
-	end := time.Now().Add(dur)
+	end := time.Now().Add(dur / 4)
 	for i := 0; time.Now().Before(end); i++ {
-		spec := strings.Replace(specYAML, "%s", fmt.Sprintf("probe-%d", i), 1)
 		a := time.Now()
-		if _, err := cl.Submit(ctx, "probe.yaml", []byte(spec)); err != nil {
-			fails = append(fails, err.Error())
-		}
-		sub = append(sub, time.Since(a))
-		// A read is timed until the whole body has been received; the
-		// client's decoding of it is timed on its own.
-		for _, r := range []struct {
-			path string
-			recv *[]time.Duration
-		}{{"/v1/queue", &queue}, {"/v1/jobs?state=running", &jobs}} {
-			a = time.Now()
-			body, err := getBodyInto(ctx, cl, r.path, recvBuf[r.path])
-			if err != nil {
-				fails = append(fails, err.Error())
-				continue
-			}
-			*r.recv = append(*r.recv, time.Since(a))
-			bytesRead[r.path] = len(body)
-			// A client decodes in its own process: the bodies are
-			// decoded after the run, so the garbage of decoding does
-			// not load the daemon's collector here.
-			if len(kept[r.path]) < keepBodies {
-				kept[r.path] = append(kept[r.path], bytes.Clone(body))
-			}
-		}
-		// The daemon's own share, without HTTP and JSON.
-		a = time.Now()
 		if _, err := d.Submit(ctx, mk(i)); err != nil {
 			fails = append(fails, err.Error())
 		}
@@ -187,6 +186,16 @@ func TestDaemonBench(t *testing.T) {
 		dread = append(dread, time.Since(a))
 		time.Sleep(20 * time.Millisecond)
 	}
+	fails = append(fails, cr.Fails...)
+	ms := func(v []float64) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x * float64(time.Millisecond))
+		}
+		return out
+	}
+	sub, queue, jobs, queueDec, jobsDec := ms(cr.Submit), ms(cr.Queue), ms(cr.Jobs), ms(cr.QueueDecode), ms(cr.JobsDecode)
+	bytesRead := cr.Bytes
 	// Let the round in progress finish so it is counted.
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
@@ -200,19 +209,6 @@ func TestDaemonBench(t *testing.T) {
 	}
 	cancel()
 	<-loopDone
-	for _, r := range []struct {
-		path string
-		dec  *[]time.Duration
-		into func() any
-	}{{"/v1/queue", &queueDec, func() any { return &[]QueueEntry{} }}, {"/v1/jobs?state=running", &jobsDec, func() any { return &[]JobRecord{} }}} {
-		for _, body := range kept[r.path] {
-			a := time.Now()
-			if err := json.Unmarshal(body, r.into()); err != nil {
-				fails = append(fails, err.Error())
-			}
-			*r.dec = append(*r.dec, time.Since(a))
-		}
-	}
 	pct := func(v []time.Duration, q float64) string {
 		if len(v) == 0 {
 			return "-"
@@ -233,8 +229,8 @@ func TestDaemonBench(t *testing.T) {
 		return "MISSES"
 	}
 	running := len(d.Running())
-	fmt.Printf("daemon bench: %d servers (%d GPUs), %d queued jobs (stored in %s), policy %s, %s of probes, %d rounds (%d with errors), %d jobs running at the end\n",
-		nServers, nServers*8, nJobs, fill.Round(time.Millisecond), policy, dur, len(rounds), roundErrs, running)
+	fmt.Printf("daemon bench: %d servers (%d GPUs), %d queued jobs (stored in %s), policy %s, GOGC %d, %s of probes, %d rounds (%d with errors), %d jobs running at the end\n",
+		nServers, nServers*8, nJobs, fill.Round(time.Millisecond), policy, gcPercent, dur, len(rounds), roundErrs, running)
 	fmt.Printf("| %-22s | %6s | %10s | %10s | %10s | %-14s |\n", "operation", "n", "p50", "p99", "max", "target (p99)")
 	fmt.Printf("|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 24), strings.Repeat("-", 8), strings.Repeat("-", 12), strings.Repeat("-", 12), strings.Repeat("-", 12), strings.Repeat("-", 16))
 	row := func(name string, v []time.Duration, target string) {
@@ -250,7 +246,7 @@ func TestDaemonBench(t *testing.T) {
 	row("Daemon.Queue+Nodes", dread, "-")
 	row("round (whole)", rounds, "-")
 	row("round: policy only", plans, "-")
-	fmt.Printf("daemon bench: last bodies: queue %d bytes, jobs running %d bytes\n", bytesRead["/v1/queue"], bytesRead["/v1/jobs?state=running"])
+	fmt.Printf("daemon bench: last bodies: queue %d bytes, jobs running %d bytes; the API's client is a separate process\n", bytesRead["/v1/queue"], bytesRead["/v1/jobs?state=running"])
 	if firstRoundErr != nil {
 		msg := firstRoundErr.Error()
 		fmt.Printf("daemon bench: first round error: %s\n", msg[:min(len(msg), 300)])
@@ -258,6 +254,86 @@ func TestDaemonBench(t *testing.T) {
 	if len(fails) > 0 {
 		fmt.Printf("daemon bench: %d requests failed, first: %s\n", len(fails), fails[0])
 	}
+}
+
+// benchClientPrefix starts the line on which TestDaemonBenchClient
+// prints its result.
+const benchClientPrefix = "daemon bench client: "
+
+// benchClientResult is what the bench's client measured (milliseconds).
+type benchClientResult struct {
+	Submit, Queue, Jobs, QueueDecode, JobsDecode []float64
+	Bytes                                        map[string]int
+	Fails                                        []string
+}
+
+// TestDaemonBenchClient is TestDaemonBench's API client, run by it as a
+// separate process (REPLAN_BENCH_CLIENT_SOCK names the daemon's socket):
+// for REPLAN_BENCH_DURATION it submits a job, reads the queue and the
+// running jobs, and sleeps 20 ms, then decodes the bodies it kept and
+// prints the latencies as one JSON line.
+func TestDaemonBenchClient(t *testing.T) {
+	sock := os.Getenv("REPLAN_BENCH_CLIENT_SOCK")
+	if sock == "" {
+		t.Skip("run by TestDaemonBench")
+	}
+	dur, err := time.ParseDuration(os.Getenv("REPLAN_BENCH_DURATION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cl := NewUnixClient(sock)
+	var r benchClientResult
+	r.Bytes = map[string]int{}
+	msSince := func(a time.Time) float64 { return float64(time.Since(a)) / float64(time.Millisecond) }
+	const keepBodies = 20
+	kept := map[string][][]byte{}
+	recvBuf := map[string]*bytes.Buffer{"/v1/queue": {}, "/v1/jobs?state=running": {}}
+	end := time.Now().Add(dur)
+	for i := 0; time.Now().Before(end); i++ {
+		spec := strings.Replace(specYAML, "%s", fmt.Sprintf("probe-%d", i), 1)
+		a := time.Now()
+		if _, err := cl.Submit(ctx, "probe.yaml", []byte(spec)); err != nil {
+			r.Fails = append(r.Fails, err.Error())
+		}
+		r.Submit = append(r.Submit, msSince(a))
+		// A read is timed until the whole body has been received.
+		for _, p := range []struct {
+			path string
+			recv *[]float64
+		}{{"/v1/queue", &r.Queue}, {"/v1/jobs?state=running", &r.Jobs}} {
+			a = time.Now()
+			body, err := getBodyInto(ctx, cl, p.path, recvBuf[p.path])
+			if err != nil {
+				r.Fails = append(r.Fails, err.Error())
+				continue
+			}
+			*p.recv = append(*p.recv, msSince(a))
+			r.Bytes[p.path] = len(body)
+			if len(kept[p.path]) < keepBodies && i%5 == 0 {
+				kept[p.path] = append(kept[p.path], bytes.Clone(body))
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, p := range []struct {
+		path string
+		dec  *[]float64
+		into func() any
+	}{{"/v1/queue", &r.QueueDecode, func() any { return &[]QueueEntry{} }}, {"/v1/jobs?state=running", &r.JobsDecode, func() any { return &[]JobRecord{} }}} {
+		for _, body := range kept[p.path] {
+			a := time.Now()
+			if err := json.Unmarshal(body, p.into()); err != nil {
+				r.Fails = append(r.Fails, err.Error())
+			}
+			*p.dec = append(*p.dec, msSince(a))
+		}
+	}
+	out, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("%s%s\n", benchClientPrefix, out)
 }
 
 // getBody GETs path and reads the whole body (a status other than 200 is

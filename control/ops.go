@@ -217,7 +217,7 @@ func (d *Daemon) queueLocked() []QueueEntry {
 		}
 	}
 	slices.Sort(ids)
-	out := make([]QueueEntry, 0, len(ids))
+	out := make([]QueueEntry, 0, roomForSubmits(len(ids)))
 	now := d.now()
 	for _, id := range ids {
 		js := d.jobs[id]

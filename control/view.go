@@ -121,9 +121,14 @@ func (d *Daemon) publishAdded(js *jobState) {
 	v := *old
 	v.seq++ // v.chain stays: one more view of the run
 	v.ops = d.clientOps
-	v.jobs = append(slices.Clip(old.jobs), id)
-	v.queue = append(slices.Clip(old.queue), QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: "not scheduled yet"})
-	v.recs = append(slices.Clip(old.recs), js.rec)
+	// Appended in place when there is room: views are never changed, old
+	// holds only its first len elements, and only the newest view is
+	// extended, under d.mu (so the room past its end is nobody's).
+	// Copying the queue at every submit was a tenth of what the daemon
+	// allocated with rounds back to back.
+	v.jobs = append(old.jobs, id)
+	v.queue = append(old.queue, QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: "not scheduled yet"})
+	v.recs = append(old.recs, js.rec)
 	d.published.Store(&v)
 	d.encKickWarm()
 	if d.announce.Swap(false) {
@@ -131,6 +136,11 @@ func (d *Daemon) publishAdded(js *jobState) {
 	}
 	d.etaKick() // re-estimate start times in the background (eta.go)
 }
+
+// roomForSubmits is the capacity a rebuilt view's lists get for n
+// elements: room for the submits until the next rebuild to be appended in
+// place (publishAdded).
+func roomForSubmits(n int) int { return n + n/16 + 16 }
 
 // publish rebuilds the read view; the caller holds d.mu.
 func (d *Daemon) publish() {
@@ -144,7 +154,7 @@ func (d *Daemon) publish() {
 	v.chain = v.seq
 	v.ops = d.clientOps
 	v.jobs = d.sortedJobIDs()
-	v.recs = make([]JobRecord, len(v.jobs))
+	v.recs = make([]JobRecord, len(v.jobs), roomForSubmits(len(v.jobs)))
 	for i, id := range v.jobs {
 		js := d.jobs[id]
 		v.recs[i] = js.rec
@@ -185,7 +195,7 @@ func (d *Daemon) sortedJobIDs() []string {
 	if v := d.published.Load(); v != nil {
 		old = v.jobs
 	}
-	ids := make([]string, 0, len(d.jobs))
+	ids := make([]string, 0, roomForSubmits(len(d.jobs)))
 	for _, id := range old {
 		if _, ok := d.jobs[id]; ok {
 			ids = append(ids, id)
