@@ -225,10 +225,10 @@ func (p *Morphling) compute(j *Job, cpg, perServer, rackGPUs int) prepared {
 	}
 	pr.fam = pinnedFamily(j, pr.fam) // pin.go
 	maxG := max(p.opt.MaxGPUs, j.ReqGPUs)
-	pr.cv = p.c.curve(j.Model, pr.fam, maxG, perServer, cpg)
+	pr.cv = p.c.curve(j.Model, pr.fam, maxG, perServer, cpg, rackGPUs)
 	if pr.fam.fixed && pr.cv.minRun == 0 {
 		pr.fam = family{fixed: true, pinned: true, plan: j.ReqPlan}
-		pr.cv = p.c.curve(j.Model, pr.fam, maxG, perServer, cpg)
+		pr.cv = p.c.curve(j.Model, pr.fam, maxG, perServer, cpg, rackGPUs)
 	}
 	// The promise is the request packed onto as few servers as possible:
 	// inside one rack when it fits, else across racks (priced at the

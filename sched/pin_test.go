@@ -125,3 +125,36 @@ func TestPinnedLargerThanRackStarts(t *testing.T) {
 		}
 	}
 }
+
+// Two plan-pinned jobs larger than a rack on an oversubscribed spine: the
+// running one must not be preempted for the waiting one, which would run
+// no faster (both only ever run across racks). Pricing the waiting job's
+// request inside one rack made its slope look higher, and the two swapped
+// places every MinDwell.
+func TestPinnedLargerThanRackNoSwap(t *testing.T) {
+	m := model(t, "roberta")
+	m.Env.SpineFactor = 0.25
+	srv := make([]sched.Server, 4)
+	for i := range srv {
+		srv[i] = sched.Server{ID: fmt.Sprint("s", i), Rack: fmt.Sprint("r", i/2), GPUs: 8, CPUs: 96, MemGB: 1600}
+	}
+	plan := dpPlan(t, m, 32)
+	a := waiting(t, "a", m, 32, 0)
+	a.ReqPlan, a.PinPlan, a.Plan = plan, true, plan
+	for s := range srv {
+		a.Alloc = append(a.Alloc, sched.Alloc{Server: s, GPUs: 8, CPUs: 64})
+	}
+	a.ItersDone, a.LastChange, a.LastRun, a.RunSeconds = 1000, 0, 50000, 50000
+	b := waiting(t, "b", m, 32, 10)
+	b.ReqPlan, b.PinPlan = plan, true
+	for _, name := range []string{"morphling", "replan"} {
+		p, _ := sched.New(name)
+		s := snapshot(srv, a, b)
+		s.Now, s.SpineGBps = 50000, 25
+		d := p.Schedule(s)
+		if x, ok := find(d, "a"); ok {
+			t.Fatalf("%s: running pinned job a %s for b, which would run no faster", name, x.Kind)
+		}
+		checkCapacity(t, s, d)
+	}
+}
