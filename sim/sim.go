@@ -43,6 +43,10 @@ type Config struct {
 	// NoShifts ignores the policies' time-shifts (Decision.Shift): the
 	// same placements with every job starting as soon as it can.
 	NoShifts bool
+	// PinPlans pins every job's plan (sched.Job.PinPlan): it runs the
+	// plan it asked for on the GPUs it asked for, so policies differ only
+	// in when and where they place it.
+	PinPlans bool
 	// OnEvent, when set, sees every state change (tests use it to check
 	// conservation).
 	OnEvent func(Event)
@@ -555,6 +559,7 @@ func (s *simulator) round() error {
 			Alloc: j.alloc, Plan: j.plan, Submit: j.w.Submit,
 			ItersDone: j.done, ItersTotal: float64(j.w.Steps), Restarts: j.restarts, LastChange: j.changed,
 			LastRun: j.lastRun, RunSeconds: j.runSec, IdealSeconds: ideal, Phase: j.phase,
+			PinPlan: s.cfg.PinPlans,
 		})
 	}
 	servers := append([]sched.Server(nil), s.servers...)
