@@ -233,6 +233,15 @@ func BenchOversub(ctx context.Context, w io.Writer, racks, jobs int) error {
 		jobs = 400
 	}
 	fmt.Fprintf(w, "\nspine oversubscription: %d racks of 8 servers × 8 A800, %d generated Philly-like jobs (seed 1), restart cost 260 s\n", racks, jobs)
+	return oversubSweep(ctx, w, GenConfig{Jobs: jobs, Servers: racks * 8, Seed: 1}, 8, false)
+}
+
+// oversubSweep runs gen (batch and Poisson arrivals) on racks of perRack
+// servers at spine oversubscription 1:1, 4:1 and 16:1 with replan,
+// morphling, dally, tiresias and replan with its shifts ignored, and
+// prints the table and the targets. pin pins every job's plan
+// (Config.PinPlans).
+func oversubSweep(ctx context.Context, w io.Writer, gen GenConfig, perRack int, pin bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "oversub.\tarrivals\tpolicy\tavg JCT (h)\tmakespan (h)\texposed comm (h)\tlink inflation\tsharing jobs\t\n")
 	type sum struct {
@@ -243,15 +252,17 @@ func BenchOversub(ctx context.Context, w io.Writer, racks, jobs int) error {
 	}
 	var sums []sum
 	for _, over := range []float64{1, 4, 16} {
-		spine := 8 * 100 / over
+		spine := float64(perRack) * 100 / over
 		for _, batch := range []bool{true, false} {
-			trace, err := Generate(GenConfig{Jobs: jobs, Servers: racks * 8, Seed: 1, Batch: batch})
+			g := gen
+			g.Batch = batch
+			trace, err := Generate(g)
 			if err != nil {
 				return err
 			}
 			models := DefaultModels(perf.A800)
-			models.SetSpine(spine, 8)
-			cfg := Config{Servers: racks * 8, ServersPerRack: 8}
+			models.SetSpine(spine, perRack)
+			cfg := Config{Servers: gen.Servers, ServersPerRack: perRack, PinPlans: pin}
 			names := []string{"replan", "morphling", "dally", "tiresias"}
 			var ps []sched.Policy
 			for _, n := range names {
