@@ -45,7 +45,7 @@ func BenchOversubComm(ctx context.Context, w io.Writer, racks, perRack, jobs int
 			how = "elastic (plans and GPU counts free)"
 		}
 		fmt.Fprintf(w, "\nspine oversubscription, communication-heavy, %s: %d racks of %d servers × 8 A800, %d generated data-parallel jobs of 8/16/32/64 GPUs (20/30/30/20 %%) of gpt2, t5, bert, roberta (seed 1), restart cost 260 s\n", how, racks, perRack, jobs)
-		if err := oversubSweep(ctx, w, CommWorkload(jobs, racks*perRack, false), perRack, pin); err != nil {
+		if err := oversubSweep(ctx, w, CommWorkload(jobs, racks*perRack, false), perRack, pin, []float64{1, 2, 4, 16}); err != nil {
 			return err
 		}
 	}

@@ -129,6 +129,9 @@ type Result struct {
 	// seconds: per iteration, the time its placement adds over the same
 	// plan on NVLink alone plus what link sharing adds.
 	CommExposed float64 `json:"comm_exposed_s"`
+	// CommShared is the part of CommExposed that link sharing added (the
+	// part time-shifts can remove; the rest is the placement's own cost).
+	CommShared float64 `json:"comm_shared_s"`
 	// LinkInflation is the average iteration-time inflation of the jobs
 	// that shared an inter-server link with another job (0.10: 10 %
 	// slower than alone), time-weighted per job while sharing.
@@ -190,8 +193,10 @@ type job struct {
 	extra    float64 // seconds per iteration link sharing adds
 	sharing  bool    // shares a link with another job now
 	commExp  float64 // exposed communication seconds so far
-	shareSec float64 // progress seconds while sharing
-	inflSum  float64 // ∫ inflation dt while sharing
+	// commShared is the part of commExp that link sharing added
+	commShared float64
+	shareSec   float64 // progress seconds while sharing
+	inflSum    float64 // ∫ inflation dt while sharing
 	// gen counts the job's starts and changes (relink's memo key).
 	gen int
 	// held is the progress at the last preemption or (re)start: a
@@ -357,6 +362,7 @@ func (s *simulator) advance(j *job, t float64) {
 		j.runSec += d
 		j.idealSec += d * j.rate * j.idealIter
 		j.commExp += d * j.rate * (j.expIter + j.extra)
+		j.commShared += d * j.rate * j.extra
 		if j.sharing && j.baseIter > 0 {
 			j.shareSec += d
 			j.inflSum += d * j.extra / j.baseIter
