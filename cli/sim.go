@@ -217,7 +217,8 @@ func newSimBenchCmd(stdout io.Writer) *cobra.Command {
 	f.IntVar(&b.ScaleServers, "scale-servers", 1024, "servers of the scale trace and the one-round benchmark")
 	f.Float64Var(&b.ScaleRoundInterval, "scale-round-interval", 60, "round interval of the scale run in seconds (0: a round on every event)")
 	f.BoolVar(&b.SkipScale, "skip-scale", false, "skip the scale traces")
-	f.BoolVar(&b.OversubOnly, "oversub-only", false, "print only the spine-oversubscription sweep (1:1, 4:1, 16:1)")
+	f.BoolVar(&b.OversubOnly, "oversub-only", false, "print only the spine-oversubscription sweeps (1:1, 4:1, 16:1)")
+	f.StringVar(&b.OversubWorkload, "oversub-workload", "both", "spine-oversubscription sweeps: philly (racks of 8 servers), comm (communication-heavy data-parallel jobs on racks of 3 servers, plans pinned and elastic) or both")
 	f.BoolVar(&b.SkipNetwork, "skip-network", false, "skip the multi-rack experiments")
 	f.IntVar(&b.NetworkJobs, "network-jobs", 400, "jobs of each generated multi-rack trace")
 	return cmd

@@ -72,6 +72,8 @@ type curveKey struct {
 	max  int
 	cpg  int
 	gpus int // GPUs per server
+	// cross: a pinned request larger than a rack, priced across racks
+	cross bool
 }
 
 type planKey struct {
@@ -221,8 +223,11 @@ func (c *cache) predict(m *perf.Model, p perf.Plan, pl perf.Placement, cross boo
 // curve returns the sensitivity curve of m for family fam up to max GPUs on
 // servers of perServer GPUs with cpg cores per GPU. The unrestricted curve
 // comes from perf.CurveCache; a fixed family is priced plan by plan.
-func (c *cache) curve(m *perf.Model, fam family, max, perServer, cpg int) *curve {
-	k := curveKey{m, fam, max, cpg, perServer}
+func (c *cache) curve(m *perf.Model, fam family, max, perServer, cpg, rackGPUs int) *curve {
+	// A pinned request larger than a rack runs across racks wherever it
+	// is placed: its one point is priced there, as the job will run.
+	cross := fam.pinned && spansRacks(fam.plan.GPUs(), rackGPUs)
+	k := curveKey{m, fam, max, cpg, perServer, cross}
 	c.mu.Lock()
 	cv, ok := c.curves[k]
 	c.mu.Unlock()
@@ -232,7 +237,7 @@ func (c *cache) curve(m *perf.Model, fam family, max, perServer, cpg int) *curve
 	cv = &curve{thr: make([]float64, max+1), env: make([]float64, max+1)}
 	if fam.pinned {
 		if g := fam.plan.GPUs(); g <= max {
-			cv.thr[g] = c.best(m, fam, perf.PackedPlacement(g, perServer), false, cpg).thr
+			cv.thr[g] = c.best(m, fam, perf.PackedPlacement(g, perServer), cross, cpg).thr
 		}
 	} else if !fam.fixed && perServer == m.Env.GPUsPerServer && c.known == nil {
 		for _, pt := range c.perf.Get(*m, max, float64(cpg)) {

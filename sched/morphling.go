@@ -225,10 +225,10 @@ func (p *Morphling) compute(j *Job, cpg, perServer, rackGPUs int) prepared {
 	}
 	pr.fam = pinnedFamily(j, pr.fam) // pin.go
 	maxG := max(p.opt.MaxGPUs, j.ReqGPUs)
-	pr.cv = p.c.curve(j.Model, pr.fam, maxG, perServer, cpg)
+	pr.cv = p.c.curve(j.Model, pr.fam, maxG, perServer, cpg, rackGPUs)
 	if pr.fam.fixed && pr.cv.minRun == 0 {
 		pr.fam = family{fixed: true, pinned: true, plan: j.ReqPlan}
-		pr.cv = p.c.curve(j.Model, pr.fam, maxG, perServer, cpg)
+		pr.cv = p.c.curve(j.Model, pr.fam, maxG, perServer, cpg, rackGPUs)
 	}
 	// The promise is the request packed onto as few servers as possible:
 	// inside one rack when it fits, else across racks (priced at the
@@ -776,7 +776,16 @@ func (p *Morphling) grow(st *state, i, target int, slope float64, must, freeOnly
 		return js.cv.thr[js.total] > js.origThrOrZero()
 	}
 	v := p.c.best(js.job.Model, js.fam, pl, st.cross(i), js.cpg)
-	return v.ok && v.thr >= p.opt.FragTolerance*js.cv.at(js.total) && v.thr > js.origThrOrZero()
+	ref := js.cv.at(js.total)
+	if st.cross(i) && spansRacks(js.total, st.rackGPUs()) {
+		// No rack holds this many GPUs: the curve's packed placement
+		// (priced inside one rack) cannot be had, the same count packed
+		// across racks is the most it can get.
+		if w := p.c.best(js.job.Model, js.fam, perf.PackedPlacement(js.total, max(st.maxPer, 1)), true, js.cpg); w.ok {
+			ref = math.Min(ref, w.thr)
+		}
+	}
+	return v.ok && v.thr >= p.opt.FragTolerance*ref && v.thr > js.origThrOrZero()
 }
 
 func (js *jstate) origThrOrZero() float64 {

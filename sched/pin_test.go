@@ -1,6 +1,7 @@
 package sched_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -91,5 +92,69 @@ func TestPinnedWaitReasonNamesThePin(t *testing.T) {
 		if r != "" && !strings.HasPrefix(r, "pinned to plan "+j.ReqPlan.String()+" on 8 GPUs in one server: ") {
 			t.Errorf("%s: reason %q", name, r)
 		}
+	}
+}
+
+// A plan-pinned job larger than a rack can only run across racks: on an
+// empty cluster with an oversubscribed spine Morphling and replan must
+// still start it (they compared its cross-rack placement with the packed
+// curve priced inside one rack, lost more than FragTolerance to the
+// spine and left it waiting forever).
+func TestPinnedLargerThanRackStarts(t *testing.T) {
+	m := model(t, "roberta")
+	m.Env.SpineFactor = 0.25 // 4:1
+	srv := make([]sched.Server, 16)
+	for i := range srv {
+		srv[i] = sched.Server{ID: fmt.Sprint("s", i), Rack: fmt.Sprint("r", i/2), GPUs: 8, CPUs: 96, MemGB: 1600}
+	}
+	j := waiting(t, "big", m, 32, 0)
+	j.ReqPlan = dpPlan(t, m, 32)
+	j.PinPlan = true
+	for _, name := range []string{"morphling", "replan"} {
+		p, _ := sched.New(name)
+		s := snapshot(srv, j)
+		s.SpineGBps = 50
+		d := p.Schedule(s)
+		a, ok := find(d, "big")
+		if !ok {
+			t.Fatalf("%s: pinned 32-GPU job not started on an empty cluster of 2-server racks: %s", name, reason(d, "big"))
+		}
+		checkCapacity(t, s, d)
+		if a.Plan != j.ReqPlan || len(a.Alloc) != 4 {
+			t.Fatalf("%s: started with %s on %v, want its pinned plan on 4 whole servers", name, a.Plan, a.Alloc)
+		}
+	}
+}
+
+// Two plan-pinned jobs larger than a rack on an oversubscribed spine: the
+// running one must not be preempted for the waiting one, which would run
+// no faster (both only ever run across racks). Pricing the waiting job's
+// request inside one rack made its slope look higher, and the two swapped
+// places every MinDwell.
+func TestPinnedLargerThanRackNoSwap(t *testing.T) {
+	m := model(t, "roberta")
+	m.Env.SpineFactor = 0.25
+	srv := make([]sched.Server, 4)
+	for i := range srv {
+		srv[i] = sched.Server{ID: fmt.Sprint("s", i), Rack: fmt.Sprint("r", i/2), GPUs: 8, CPUs: 96, MemGB: 1600}
+	}
+	plan := dpPlan(t, m, 32)
+	a := waiting(t, "a", m, 32, 0)
+	a.ReqPlan, a.PinPlan, a.Plan = plan, true, plan
+	for s := range srv {
+		a.Alloc = append(a.Alloc, sched.Alloc{Server: s, GPUs: 8, CPUs: 64})
+	}
+	a.ItersDone, a.LastChange, a.LastRun, a.RunSeconds = 1000, 0, 50000, 50000
+	b := waiting(t, "b", m, 32, 10)
+	b.ReqPlan, b.PinPlan = plan, true
+	for _, name := range []string{"morphling", "replan"} {
+		p, _ := sched.New(name)
+		s := snapshot(srv, a, b)
+		s.Now, s.SpineGBps = 50000, 25
+		d := p.Schedule(s)
+		if x, ok := find(d, "a"); ok {
+			t.Fatalf("%s: running pinned job a %s for b, which would run no faster", name, x.Kind)
+		}
+		checkCapacity(t, s, d)
 	}
 }

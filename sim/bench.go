@@ -25,8 +25,30 @@ type BenchConfig struct {
 	SkipScale          bool
 	SkipNetwork        bool
 	NetworkJobs        int // jobs per generated multi-rack trace (default 400)
-	// OversubOnly prints only the spine-oversubscription sweep.
+	// OversubOnly prints only the spine-oversubscription sweeps.
 	OversubOnly bool
+	// OversubWorkload picks the sweeps: "philly" (Philly-like jobs on racks
+	// of 8 servers), "comm" (communication-heavy data-parallel jobs on racks of 3 servers,
+	// BenchOversubComm) or "" / "both".
+	OversubWorkload string
+}
+
+// benchOversub runs the spine-oversubscription sweeps cfg asks for.
+func benchOversub(ctx context.Context, w io.Writer, cfg BenchConfig) error {
+	switch cfg.OversubWorkload {
+	case "", "both", "philly", "comm":
+	default:
+		return fmt.Errorf("oversub workload %q: want philly, comm or both", cfg.OversubWorkload)
+	}
+	if cfg.OversubWorkload != "comm" {
+		if err := BenchOversub(ctx, w, 4, cfg.NetworkJobs); err != nil {
+			return err
+		}
+	}
+	if cfg.OversubWorkload != "philly" {
+		return BenchOversubComm(ctx, w, 8, 3, cfg.NetworkJobs)
+	}
+	return nil
 }
 
 // Targets of the scheduling issue.
@@ -52,7 +74,7 @@ func Bench(ctx context.Context, w io.Writer, cfg BenchConfig) error {
 		cfg.ScaleServers = 1024
 	}
 	if cfg.OversubOnly {
-		return BenchOversub(ctx, w, 4, cfg.NetworkJobs)
+		return benchOversub(ctx, w, cfg)
 	}
 	if cfg.DataDir == "" {
 		fmt.Fprintln(w, "sim bench: skipped the Morphling traces: no data directory (../shared/data/morphling is absent; pass --data)")
@@ -63,7 +85,7 @@ func Bench(ctx context.Context, w io.Writer, cfg BenchConfig) error {
 		if err := BenchNetwork(ctx, w, cfg); err != nil {
 			return err
 		}
-		if err := BenchOversub(ctx, w, 4, cfg.NetworkJobs); err != nil {
+		if err := benchOversub(ctx, w, cfg); err != nil {
 			return err
 		}
 	}
@@ -281,10 +303,10 @@ func LargeSnapshot(servers, waiting int, runningShare float64, seed uint64) sche
 	demand := func() int {
 		u := rng.Float64()
 		for _, d := range demandMix {
-			if u < d.p {
-				return d.gpus
+			if u < d.P {
+				return d.GPUs
 			}
-			u -= d.p
+			u -= d.P
 		}
 		return 1
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 
 	"github.com/replan/replan/dataset"
@@ -25,14 +26,23 @@ type GenConfig struct {
 	SLAShare float64
 	// Batch submits every job at time 0 instead of Poisson arrivals.
 	Batch bool
+	// Mix is the GPU demand mix (nil: Philly-like, demandMix); Apps the
+	// model types drawn uniformly (nil: genApps).
+	Mix  []GenDemand
+	Apps []string
+	// Plans, when set, are the only plan codes drawn (of those that fit).
+	Plans []string
+}
+
+// GenDemand is one GPU demand of a generated mix and its probability.
+type GenDemand struct {
+	GPUs int
+	P    float64
 }
 
 // GPU demand mix in the manner of Microsoft's Philly trace: mostly
 // single-GPU jobs, some 2/4/8, few of 16 and more.
-var demandMix = []struct {
-	gpus int
-	p    float64
-}{{1, 0.60}, {2, 0.14}, {4, 0.12}, {8, 0.09}, {16, 0.03}, {32, 0.015}, {64, 0.005}}
+var demandMix = []GenDemand{{1, 0.60}, {2, 0.14}, {4, 0.12}, {8, 0.09}, {16, 0.03}, {32, 0.015}, {64, 0.005}}
 
 var genApps = []string{"vit", "roberta", "bert", "t5", "gpt2", "llama7", "llama30"}
 
@@ -100,27 +110,43 @@ func Generate(cfg GenConfig) ([]dataset.WorkloadJob, error) {
 	}
 	plans := map[key][]string{}
 	models := map[string]perf.Model{}
-	for _, a := range genApps {
-		arch, _ := perf.Builtin(a)
+	for _, a := range append(slices.Clone(genApps), cfg.Apps...) {
+		if _, ok := models[a]; ok {
+			continue
+		}
+		arch, ok := perf.Builtin(a)
+		if !ok {
+			return nil, fmt.Errorf("app %q: no such built-in model", a)
+		}
 		models[a] = perf.DefaultModel(arch, env)
+	}
+	mix, apps := demandMix, genApps
+	if len(cfg.Mix) > 0 {
+		mix = cfg.Mix
+	}
+	if len(cfg.Apps) > 0 {
+		apps = cfg.Apps
 	}
 	jobs := make([]dataset.WorkloadJob, 0, cfg.Jobs)
 	work := 0.0
 	for len(jobs) < cfg.Jobs {
 		u := rng.Float64()
-		g := demandMix[len(demandMix)-1].gpus
-		for _, d := range demandMix {
-			if u < d.p {
-				g = d.gpus
+		g := mix[len(mix)-1].GPUs
+		for _, d := range mix {
+			if u < d.P {
+				g = d.GPUs
 				break
 			}
-			u -= d.p
+			u -= d.P
 		}
 		g = min(g, total)
-		app := genApps[rng.IntN(len(genApps))]
+		app := apps[rng.IntN(len(apps))]
 		k := key{app, g}
 		if _, ok := plans[k]; !ok {
 			plans[k] = genPlans(models[app].Arch, g, cfg.GPUsPerServer, env)
+			if len(cfg.Plans) > 0 {
+				plans[k] = slices.DeleteFunc(plans[k], func(c string) bool { return !slices.Contains(cfg.Plans, c) })
+			}
 		}
 		cands := plans[k]
 		if len(cands) == 0 {

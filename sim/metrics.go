@@ -29,6 +29,7 @@ func (s *simulator) result() *Result {
 	}
 	for _, j := range s.jobs {
 		r.CommExposed += j.commExp
+		r.CommShared += j.commShared
 		if j.shareSec > 0 {
 			r.LinkSharing++
 			r.LinkInflation += j.inflSum / j.shareSec

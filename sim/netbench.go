@@ -233,25 +233,37 @@ func BenchOversub(ctx context.Context, w io.Writer, racks, jobs int) error {
 		jobs = 400
 	}
 	fmt.Fprintf(w, "\nspine oversubscription: %d racks of 8 servers × 8 A800, %d generated Philly-like jobs (seed 1), restart cost 260 s\n", racks, jobs)
+	return oversubSweep(ctx, w, GenConfig{Jobs: jobs, Servers: racks * 8, Seed: 1}, 8, false, []float64{1, 4, 16})
+}
+
+// oversubSweep runs gen (batch and Poisson arrivals) on racks of perRack
+// servers at the spine oversubscriptions overs (4: 4:1) with replan,
+// morphling, dally, tiresias and replan with its shifts ignored, and
+// prints the table and the targets. pin pins every job's plan
+// (Config.PinPlans).
+func oversubSweep(ctx context.Context, w io.Writer, gen GenConfig, perRack int, pin bool, overs []float64) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "oversub.\tarrivals\tpolicy\tavg JCT (h)\tmakespan (h)\texposed comm (h)\tlink inflation\tsharing jobs\t\n")
+	fmt.Fprint(tw, "oversub.\tarrivals\tpolicy\tavg JCT (h)\tmakespan (h)\texposed comm (h)\tof it from sharing (h)\tlink inflation\tsharing jobs\t\n")
 	type sum struct {
 		label            string
 		ratio, commCut   float64
+		sharWith, sharNo float64
 		inflWith, inflNo float64
 		sharing          int
 	}
 	var sums []sum
-	for _, over := range []float64{1, 4, 16} {
-		spine := 8 * 100 / over
+	for _, over := range overs {
+		spine := float64(perRack) * 100 / over
 		for _, batch := range []bool{true, false} {
-			trace, err := Generate(GenConfig{Jobs: jobs, Servers: racks * 8, Seed: 1, Batch: batch})
+			g := gen
+			g.Batch = batch
+			trace, err := Generate(g)
 			if err != nil {
 				return err
 			}
 			models := DefaultModels(perf.A800)
-			models.SetSpine(spine, 8)
-			cfg := Config{Servers: racks * 8, ServersPerRack: 8}
+			models.SetSpine(spine, perRack)
+			cfg := Config{Servers: gen.Servers, ServersPerRack: perRack, PinPlans: pin}
 			names := []string{"replan", "morphling", "dally", "tiresias"}
 			var ps []sched.Policy
 			for _, n := range names {
@@ -279,13 +291,15 @@ func BenchOversub(ctx context.Context, w io.Writer, racks, jobs int) error {
 				if r == noShift {
 					name = "replan no-shift"
 				}
-				fmt.Fprintf(tw, "%.0f:1\t%s\t%s\t%.3f\t%.2f\t%.3f\t%.3f\t%d\t\n", over, arr, name, r.AvgJCT/3600, r.Makespan/3600, r.CommExposed/3600, r.LinkInflation, r.LinkSharing)
+				fmt.Fprintf(tw, "%.0f:1\t%s\t%s\t%.3f\t%.2f\t%.3f\t%.3f\t%.3f\t%d\t\n", over, arr, name, r.AvgJCT/3600, r.Makespan/3600, r.CommExposed/3600, r.CommShared/3600, r.LinkInflation, r.LinkSharing)
 			}
-			cut := 0.0
-			if noShift.CommExposed > 0 {
-				cut = 1 - rs[0].CommExposed/noShift.CommExposed
+			cut := func(with, without float64) float64 {
+				if without <= 0 {
+					return 0
+				}
+				return 1 - with/without
 			}
-			sums = append(sums, sum{fmt.Sprintf("%.0f:1 %s", over, arr), rs[1].AvgJCT / rs[0].AvgJCT, cut, rs[0].LinkInflation, noShift.LinkInflation, rs[0].LinkSharing})
+			sums = append(sums, sum{fmt.Sprintf("%.0f:1 %s", over, arr), rs[1].AvgJCT / rs[0].AvgJCT, cut(rs[0].CommExposed, noShift.CommExposed), rs[0].CommShared, noShift.CommShared, rs[0].LinkInflation, noShift.LinkInflation, rs[0].LinkSharing})
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -293,8 +307,8 @@ func BenchOversub(ctx context.Context, w io.Writer, racks, jobs int) error {
 	}
 	fmt.Fprintf(w, "replan vs morphling (avg JCT, morphling/replan; target >= %.2f× where links are contended) and what the shifts do (exposed comm cut; target >= %.0f%%):\n", TargetReplanVsMorphling, 100*TargetShiftCommCut)
 	for _, s := range sums {
-		fmt.Fprintf(w, "  %-13s %.3f× %s; shifts: exposed comm %+.1f%% %s, link inflation %.3f with / %.3f without (%d sharing jobs)\n",
-			s.label, s.ratio, met(s.ratio >= TargetReplanVsMorphling), -100*s.commCut, met(s.commCut >= TargetShiftCommCut), s.inflWith, s.inflNo, s.sharing)
+		fmt.Fprintf(w, "  %-13s %.3f× %s; shifts: exposed comm %+.1f%% %s (from sharing %.2f h with / %.2f h without), link inflation %.3f with / %.3f without (%d sharing jobs)\n",
+			s.label, s.ratio, met(s.ratio >= TargetReplanVsMorphling), -100*s.commCut, met(s.commCut >= TargetShiftCommCut), s.sharWith/3600, s.sharNo/3600, s.inflWith, s.inflNo, s.sharing)
 	}
 	return nil
 }

@@ -43,6 +43,10 @@ type Config struct {
 	// NoShifts ignores the policies' time-shifts (Decision.Shift): the
 	// same placements with every job starting as soon as it can.
 	NoShifts bool
+	// PinPlans pins every job's plan (sched.Job.PinPlan): it runs the
+	// plan it asked for on the GPUs it asked for, so policies differ only
+	// in when and where they place it.
+	PinPlans bool
 	// OnEvent, when set, sees every state change (tests use it to check
 	// conservation).
 	OnEvent func(Event)
@@ -125,6 +129,9 @@ type Result struct {
 	// seconds: per iteration, the time its placement adds over the same
 	// plan on NVLink alone plus what link sharing adds.
 	CommExposed float64 `json:"comm_exposed_s"`
+	// CommShared is the part of CommExposed that link sharing added (the
+	// part time-shifts can remove; the rest is the placement's own cost).
+	CommShared float64 `json:"comm_shared_s"`
 	// LinkInflation is the average iteration-time inflation of the jobs
 	// that shared an inter-server link with another job (0.10: 10 %
 	// slower than alone), time-weighted per job while sharing.
@@ -186,8 +193,10 @@ type job struct {
 	extra    float64 // seconds per iteration link sharing adds
 	sharing  bool    // shares a link with another job now
 	commExp  float64 // exposed communication seconds so far
-	shareSec float64 // progress seconds while sharing
-	inflSum  float64 // ∫ inflation dt while sharing
+	// commShared is the part of commExp that link sharing added
+	commShared float64
+	shareSec   float64 // progress seconds while sharing
+	inflSum    float64 // ∫ inflation dt while sharing
 	// gen counts the job's starts and changes (relink's memo key).
 	gen int
 	// held is the progress at the last preemption or (re)start: a
@@ -353,6 +362,7 @@ func (s *simulator) advance(j *job, t float64) {
 		j.runSec += d
 		j.idealSec += d * j.rate * j.idealIter
 		j.commExp += d * j.rate * (j.expIter + j.extra)
+		j.commShared += d * j.rate * j.extra
 		if j.sharing && j.baseIter > 0 {
 			j.shareSec += d
 			j.inflSum += d * j.extra / j.baseIter
@@ -555,6 +565,7 @@ func (s *simulator) round() error {
 			Alloc: j.alloc, Plan: j.plan, Submit: j.w.Submit,
 			ItersDone: j.done, ItersTotal: float64(j.w.Steps), Restarts: j.restarts, LastChange: j.changed,
 			LastRun: j.lastRun, RunSeconds: j.runSec, IdealSeconds: ideal, Phase: j.phase,
+			PinPlan: s.cfg.PinPlans,
 		})
 	}
 	servers := append([]sched.Server(nil), s.servers...)
