@@ -235,6 +235,11 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 		// per micro-batch and stage: the stage's layers; on the critical
 		// path as often as the stage's compute (GA+PP−1 pipeline steps)
 		vTP = 8 * (t - 1) * mb * hsl * float64(a.Layers) / pp / t * bytesPerParam16 * (ga + pp - 1)
+		if p.Ckpt {
+			// the recomputed forward repeats its two all-reduces per
+			// layer: six per layer and micro-batch instead of four
+			vTP *= 1.5
+		}
 	}
 	if p.PP > 1 {
 		// an activation forward and its gradient back per pipeline step,

@@ -163,6 +163,19 @@ func TestPredictPipelineMicroBatchesComm(t *testing.T) {
 	approx(t, "commTP ratio", b.CommTP/one.CommTP, steps/8/2)
 }
 
+// TestPredictCheckpointingRepeatsTPAllReduces: a checkpointed plan
+// recomputes each layer's forward in the backward, and with it the
+// forward's two TP all-reduces per layer (Megatron's four per layer, two
+// forward and two backward, become six).
+func TestPredictCheckpointingRepeatsTPAllReduces(t *testing.T) {
+	m := toyModel()
+	p := Plan{DP: 1, TP: 2, PP: 1, MicroBatch: 8, GA: 1}
+	plain, _ := m.Predict(p, Resources{Placement: Placement{2}})
+	p.Ckpt = true
+	ck, _ := m.Predict(p, Resources{Placement: Placement{2}})
+	approx(t, "ckpt commTP", ck.CommTP, 1.5*plain.CommTP)
+}
+
 func TestPredictZeROAndOffload(t *testing.T) {
 	m := toyModel()
 	r := Resources{Placement: Placement{4}, CPUsPerGPU: 2}
