@@ -232,10 +232,19 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 	hsl := float64(a.SeqLen) * float64(a.Hidden)
 	var vTP, vPP float64
 	if p.TP > 1 {
-		vTP = 8 * (t - 1) * b * hsl * float64(a.Layers) / (d * t) * bytesPerParam16
+		// per micro-batch and stage: the stage's layers; on the critical
+		// path as often as the stage's compute (GA+PP−1 pipeline steps)
+		vTP = 8 * (t - 1) * mb * hsl * float64(a.Layers) / pp / t * bytesPerParam16 * (ga + pp - 1)
+		if p.Ckpt {
+			// the recomputed forward repeats its two all-reduces per
+			// layer: six per layer and micro-batch instead of four
+			vTP *= 1.5
+		}
 	}
 	if p.PP > 1 {
-		vPP = 2 * pp * b * hsl / (d * t) * bytesPerParam16
+		// an activation forward and its gradient back per pipeline step,
+		// GA+PP−1 steps on the critical path
+		vPP = 2 * mb * hsl / t * bytesPerParam16 * (ga + pp - 1)
 	}
 	if server == nil {
 		server = serverOfRank(pl)

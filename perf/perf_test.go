@@ -136,6 +136,46 @@ func TestPredictTensorAndPipeline(t *testing.T) {
 	approx(t, "opt", b.Opt, 0.5*0.25)
 }
 
+// TestPredictPipelineMicroBatchesComm: a pipeline of GA micro-batches
+// runs GA+PP−1 steps on its critical path, and each step's TP all-reduces
+// cover one micro-batch through one stage's layers, its point-to-point
+// transfers one activation forward and one gradient back: the TP and PP
+// times grow with GA+PP−1, like the compute, not with GA·PP (the whole
+// replica batch through every layer, as if no stage overlapped another).
+// With one micro-batch the two agree (TestPredictTensorAndPipeline).
+func TestPredictPipelineMicroBatchesComm(t *testing.T) {
+	m := toyModel()
+	m.Params.KStage = 0
+	// TP2·PP2 on 4 GPUs in one server, 8 micro-batches of 1.
+	b, _ := m.Predict(Plan{DP: 1, TP: 2, PP: 2, MicroBatch: 1, GA: 8}, Resources{Placement: Placement{4}})
+	// f1 = 0.1·1/2/2 = 0.025; fill = 8+2-1 = 9 → fwd 0.01 + 0.225.
+	approx(t, "fwd", b.Fwd, 0.01+9*0.025)
+	steps := 8.0 + 2 - 1
+	// per step: 8·(t−1)·mb·s·h·(layers/PP)/t fp16 values = 8·1·1·100·1000·2/2
+	vtp := 8.0 * 1 * 1 * 100 * 1000 * 2 / 2 * 2 * steps
+	approx(t, "commTP", b.CommTP, vtp/100e9)
+	// per step: an activation of mb·s·h/t values forward and its gradient back
+	vpp := 2.0 * 1 * 100 * 1000 / 2 * 2 * steps
+	approx(t, "commPP", b.CommPP, vpp/100e9)
+	// the same batch as one micro-batch of 8 moves the same bytes per
+	// replica, but over 2 steps instead of 9 of an eighth the size
+	one, _ := m.Predict(Plan{DP: 1, TP: 2, PP: 2, MicroBatch: 8, GA: 1}, Resources{Placement: Placement{4}})
+	approx(t, "commTP ratio", b.CommTP/one.CommTP, steps/8/2)
+}
+
+// TestPredictCheckpointingRepeatsTPAllReduces: a checkpointed plan
+// recomputes each layer's forward in the backward, and with it the
+// forward's two TP all-reduces per layer (Megatron's four per layer, two
+// forward and two backward, become six).
+func TestPredictCheckpointingRepeatsTPAllReduces(t *testing.T) {
+	m := toyModel()
+	p := Plan{DP: 1, TP: 2, PP: 1, MicroBatch: 8, GA: 1}
+	plain, _ := m.Predict(p, Resources{Placement: Placement{2}})
+	p.Ckpt = true
+	ck, _ := m.Predict(p, Resources{Placement: Placement{2}})
+	approx(t, "ckpt commTP", ck.CommTP, 1.5*plain.CommTP)
+}
+
 func TestPredictZeROAndOffload(t *testing.T) {
 	m := toyModel()
 	r := Resources{Placement: Placement{4}, CPUsPerGPU: 2}
