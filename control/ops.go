@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"time"
 
@@ -209,18 +208,16 @@ type QueueEntry struct {
 // executor call in progress).
 func (d *Daemon) Queue() []QueueEntry { return d.withETA(d.view()) }
 
-func (d *Daemon) queueLocked() []QueueEntry {
-	ids := make([]string, 0, len(d.jobs))
-	for id, js := range d.jobs {
-		if js.rec.State != StateRunning {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	out := make([]QueueEntry, 0, roomForSubmits(len(ids)))
+// queueLocked builds the queue's entries from sorted, the ids of every
+// job in order (sortedJobIDs); the caller holds d.mu.
+func (d *Daemon) queueLocked(sorted []string) []QueueEntry {
+	out := make([]QueueEntry, 0, roomForSubmits(len(sorted)))
 	now := d.now()
-	for _, id := range ids {
+	for _, id := range sorted {
 		js := d.jobs[id]
+		if js.rec.State == StateRunning {
+			continue
+		}
 		reason := d.waits[id]
 		if js.rec.State == StateHeld {
 			reason = "held by the operator"

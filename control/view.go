@@ -146,14 +146,14 @@ func roomForSubmits(n int) int { return n + n/16 + 16 }
 func (d *Daemon) publish() {
 	d.publishedAt = time.Now()
 	d.stale.Store(false)
-	v := &readView{queue: d.queueLocked(), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links, at: d.now()}
+	jobs := d.sortedJobIDs()
+	v := &readView{jobs: jobs, queue: d.queueLocked(jobs), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links, at: d.now()}
 	v.seq = 1
 	if old := d.published.Load(); old != nil {
 		v.seq = old.seq + 1
 	}
 	v.chain = v.seq
 	v.ops = d.clientOps
-	v.jobs = d.sortedJobIDs()
 	v.recs = make([]JobRecord, len(v.jobs), roomForSubmits(len(v.jobs)))
 	for i, id := range v.jobs {
 		js := d.jobs[id]
