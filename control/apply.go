@@ -101,7 +101,7 @@ func (d *Daemon) Submit(ctx context.Context, spec *jobspec.Spec) (JobRecord, err
 	d.mu.Lock()
 	js := &jobState{rec: rec, spec: spec}
 	d.jobs[id] = js
-	d.clientOps++
+	d.logSubmit(rec, spec.Request.GPUs)
 	d.publishAdded(js)
 	d.mu.Unlock()
 	return rec, nil
@@ -303,6 +303,7 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 	}
 	d.history.Prune(snap.Now, d.cfg.TimerWindow.Seconds())
 	d.lastRound = RoundStats{At: d.now(), Duration: planned, Total: time.Since(began), Actions: len(dec.Actions), Waiting: len(dec.Waiting), Applied: applied, Dropped: dropped}
+	d.rounds++
 	d.publish()
 	return d.lastRound, errors.Join(errs...)
 }

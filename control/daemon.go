@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,14 @@ type Daemon struct {
 	// it includes, and an encoded read waits only for those (readcache.go).
 	// Guarded by mu.
 	clientOps uint64
+	// otherOps is clientOps at the last client operation that was not a
+	// submit (guarded by mu); subLog holds the last submits with the
+	// clientOps each made (guarded by subMu): an encoded read that lacks
+	// only submits appends them (readcache.go).
+	otherOps uint64
+	rounds   uint64 // rounds completed (guarded by mu)
+	subMu    sync.Mutex
+	subLog   []submitted
 	// publishedAt is when the view was last rebuilt (wall clock).
 	publishedAt time.Time
 	stale       atomic.Bool                // the view misses changes (see publishSoon)
@@ -460,4 +469,46 @@ func TuneGC() int {
 	}
 	debug.SetGCPercent(DaemonGCPercent)
 	return DaemonGCPercent
+}
+
+// submitted is a submit in Daemon.subLog: the clientOps it made, the job's
+// record as stored and its GPU request.
+type submitted struct {
+	ops  uint64
+	rec  JobRecord
+	gpus int
+}
+
+// maxSubLog bounds Daemon.subLog.
+const maxSubLog = 1024
+
+// clientOp counts a client operation other than a submit; the caller
+// holds d.mu.
+func (d *Daemon) clientOp() {
+	d.clientOps++
+	d.otherOps = d.clientOps
+}
+
+// logSubmit counts a submit and keeps it in subLog; the caller holds d.mu.
+func (d *Daemon) logSubmit(rec JobRecord, gpus int) {
+	d.clientOps++
+	d.subMu.Lock()
+	if len(d.subLog) >= maxSubLog {
+		d.subLog = append(d.subLog[:0], d.subLog[len(d.subLog)-maxSubLog/2:]...)
+	}
+	d.subLog = append(d.subLog, submitted{ops: d.clientOps, rec: rec, gpus: gpus})
+	d.subMu.Unlock()
+}
+
+// submitsIn returns the submits that made clientOps lo+1 … hi, in order;
+// false when the log does not hold them all (or one was not a submit).
+func (d *Daemon) submitsIn(lo, hi uint64) ([]submitted, bool) {
+	d.subMu.Lock()
+	defer d.subMu.Unlock()
+	i := sort.Search(len(d.subLog), func(i int) bool { return d.subLog[i].ops > lo })
+	j := sort.Search(len(d.subLog), func(i int) bool { return d.subLog[i].ops > hi })
+	if uint64(j-i) != hi-lo {
+		return nil, false
+	}
+	return slices.Clone(d.subLog[i:j]), true
 }

@@ -48,7 +48,7 @@ func (d *Daemon) Cancel(ctx context.Context, id string) (JobRecord, error) {
 		}
 	})
 	out := js.rec
-	d.clientOps++
+	d.clientOp()
 	d.publish()
 	d.mu.Unlock()
 	if err != nil {
@@ -78,7 +78,7 @@ func (d *Daemon) transition(ctx context.Context, id string, from []JobState, to 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.publish()
-	d.clientOps++
+	d.clientOp()
 	js := d.jobs[id]
 	if js == nil {
 		r, err := d.cfg.Store.GetJob(ctx, id)
@@ -141,7 +141,7 @@ func (d *Daemon) Drain(ctx context.Context, server string) ([]string, error) {
 			js.stopping = true
 		}
 	})
-	d.clientOps++
+	d.clientOp()
 	d.publish()
 	d.mu.Unlock()
 	if err != nil {
@@ -165,7 +165,7 @@ func (d *Daemon) Undrain(ctx context.Context, server string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.publish()
-	d.clientOps++
+	d.clientOp()
 	i, ok := d.srvIdx[server]
 	if !ok {
 		return fmt.Errorf("undrain: unknown server %q: %w", server, ErrNotFound)

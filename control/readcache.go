@@ -78,7 +78,18 @@ type encEntry struct {
 	// extend makes v's body from prev, the body of the view v was made
 	// from by appending its last n jobs (publishAdded: a submit).
 	extend func(prev []byte, v *readView, n int) ([]byte, error)
-	view   *readView // the view body was encoded from
+	// subs makes, from prev (base's body, or one made by subs from it),
+	// that body with the jobs submitted since (Daemon.subLog); an error
+	// when they cannot be appended in order.
+	subs func(prev []byte, base *readView, s []submitted) ([]byte, error)
+	// hyb is the newest body subs made from view's body, and the client
+	// operations it has (valid while hyb.base is view).
+	hyb struct {
+		base *readView
+		ops  uint64
+		body []byte
+	}
+	view *readView // the view body was encoded from
 	gen    uint64    // the start estimates' generation it had
 	body   []byte
 	err    error
@@ -105,10 +116,11 @@ func (d *Daemon) etaGen() uint64 {
 // encoded returns key's encoding of a view at least as new as the one
 // published when it was called, and that view's time; it waits only when
 // the kept encoding is older.
-func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), extend func(prev []byte, v *readView, n int) ([]byte, error)) ([]byte, time.Time, error) {
-	var seq, ops uint64
+func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), extend func(prev []byte, v *readView, n int) ([]byte, error),
+	subs func(prev []byte, base *readView, s []submitted) ([]byte, error)) ([]byte, time.Time, error) {
+	var seq, ops, otherOps, rounds uint64
 	if v := d.published.Load(); v != nil {
-		seq, ops = v.seq, v.ops
+		seq, ops, otherOps, rounds = v.seq, v.ops, v.otherOps, v.rounds
 	}
 	gen := d.etaGen()
 	c := &d.enc
@@ -126,7 +138,7 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), ex
 				}
 			}
 		}
-		e = &encEntry{build: build, extend: extend}
+		e = &encEntry{build: build, extend: extend, subs: subs}
 		c.entries[key] = e
 	}
 	e.lastRead, e.read = time.Now(), true
@@ -138,7 +150,7 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), ex
 		c.mu.Unlock()
 		return body, at, err
 	}
-	if e.done && e.err == nil && e.view.ops >= ops {
+	if e.done && e.err == nil && e.view.ops >= ops && lagsLittle(e, rounds, gen) {
 		// Every client operation published before this read is in the
 		// kept body; what it lacks is the work of rounds, observations
 		// or new estimates. It answers now, as of its view's time, and
@@ -150,6 +162,10 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), ex
 		return body, at, nil
 	}
 	if body, at, ok := d.encExtendLocked(e); ok {
+		c.mu.Unlock()
+		return body, at, nil
+	}
+	if body, at, ok := d.encSubmitsLocked(e, ops, otherOps, rounds, gen); ok {
 		c.mu.Unlock()
 		return body, at, nil
 	}
@@ -199,7 +215,7 @@ func (d *Daemon) encKickWarm() {
 	if c.entries == nil {
 		// The queue is encoded once ahead, so that even the first read
 		// finds it encoded.
-		e := &encEntry{build: d.encodeQueue, extend: d.extendQueue}
+		e := &encEntry{build: d.encodeQueue, extend: d.extendQueue, subs: d.submitsQueue}
 		c.entries = map[string]*encEntry{"queue": e}
 		d.encKickLocked(e)
 		return
@@ -239,6 +255,54 @@ func (d *Daemon) encExtendLocked(e *encEntry) ([]byte, time.Time, bool) {
 		e.view, e.body = v, body
 	}
 	return body, v.at, true
+}
+
+// lagsLittle reports whether e's body may answer a read that began when
+// rounds rounds were done and the start estimates were at generation gen
+// without waiting: it misses at most the last round and the last run of
+// the estimates (the next encoding, under way, has them). A key not read
+// for a while is older: its read waits. The caller holds d.enc.mu.
+func lagsLittle(e *encEntry, rounds, gen uint64) bool {
+	return e.view.rounds+1 >= rounds && e.gen+2 >= gen
+}
+
+// encSubmitsLocked answers a read that needs client operations up to ops
+// when the kept body lacks only submits (no other client operation came
+// after its view, otherOps): the kept body with the submitted jobs
+// appended, as submitted — what publishAdded would have made from that
+// view. A round's changes since are not waited for, as in encoded, and
+// the newest view is encoded in the background. It is called with
+// d.enc.mu held and returns with it held (it lets it go while it
+// appends).
+func (d *Daemon) encSubmitsLocked(e *encEntry, ops, otherOps, rounds, gen uint64) ([]byte, time.Time, bool) {
+	c := &d.enc
+	if !e.done || e.err != nil || e.subs == nil || e.view == nil || otherOps > e.view.ops || !lagsLittle(e, rounds, gen) {
+		return nil, time.Time{}, false
+	}
+	base, prev, have := e.view, e.body, e.view.ops
+	if e.hyb.base == base && e.hyb.ops > have {
+		prev, have = e.hyb.body, e.hyb.ops
+	}
+	if have >= ops {
+		d.encKickLocked(e)
+		return prev, base.at, true
+	}
+	s, ok := d.submitsIn(have, ops)
+	if !ok {
+		return nil, time.Time{}, false
+	}
+	c.mu.Unlock()
+	body, err := e.subs(prev, base, s)
+	c.mu.Lock()
+	if err != nil {
+		return nil, time.Time{}, false
+	}
+	c.extended.Add(1)
+	if e.view == base && (e.hyb.base != base || e.hyb.ops < ops) {
+		e.hyb.base, e.hyb.ops, e.hyb.body = base, ops, body
+	}
+	d.encKickLocked(e)
+	return body, base.at, true
 }
 
 // encBuild encodes the published view for e unless e already has it;
@@ -361,6 +425,60 @@ func (d *Daemon) encodeQueue(v *readView) ([]byte, error) {
 func (d *Daemon) extendQueue(prev []byte, v *readView, n int) ([]byte, error) {
 	tail := d.withETA(&readView{queue: v.queue[len(v.queue)-n:], at: v.at})
 	buf, err := d.enc.appendQueue(reopen(prev, n*1400), tail)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, "]\n"...), nil
+}
+
+// submitsQueue is prev, the queue's body of base (or one made by
+// submitsQueue from it), with the jobs of s appended as submitted: their
+// entries as of their submission ("not scheduled yet", waiting 0).
+func (d *Daemon) submitsQueue(prev []byte, base *readView, s []submitted) ([]byte, error) {
+	last := ""
+	if n := len(base.queue); n > 0 {
+		last = base.queue[n-1].Job.ID
+	}
+	entries := make([]QueueEntry, len(s))
+	for i := range s {
+		if s[i].rec.ID <= last {
+			return nil, errors.New("submitted jobs out of id order")
+		}
+		last = s[i].rec.ID
+		at := s[i].rec.SubmittedAt
+		entries[i] = d.withETA(&readView{queue: []QueueEntry{{Job: s[i].rec, GPUs: s[i].gpus, Reason: "not scheduled yet"}}, at: at})[0]
+	}
+	buf, err := d.enc.appendQueue(reopen(prev, len(s)*1400), entries)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, "]\n"...), nil
+}
+
+// submitsJobs is submitsQueue for a GET /v1/jobs filter: the submitted
+// records f selects, appended in the store's order (prev itself when f
+// selects none of them).
+func (d *Daemon) submitsJobs(prev []byte, base *readView, s []submitted, f JobFilter) ([]byte, error) {
+	var recs []JobRecord
+	for i := range s {
+		if slices.Contains(f.States, s[i].rec.State) && (f.Tenant == "" || s[i].rec.Tenant == f.Tenant) {
+			recs = append(recs, s[i].rec)
+		}
+	}
+	if len(recs) == 0 {
+		return prev, nil
+	}
+	prevRec := (*JobRecord)(nil)
+	if n := len(base.recs); n > 0 {
+		prevRec = &base.recs[n-1]
+	}
+	for i := range recs {
+		if prevRec != nil && !recLess(prevRec, &recs[i]) {
+			return nil, errors.New("submitted jobs out of the store's order")
+		}
+		prevRec = &recs[i]
+	}
+	buf, err := d.enc.appendJobs(reopen(prev, len(recs)*1400), recs, f)
 	if err != nil {
 		return nil, err
 	}
@@ -650,26 +768,30 @@ func (c *encCache) appendJobs(buf []byte, recs []JobRecord, f JobFilter) ([]byte
 
 // queueJSON is GET /v1/queue's body (see encoded).
 func (d *Daemon) queueJSON() ([]byte, time.Time, error) {
-	return d.encoded("queue", d.encodeQueue, d.extendQueue)
+	return d.encoded("queue", d.encodeQueue, d.extendQueue, d.submitsQueue)
 }
 
 // jobsJSON is GET /v1/jobs's body for a filter viewJobFilter accepts.
 func (d *Daemon) jobsJSON(f JobFilter) ([]byte, time.Time, error) {
 	return d.encoded(jobsKey(f), func(v *readView) ([]byte, error) { return d.encodeJobs(v, f) },
-		func(prev []byte, v *readView, n int) ([]byte, error) { return d.extendJobs(prev, v, n, f) })
+		func(prev []byte, v *readView, n int) ([]byte, error) { return d.extendJobs(prev, v, n, f) },
+		func(prev []byte, base *readView, s []submitted) ([]byte, error) { return d.submitsJobs(prev, base, s, f) })
 }
 
 // sortRecs orders records as the store lists them: by submission time,
 // then id. Records in id order usually are in that order already: then
 // it only checks.
 func sortRecs(recs []JobRecord) {
-	less := func(a, b int) bool {
-		if !recs[a].SubmittedAt.Equal(recs[b].SubmittedAt) {
-			return recs[a].SubmittedAt.Before(recs[b].SubmittedAt)
-		}
-		return recs[a].ID < recs[b].ID
-	}
+	less := func(a, b int) bool { return recLess(&recs[a], &recs[b]) }
 	if !sort.SliceIsSorted(recs, less) {
 		sort.Slice(recs, less)
 	}
+}
+
+// recLess is the store's order of job records: submission time, then id.
+func recLess(a, b *JobRecord) bool {
+	if !a.SubmittedAt.Equal(b.SubmittedAt) {
+		return a.SubmittedAt.Before(b.SubmittedAt)
+	}
+	return a.ID < b.ID
 }

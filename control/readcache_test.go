@@ -545,3 +545,98 @@ func TestEncodedReadDoesNotWaitForARound(t *testing.T) {
 		t.Errorf("the queue after the cancel has %d jobs, want %d", len(q), len(ids)-1)
 	}
 }
+
+// A read after a submit, when a round published since the kept encoding
+// and its encoding is under way (here the test holds the encoder), does
+// not wait for it: it answers with the kept body and the submitted jobs
+// appended as submitted — exactly the body of the kept view with the
+// submits published on it — and a read of running jobs, which a submit
+// does not change, answers with its kept body.
+func TestEncodedReadAppendsSubmitsWithoutWaiting(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	d, c := newDaemon(t, st, &recorder{}, "static")
+	h := (&API{D: d, Version: "test"}).Handler()
+	get := func(path string) ([]byte, string) {
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, path, nil))
+		if rr.Code != http.StatusOK {
+			t.Errorf("GET %s: %d %s", path, rr.Code, rr.Body)
+		}
+		return rr.Body.Bytes(), rr.Header().Get(AsOfHeader)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := d.Submit(ctx, spec(t, fmt.Sprintf("w%d", i), 4, "best-effort")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, asOf := get("/v1/queue") // encoded now
+	running, _ := get("/v1/jobs?state=running")
+	queued, _ := get("/v1/jobs?state=queued")
+	kept := d.published.Load()
+	c.advance(time.Minute)
+	d.publishNow() // a round's end: a newer view
+	d.enc.buildMu.Lock()
+	type answer struct {
+		q, run, queued []byte
+		asOf           string
+	}
+	got := make(chan answer, 1)
+	var subs []JobRecord
+	go func() {
+		for i := 0; i < 2; i++ {
+			rec, err := d.Submit(ctx, spec(t, fmt.Sprintf("s%d", i), 2, "best-effort"))
+			if err != nil {
+				t.Error(err)
+			}
+			subs = append(subs, rec)
+		}
+		q, a := get("/v1/queue")
+		run, _ := get("/v1/jobs?state=running")
+		qd, _ := get("/v1/jobs?state=queued")
+		got <- answer{q, run, qd, a}
+	}()
+	var a answer
+	select {
+	case a = <-got:
+		d.enc.buildMu.Unlock()
+	case <-time.After(time.Minute):
+		d.enc.buildMu.Unlock()
+		t.Fatal("reads after a submit waited for the encoding of a round's view")
+	}
+	if a.asOf != asOf {
+		t.Errorf("as of %s, want the kept view's %s", a.asOf, asOf)
+	}
+	if !bytes.Equal(a.run, running) {
+		t.Errorf("running jobs after a submit:\n got %s\nwant the kept body %s", a.run, running)
+	}
+	// What publishAdded makes from the kept view with the two submits.
+	want := &readView{queue: slices.Clone(kept.queue), recs: slices.Clone(kept.recs), at: kept.at}
+	var wantQueue []QueueEntry
+	wantQueue = append(wantQueue, d.withETA(want)...)
+	for _, r := range subs {
+		wantQueue = append(wantQueue, d.withETA(&readView{queue: []QueueEntry{{Job: r, GPUs: 2, Reason: "not scheduled yet"}}, at: r.SubmittedAt})...)
+	}
+	wq, _ := json.Marshal(wantQueue)
+	if !bytes.Equal(a.q, append(wq, '\n')) {
+		t.Errorf("queue after two submits:\n got %s\nwant %s", a.q, wq)
+	}
+	var qd []JobRecord
+	if err := json.Unmarshal(a.queued, &qd); err != nil {
+		t.Fatal(err)
+	}
+	var before []JobRecord
+	json.Unmarshal(queued, &before)
+	if len(qd) != len(before)+2 || qd[len(qd)-1].ID != subs[1].ID || qd[len(qd)-2].ID != subs[0].ID {
+		t.Errorf("queued jobs after two submits: %d records, want the %d kept and %s, %s", len(qd), len(before), subs[0].ID, subs[1].ID)
+	}
+	// A cancel is not a submit: the next read waits for the encoder and
+	// shows the newest view.
+	if _, err := d.Cancel(ctx, subs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := get("/v1/queue")
+	if bytes.Contains(q, []byte(`"id":"`+subs[0].ID+`"`)) {
+		t.Errorf("the queue after cancelling %s still shows it", subs[0].ID)
+	}
+}

@@ -38,6 +38,11 @@ type readView struct {
 	// ops is the daemon's clientOps when the view was built: every client
 	// operation up to it is in the view.
 	ops uint64
+	// otherOps is the daemon's otherOps then: the last client operation
+	// that was not a submit.
+	otherOps uint64
+	// rounds is the number of rounds completed then.
+	rounds uint64
 	// chain is the seq of the first view of a run of views each made from
 	// the one before by appending one submitted job (publishAdded); seq
 	// itself for a rebuilt view.
@@ -120,7 +125,7 @@ func (d *Daemon) publishAdded(js *jobState) {
 	}
 	v := *old
 	v.seq++ // v.chain stays: one more view of the run
-	v.ops = d.clientOps
+	v.ops, v.otherOps, v.rounds = d.clientOps, d.otherOps, d.rounds
 	// Appended in place when there is room: views are never changed, old
 	// holds only its first len elements, and only the newest view is
 	// extended, under d.mu (so the room past its end is nobody's).
@@ -153,7 +158,7 @@ func (d *Daemon) publish() {
 		v.seq = old.seq + 1
 	}
 	v.chain = v.seq
-	v.ops = d.clientOps
+	v.ops, v.otherOps, v.rounds = d.clientOps, d.otherOps, d.rounds
 	v.recs = make([]JobRecord, len(v.jobs), roomForSubmits(len(v.jobs)))
 	for i, id := range v.jobs {
 		js := d.jobs[id]
