@@ -90,10 +90,10 @@ type encEntry struct {
 		body []byte
 	}
 	view *readView // the view body was encoded from
-	gen    uint64    // the start estimates' generation it had
-	body   []byte
-	err    error
-	done   bool // body (or err) is set
+	gen  uint64    // the start estimates' generation it had
+	body []byte
+	err  error
+	done bool // body (or err) is set
 	// read: a read came since the last encoding began; only then does a
 	// publish re-encode (at most one encoding per read).
 	read     bool
@@ -775,7 +775,9 @@ func (d *Daemon) queueJSON() ([]byte, time.Time, error) {
 func (d *Daemon) jobsJSON(f JobFilter) ([]byte, time.Time, error) {
 	return d.encoded(jobsKey(f), func(v *readView) ([]byte, error) { return d.encodeJobs(v, f) },
 		func(prev []byte, v *readView, n int) ([]byte, error) { return d.extendJobs(prev, v, n, f) },
-		func(prev []byte, base *readView, s []submitted) ([]byte, error) { return d.submitsJobs(prev, base, s, f) })
+		func(prev []byte, base *readView, s []submitted) ([]byte, error) {
+			return d.submitsJobs(prev, base, s, f)
+		})
 }
 
 // sortRecs orders records as the store lists them: by submission time,
