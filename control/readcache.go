@@ -10,16 +10,18 @@ package control
 //     encoded body with the view (its sequence number) and the start
 //     estimates' generation it was encoded from.
 //   - A read shows every client operation (submit, cancel, hold,
-//     release, drain, undrain) published before it began: it answers
-//     with the kept body when that body's view has them all, and
-//     otherwise waits for an encoding that has them (extending the kept
-//     body by the submitted jobs, or joining an encoding in progress that
-//     covers its view, or encoding the newest view). What a round, an
-//     observation or new start estimates changed since does not make a
-//     read wait: the read answers with the kept body, as of its view's
-//     time (as_of), and starts a background re-encode (stale while
-//     revalidate); with rounds back to back, a 5,000-job queue read that
-//     waited for each round's encoding had a p99 of 30-50 ms.
+//     release, drain, undrain) published before it began, and lags the
+//     newest view by at most one round and one run of the start
+//     estimates (lagsLittle). It answers with the kept body when that
+//     body's view has every such operation; when the view lacks only
+//     submits, with the kept body and the submitted jobs appended as
+//     submitted (encSubmitsLocked); otherwise it waits for an encoding
+//     that has them (extending the kept body along the views' chain of
+//     submits, joining an encoding in progress that covers its view, or
+//     encoding the newest view). Whatever it answers with, a newer view
+//     is then encoded in the background (stale while revalidate). With
+//     rounds back to back, a 5,000-job queue read that waited for each
+//     round's encoding had a p99 of 30-50 ms.
 //   - Every publish starts, in the background, the re-encode of each key
 //     read since its last encoding began (within EncodeKeepWarm), so the
 //     encoding a read needs is usually done or under way when it comes;
