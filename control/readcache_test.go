@@ -68,7 +68,7 @@ func TestEncodedQueueEqualsEncodingJSON(t *testing.T) {
 func TestEncodedTimersEqualEncodingJSON(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	strs := []string{"", "j-000001", "a<b>&\"c\"", "\u2028\xff", "waits for one server until 12.0 h (starved 1.0 h)"}
-	floats := []float64{0, -0.0, 1, -2.5, 1e-7, 1e21, 123456789.125, 1.0 / 3}
+	floats := []float64{0, math.Copysign(0, -1), 1, -2.5, 1e-7, 1e21, 123456789.125, 1.0 / 3}
 	for i := 0; i < 500; i++ {
 		var jt sched.JobTimers
 		v := reflect.ValueOf(&jt).Elem()
