@@ -63,8 +63,25 @@ func (d *Daemon) write(ctx context.Context, ups []jobUpdate, b Batch, after func
 		// Followers of the event stream are woken when the view that
 		// shows the change is published (publish broadcasts).
 		d.announce.Store(true)
+		if !b.submitOnly() {
+			d.evWrites.Add(1) // readcache.go: reads wait for it
+		}
 	}
 	return nil
+}
+
+// submitOnly reports whether b stores only new jobs and their events (a
+// submit; counted by Daemon.logSubmit instead).
+func (b *Batch) submitOnly() bool {
+	if len(b.Jobs) == 0 || len(b.Nodes) > 0 || len(b.Decisions) > 0 {
+		return false
+	}
+	for _, j := range b.Jobs {
+		if !j.Create {
+			return false
+		}
+	}
+	return true
 }
 
 // ev builds an event stamped now.
@@ -303,7 +320,6 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 	}
 	d.history.Prune(snap.Now, d.cfg.TimerWindow.Seconds())
 	d.lastRound = RoundStats{At: d.now(), Duration: planned, Total: time.Since(began), Actions: len(dec.Actions), Waiting: len(dec.Waiting), Applied: applied, Dropped: dropped}
-	d.rounds++
 	d.publish()
 	return d.lastRound, errors.Join(errs...)
 }

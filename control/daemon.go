@@ -113,7 +113,9 @@ type Daemon struct {
 	// clientOps each made (guarded by subMu): an encoded read that lacks
 	// only submits appends them (readcache.go).
 	otherOps uint64
-	rounds   uint64 // rounds completed (guarded by mu)
+	// evWrites counts the stored changes that carried events, submits
+	// aside: every change a user can see in the event stream.
+	evWrites atomic.Uint64
 	subMu    sync.Mutex
 	subLog   []submitted
 	// publishedAt is when the view was last rebuilt (wall clock).

@@ -153,11 +153,17 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("observe: requeue %s: %w", id, err))
 		}
 	}
-	// At most one rebuild of the view per 100 ms: an observation mostly
-	// moves progress figures, and rebuilding the view of 5,000 jobs after
-	// each was a fifth of the daemon's CPU with rounds back to back. A
-	// reader of a view left stale rebuilds it when the lock is free.
-	d.publishSoon()
+	// An observation that stored events (a job finished, failed or was
+	// requeued) publishes at once; one that only moved progress figures
+	// rebuilds the view at most every 100 ms (rebuilding the view of
+	// 5,000 jobs after each was a fifth of the daemon's CPU with rounds
+	// back to back; a reader of a view left stale rebuilds it when the
+	// lock is free).
+	if d.announce.Load() {
+		d.publish()
+	} else {
+		d.publishSoon()
+	}
 	d.mu.Unlock()
 	// Progress is stored in transactions of up to 64 jobs, the lock let
 	// go between them (each built from the job's state of that moment).

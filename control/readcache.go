@@ -10,9 +10,10 @@ package control
 //     encoded body with the view (its sequence number) and the start
 //     estimates' generation it was encoded from.
 //   - A read shows every client operation (submit, cancel, hold,
-//     release, drain, undrain) published before it began, and lags the
-//     newest view by at most one round and one run of the start
-//     estimates (lagsLittle). It answers with the kept body when that
+//     release, drain, undrain), every change that carried an event and
+//     the start estimates published before it began; what changed without
+//     an event (progress figures, wait reasons, the time) may lag
+//     (lagsLittle). It answers with the kept body when that
 //     body's view has every such operation; when the view lacks only
 //     submits, with the kept body and the submitted jobs appended as
 //     submitted (encSubmitsLocked); otherwise it waits for an encoding
@@ -120,9 +121,9 @@ func (d *Daemon) etaGen() uint64 {
 // the kept encoding is older.
 func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), extend func(prev []byte, v *readView, n int) ([]byte, error),
 	subs func(prev []byte, base *readView, s []submitted) ([]byte, error)) ([]byte, time.Time, error) {
-	var seq, ops, otherOps, rounds uint64
+	var seq, ops, otherOps, evs uint64
 	if v := d.published.Load(); v != nil {
-		seq, ops, otherOps, rounds = v.seq, v.ops, v.otherOps, v.rounds
+		seq, ops, otherOps, evs = v.seq, v.ops, v.otherOps, v.evs
 	}
 	gen := d.etaGen()
 	c := &d.enc
@@ -152,7 +153,7 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), ex
 		c.mu.Unlock()
 		return body, at, err
 	}
-	if e.done && e.err == nil && e.view.ops >= ops && lagsLittle(e, rounds, gen) {
+	if e.done && e.err == nil && e.view.ops >= ops && lagsLittle(e, evs, gen) {
 		// Every client operation published before this read is in the
 		// kept body; what it lacks is the work of rounds, observations
 		// or new estimates. It answers now, as of its view's time, and
@@ -167,7 +168,7 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), ex
 		c.mu.Unlock()
 		return body, at, nil
 	}
-	if body, at, ok := d.encSubmitsLocked(e, ops, otherOps, rounds, gen); ok {
+	if body, at, ok := d.encSubmitsLocked(e, ops, otherOps, evs, gen); ok {
 		c.mu.Unlock()
 		return body, at, nil
 	}
@@ -259,13 +260,15 @@ func (d *Daemon) encExtendLocked(e *encEntry) ([]byte, time.Time, bool) {
 	return body, v.at, true
 }
 
-// lagsLittle reports whether e's body may answer a read that began when
-// rounds rounds were done and the start estimates were at generation gen
-// without waiting: it misses at most the last round and the last run of
-// the estimates (the next encoding, under way, has them). A key not read
-// for a while is older: its read waits. The caller holds d.enc.mu.
-func lagsLittle(e *encEntry, rounds, gen uint64) bool {
-	return e.view.rounds+1 >= rounds && e.gen+2 >= gen
+// lagsLittle reports whether e's body may answer, without waiting, a
+// read that began when evs changes with events had been published and
+// the start estimates were at generation gen: it has every change a user
+// can have seen in the event stream (starts, stops, finishes, requeues,
+// drains, cancels, retuned timers…) and the newest estimates; what it
+// may miss is what changed without an event (progress figures, wait
+// reasons, the time). The caller holds d.enc.mu.
+func lagsLittle(e *encEntry, evs, gen uint64) bool {
+	return e.view.evs >= evs && e.gen >= gen
 }
 
 // encSubmitsLocked answers a read that needs client operations up to ops
@@ -276,9 +279,9 @@ func lagsLittle(e *encEntry, rounds, gen uint64) bool {
 // the newest view is encoded in the background. It is called with
 // d.enc.mu held and returns with it held (it lets it go while it
 // appends).
-func (d *Daemon) encSubmitsLocked(e *encEntry, ops, otherOps, rounds, gen uint64) ([]byte, time.Time, bool) {
+func (d *Daemon) encSubmitsLocked(e *encEntry, ops, otherOps, evs, gen uint64) ([]byte, time.Time, bool) {
 	c := &d.enc
-	if !e.done || e.err != nil || e.subs == nil || e.view == nil || otherOps > e.view.ops || !lagsLittle(e, rounds, gen) {
+	if !e.done || e.err != nil || e.subs == nil || e.view == nil || otherOps > e.view.ops || !lagsLittle(e, evs, gen) {
 		return nil, time.Time{}, false
 	}
 	base, prev, have := e.view, e.body, e.view.ops

@@ -41,8 +41,9 @@ type readView struct {
 	// otherOps is the daemon's otherOps then: the last client operation
 	// that was not a submit.
 	otherOps uint64
-	// rounds is the number of rounds completed then.
-	rounds uint64
+	// evs is the daemon's evWrites then: every change that carried an
+	// event up to it is in the view.
+	evs uint64
 	// chain is the seq of the first view of a run of views each made from
 	// the one before by appending one submitted job (publishAdded); seq
 	// itself for a rebuilt view.
@@ -125,7 +126,7 @@ func (d *Daemon) publishAdded(js *jobState) {
 	}
 	v := *old
 	v.seq++ // v.chain stays: one more view of the run
-	v.ops, v.otherOps, v.rounds = d.clientOps, d.otherOps, d.rounds
+	v.ops, v.otherOps, v.evs = d.clientOps, d.otherOps, d.evWrites.Load()
 	// Appended in place when there is room: views are never changed, old
 	// holds only its first len elements, and only the newest view is
 	// extended, under d.mu (so the room past its end is nobody's).
@@ -158,7 +159,7 @@ func (d *Daemon) publish() {
 		v.seq = old.seq + 1
 	}
 	v.chain = v.seq
-	v.ops, v.otherOps, v.rounds = d.clientOps, d.otherOps, d.rounds
+	v.ops, v.otherOps, v.evs = d.clientOps, d.otherOps, d.evWrites.Load()
 	v.recs = make([]JobRecord, len(v.jobs), roomForSubmits(len(v.jobs)))
 	for i, id := range v.jobs {
 		js := d.jobs[id]
