@@ -118,6 +118,9 @@ type Daemon struct {
 	evWrites atomic.Uint64
 	subMu    sync.Mutex
 	subLog   []submitted
+	// lastPublish is when a view was last published (wall clock, Unix
+	// nanoseconds; read without mu).
+	lastPublish atomic.Int64
 	// publishedAt is when the view was last rebuilt (wall clock).
 	publishedAt time.Time
 	stale       atomic.Bool                // the view misses changes (see publishSoon)

@@ -148,19 +148,19 @@ func (d *Daemon) encoded(key string, build func(v *readView) ([]byte, error), ex
 	if e.done && e.view.seq >= seq && e.gen >= gen {
 		body, at, err := e.body, e.view.at, e.err
 		if !d.encFresh(e) {
-			d.encKickLocked(e) // the view is stale: newer data comes
+			d.encRefreshLocked(e) // the view is stale: newer data comes
 		}
 		c.mu.Unlock()
 		return body, at, err
 	}
 	if e.done && e.err == nil && e.view.ops >= ops && lagsLittle(e, evs, gen) {
-		// Every client operation published before this read is in the
-		// kept body; what it lacks is the work of rounds, observations
-		// or new estimates. It answers now, as of its view's time, and
-		// the newest view is encoded in the background: a read never
-		// waits for the encoding of a round's result.
+		// Every client operation and every change with an event
+		// published before this read is in the kept body; what it lacks
+		// changed without an event (progress, wait reasons, the time).
+		// It answers now, as of its view's time, and the newest view is
+		// encoded in the background.
 		body, at := e.body, e.view.at
-		d.encKickLocked(e)
+		d.encRefreshLocked(e)
 		c.mu.Unlock()
 		return body, at, nil
 	}
@@ -289,7 +289,7 @@ func (d *Daemon) encSubmitsLocked(e *encEntry, ops, otherOps, evs, gen uint64) (
 		prev, have = e.hyb.body, e.hyb.ops
 	}
 	if have >= ops {
-		d.encKickLocked(e)
+		d.encRefreshLocked(e)
 		return prev, base.at, true
 	}
 	s, ok := d.submitsIn(have, ops)
@@ -306,8 +306,20 @@ func (d *Daemon) encSubmitsLocked(e *encEntry, ops, otherOps, evs, gen uint64) (
 	if e.view == base && (e.hyb.base != base || e.hyb.ops < ops) {
 		e.hyb.base, e.hyb.ops, e.hyb.body = base, ops, body
 	}
-	d.encKickLocked(e)
+	d.encRefreshLocked(e)
 	return body, base.at, true
+}
+
+// encRefreshLocked has e, answered from an older view, re-encoded from
+// the newest: by the next publish when one came within the last 100 ms
+// (rounds are running; e was just read, so that publish re-encodes it),
+// else now, in the background. Kicking it at each read put its encoding
+// in the middle of the client's next read. The caller holds d.enc.mu.
+func (d *Daemon) encRefreshLocked(e *encEntry) {
+	if time.Since(time.Unix(0, d.lastPublish.Load())) < 100*time.Millisecond {
+		return
+	}
+	d.encKickLocked(e)
 }
 
 // encBuild encodes the published view for e unless e already has it;

@@ -136,6 +136,7 @@ func (d *Daemon) publishAdded(js *jobState) {
 	v.queue = append(old.queue, QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: "not scheduled yet"})
 	v.recs = append(old.recs, js.rec)
 	d.published.Store(&v)
+	d.lastPublish.Store(time.Now().UnixNano())
 	d.encKickWarm()
 	if d.announce.Swap(false) {
 		d.broadcast()
@@ -185,6 +186,7 @@ func (d *Daemon) publish() {
 	}
 	sortRecs(v.recs)
 	d.published.Store(v)
+	d.lastPublish.Store(time.Now().UnixNano())
 	d.encKickWarm()
 	if d.announce.Swap(false) {
 		d.broadcast()
