@@ -266,10 +266,16 @@ func (d *Daemon) encExtendLocked(e *encEntry) ([]byte, time.Time, bool) {
 // can have seen in the event stream (starts, stops, finishes, requeues,
 // drains, cancels, retuned timers…) and the newest estimates; what it
 // may miss is what changed without an event (progress figures, wait
-// reasons, the time). The caller holds d.enc.mu.
+// reasons, the time), and its view is less than MaxReadLag old. The
+// caller holds d.enc.mu.
 func lagsLittle(e *encEntry, evs, gen uint64) bool {
-	return e.view.evs >= evs && e.gen >= gen
+	return e.view.evs >= evs && e.gen >= gen && time.Since(e.view.built) < MaxReadLag
 }
+
+// MaxReadLag bounds how old a kept encoding's view may be to answer a
+// read that newer views exist for (lagsLittle): a key read now and then
+// is encoded afresh, so its wait reasons and progress are of now.
+var MaxReadLag = time.Second
 
 // encSubmitsLocked answers a read that needs client operations up to ops
 // when the kept body lacks only submits (no other client operation came

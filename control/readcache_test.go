@@ -640,3 +640,32 @@ func TestEncodedReadAppendsSubmitsWithoutWaiting(t *testing.T) {
 		t.Errorf("the queue after cancelling %s still shows it", subs[0].ID)
 	}
 }
+
+// A kept encoding older than MaxReadLag does not answer for a newer view,
+// even when what changed carried no event (here a wait reason): a key
+// read now and then shows the reasons of now.
+func TestEncodedReadOfAnOldViewWaits(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	d, _ := newDaemon(t, st, &recorder{}, "static")
+	h := (&API{D: d, Version: "test"}).Handler()
+	get := func() []byte {
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/v1/queue", nil))
+		return rr.Body.Bytes()
+	}
+	rec, err := d.Submit(ctx, spec(t, "w", 4, "best-effort"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	get() // encoded now
+	defer func(old time.Duration) { MaxReadLag = old }(MaxReadLag)
+	MaxReadLag = 0 // every kept encoding is old
+	d.mu.Lock()
+	d.waits[rec.ID] = "a reason of now"
+	d.publish() // no event, no client operation
+	d.mu.Unlock()
+	if q := get(); !bytes.Contains(q, []byte("a reason of now")) {
+		t.Errorf("the read answered with an old encoding: %s", q)
+	}
+}

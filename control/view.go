@@ -44,6 +44,9 @@ type readView struct {
 	// evs is the daemon's evWrites then: every change that carried an
 	// event up to it is in the view.
 	evs uint64
+	// built is when the view was rebuilt (wall clock; a submit's view
+	// keeps the one it was made from).
+	built time.Time
 	// chain is the seq of the first view of a run of views each made from
 	// the one before by appending one submitted job (publishAdded); seq
 	// itself for a rebuilt view.
@@ -161,6 +164,7 @@ func (d *Daemon) publish() {
 	}
 	v.chain = v.seq
 	v.ops, v.otherOps, v.evs = d.clientOps, d.otherOps, d.evWrites.Load()
+	v.built = time.Now()
 	v.recs = make([]JobRecord, len(v.jobs), roomForSubmits(len(v.jobs)))
 	for i, id := range v.jobs {
 		js := d.jobs[id]
