@@ -476,6 +476,10 @@ func TestEncodingExtendedBySubmits(t *testing.T) {
 // (here a cancel) waits for an encoding that has it, and never shows the
 // cancelled job.
 func TestEncodedReadDoesNotWaitForARound(t *testing.T) {
+	// The age bound (MaxReadLag, TestEncodedReadOfAnOldViewWaits) aside:
+	// a loaded machine may take seconds to get here.
+	defer func(old time.Duration) { MaxReadLag = old }(MaxReadLag)
+	MaxReadLag = time.Hour
 	ctx := context.Background()
 	st, _ := openTest(t)
 	d, c := newDaemon(t, st, &recorder{}, "static")
@@ -553,6 +557,10 @@ func TestEncodedReadDoesNotWaitForARound(t *testing.T) {
 // submits published on it — and a read of running jobs, which a submit
 // does not change, answers with its kept body.
 func TestEncodedReadAppendsSubmitsWithoutWaiting(t *testing.T) {
+	// The age bound (MaxReadLag, TestEncodedReadOfAnOldViewWaits) aside:
+	// a loaded machine may take seconds to get here.
+	defer func(old time.Duration) { MaxReadLag = old }(MaxReadLag)
+	MaxReadLag = time.Hour
 	ctx := context.Background()
 	st, _ := openTest(t)
 	d, c := newDaemon(t, st, &recorder{}, "static")
