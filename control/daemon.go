@@ -387,14 +387,27 @@ func (d *Daemon) now() time.Time { return d.cfg.Clock().UTC() }
 func modelKey(a perf.Arch) string { return fmt.Sprintf("%s/%d", a.Name, a.GlobalBatch) }
 
 // snapModel is the immutable copy of a model type's model the policy gets.
-func (d *Daemon) snapModel(a perf.Arch) *perf.Model {
+func (d *Daemon) snapModel(a perf.Arch, fw jobspec.Framework) *perf.Model {
 	key := modelKey(a)
+	sp := frameworkSpace(fw)
+	if sp != (perf.Space{}) {
+		key += "\x00" + string(fw) // its own pointer: the policy's caches are keyed by it
+	}
 	if m, ok := d.snapModels[key]; ok {
 		return m
 	}
 	m := d.model(a).Model
+	m.Space = sp
 	d.snapModels[key] = &m
 	return &m
+}
+
+// frameworkSpace is the plans a framework runs (launch refuses others).
+func frameworkSpace(fw jobspec.Framework) perf.Space {
+	if fw == jobspec.Megatron {
+		return perf.MegatronSpace
+	}
+	return perf.Space{}
 }
 
 // model returns the online model of a model type, creating it.

@@ -296,6 +296,7 @@ func (d *Daemon) Curve(ctx context.Context, id string, maxGPUs int) ([]perf.Curv
 		m = d.model(sp.Arch).Model
 		d.mu.Unlock()
 	}
+	m.Space = frameworkSpace(spec.Framework)
 	cpg := float64(spec.Request.CPUs) / float64(max(spec.Request.GPUs, 1))
 	return d.curves.Get(m, min(max(maxGPUs, 1), 1024, d.clusterGPUs()), max(cpg, 1)), nil
 }

@@ -94,6 +94,9 @@ type Model struct {
 	Forward Forward `json:"forward"`
 	Params  Params  `json:"params"`
 	Env     Env     `json:"env"`
+	// Space is what the job's framework runs (Rank and Best offer nothing
+	// else); the zero Space is every plan.
+	Space Space `json:"space,omitzero"`
 }
 
 // Breakdown is a predicted iteration split into the phases of Appendix A.

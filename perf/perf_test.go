@@ -619,3 +619,50 @@ func TestStrayPlacement(t *testing.T) {
 		t.Errorf("fitted k_stray %.2f, want about 2", k.KStray)
 	}
 }
+
+// A Space keeps Rank and Best to the plans the framework runs: with
+// Megatron's, no ZeRO-2/3 or offload plan is offered (each is rejected by
+// the "framework" rule), and an uneven placement has no plan at all.
+func TestSpaceNarrowsRankAndBest(t *testing.T) {
+	a, _ := Builtin("gpt2")
+	m := DefaultModel(a, A800)
+	r := Resources{Placement: Placement{8}, CPUsPerGPU: 8}
+	all, _, err := m.Rank(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := 0
+	for _, x := range all {
+		if MegatronSpace.Check(x.Plan, r.Placement) != nil {
+			outside++
+		}
+	}
+	if outside == 0 {
+		t.Fatal("every plan of gpt2 on 8 GPUs is one Megatron runs: the test proves nothing")
+	}
+	m.Space = MegatronSpace
+	ranked, rejected, err := m.Rank(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range ranked {
+		if x.Plan.ZeRO > 1 || x.Plan.Offload {
+			t.Errorf("Rank offers %s", x.Plan)
+		}
+	}
+	framework := 0
+	for _, x := range rejected {
+		if x.Rule == RuleFramework {
+			framework++
+		}
+	}
+	if len(ranked)+framework < len(all) || framework == 0 {
+		t.Errorf("%d ranked + %d rejected by the framework rule, %d plans without the space", len(ranked), framework, len(all))
+	}
+	if b, ok := m.Best(r); !ok || b.Plan.ZeRO > 1 || b.Plan.Offload {
+		t.Errorf("Best: %v %s", ok, b.Plan)
+	}
+	if b, ok := m.Best(Resources{Placement: Placement{8, 4}, CPUsPerGPU: 8}); ok {
+		t.Errorf("Best on an uneven placement: %s", b.Plan)
+	}
+}

@@ -251,6 +251,7 @@ const (
 	RuleMemoryGPU   Rule = "gpu-memory"   // the estimate must fit the GPU
 	RuleMemoryHost  Rule = "host-memory"  // offloaded states must fit the server
 	RuleCPUs        Rule = "cpus"         // offload needs at least one CPU per GPU
+	RuleFramework   Rule = "framework"    // the job's framework runs the plan on the placement (Space)
 )
 
 // RuleError is a plan rejected by one rule.
@@ -292,6 +293,52 @@ func Check(a Arch, p Plan, pl Placement) error {
 		return &RuleError{RuleOffloadZeRO, "optimizer offload needs ZeRO stage >= 1"}
 	}
 	return nil
+}
+
+// Space narrows the plans a job's framework can run; the zero Space is
+// every plan (DeepSpeed runs them all). Megatron-LM, launched by torchrun,
+// runs ZeRO-0/1 without offload (its distributed optimizer) and needs the
+// same GPU count on every server (torchrun's --nproc-per-node): launch
+// refuses anything else, so the scheduler must not choose it.
+type Space struct {
+	// ZeRO01 allows only ZeRO stages 0 and 1, without offload.
+	ZeRO01 bool `json:"zero01,omitempty"`
+	// EvenServers allows only placements whose servers hold the same
+	// GPU count.
+	EvenServers bool `json:"even_servers,omitempty"`
+}
+
+// MegatronSpace is the Space of a Megatron-LM job.
+var MegatronSpace = Space{ZeRO01: true, EvenServers: true}
+
+// Check returns the rule the framework breaks with plan p on pl, or nil.
+func (s Space) Check(p Plan, pl Placement) error {
+	if s.ZeRO01 && (p.ZeRO > 1 || p.Offload) {
+		return &RuleError{RuleFramework, fmt.Sprintf("the framework runs ZeRO-0/1 without offload, plan is %s", p)}
+	}
+	if s.EvenServers {
+		for _, g := range pl {
+			if g != pl[0] {
+				return &RuleError{RuleFramework, fmt.Sprintf("the framework needs the same GPU count on every server, placement is %s", pl)}
+			}
+		}
+	}
+	return nil
+}
+
+// allows is Check without the reason.
+func (s Space) allows(p Plan, pl Placement) bool {
+	if s.ZeRO01 && (p.ZeRO > 1 || p.Offload) {
+		return false
+	}
+	if s.EvenServers {
+		for _, g := range pl {
+			if g != pl[0] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Rejection is a plan that failed a rule, with the reason.

@@ -28,6 +28,10 @@ func (m Model) Rank(r Resources) ([]Ranked, []Rejection, error) {
 	}
 	var out []Ranked
 	for _, p := range valid {
+		if err := m.Space.Check(p, r.Placement); err != nil {
+			rejected = append(rejected, Rejection{Plan: p, Rule: RuleFramework, Reason: err.(*RuleError).Msg})
+			continue
+		}
 		mem := EstimateMemory(m.Arch, p, r.Placement)
 		if err := mem.Fits(m.Env); err != nil {
 			var re *RuleError
@@ -65,7 +69,7 @@ func (m Model) Best(r Resources) (Ranked, bool) {
 	server := serverOfRank(r.Placement)
 	capGPU, capHost := m.Env.GPUMemGB*GiB, m.Env.HostMemGB*GiB
 	forEachCandidate(m.Arch, r.Placement.GPUs(), func(p Plan) {
-		if !valid(m.Arch, p, r.Placement) || (p.Offload && r.CPUsPerGPU < 1) {
+		if !valid(m.Arch, p, r.Placement) || (p.Offload && r.CPUsPerGPU < 1) || !m.Space.allows(p, r.Placement) {
 			return
 		}
 		mem := EstimateMemory(m.Arch, p, r.Placement)
@@ -155,6 +159,7 @@ type CurveKey struct {
 	MaxGPUs       int
 	CPUsPerGPU    float64
 	Params        Params
+	Space         Space
 }
 
 // CurveCache memoises curves per CurveKey. Safe for concurrent use.
@@ -165,7 +170,7 @@ type CurveCache struct {
 
 // Get returns the cached curve of m or computes and stores it.
 func (c *CurveCache) Get(m Model, maxGPUs int, cpusPerGPU float64) []CurvePoint {
-	k := CurveKey{m.Arch.Name, m.Arch.GlobalBatch, m.Env.GPUsPerServer, maxGPUs, cpusPerGPU, m.Params}
+	k := CurveKey{m.Arch.Name, m.Arch.GlobalBatch, m.Env.GPUsPerServer, maxGPUs, cpusPerGPU, m.Params, m.Space}
 	c.mu.Lock()
 	if pts, ok := c.m[k]; ok {
 		c.mu.Unlock()

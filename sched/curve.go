@@ -149,7 +149,7 @@ func (c *cache) best(m *perf.Model, fam family, pl perf.Placement, cross bool, c
 	}
 	res := resources(pl, cross, cpg)
 	if fam.pinned {
-		if pl.GPUs() == fam.plan.GPUs() && perf.Check(m.Arch, fam.plan, pl) == nil {
+		if pl.GPUs() == fam.plan.GPUs() && perf.Check(m.Arch, fam.plan, pl) == nil && m.Space.Check(fam.plan, pl) == nil {
 			if b, err := m.Predict(fam.plan, res); err == nil && b.Iter > 0 {
 				v = planVal{ok: true, plan: fam.plan, thr: b.Throughput(m.Arch.GlobalBatch), mem: perf.EstimateMemory(m.Arch, fam.plan, pl)}
 			}
@@ -160,7 +160,7 @@ func (c *cache) best(m *perf.Model, fam family, pl perf.Placement, cross bool, c
 		}
 	} else {
 		for _, p := range perf.Candidates(m.Arch, pl.GPUs()) {
-			if !fam.allows(p) || perf.Check(m.Arch, p, pl) != nil || (p.Offload && cpg < 1) {
+			if !fam.allows(p) || perf.Check(m.Arch, p, pl) != nil || (p.Offload && cpg < 1) || m.Space.Check(p, pl) != nil {
 				continue
 			}
 			mem := perf.EstimateMemory(m.Arch, p, pl)
