@@ -152,14 +152,33 @@ func (a *Agent) Status() Status {
 		GPUCount: len(snap.GPUs), ProcessesRunning: running}
 }
 
+// FirstSampleWait bounds how long Serve waits for the first GPU sample
+// before it answers.
+var FirstSampleWait = 10 * time.Second
+
 // Serve samples GPUs and serves the API on ln until ctx is done, then shuts
 // the server down (ending log follows) and closes the agent. Supervised
 // processes keep running.
 func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sampled := make(chan struct{})
-	go func() { defer close(sampled); a.sampler.Run(sctx) }()
+	// The first sample comes before the first answer (for up to
+	// FirstSampleWait: a hung GPU read must not keep the agent silent): a
+	// status read right after start (replan deploy's) saw 0 GPUs when it
+	// won the race with the sampler's first pass.
+	sampled, first := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		a.sampler.SampleOnce(sctx)
+		close(first)
+		a.sampler.Run(sctx)
+	}()
+	select {
+	case <-first:
+	case <-time.After(FirstSampleWait):
+		a.log.Warn("serving before the first GPU sample", "waited", FirstSampleWait)
+	case <-ctx.Done():
+	}
 	srv := &http.Server{
 		Handler:           a.Handler(),
 		BaseContext:       func(net.Listener) context.Context { return sctx },

@@ -203,3 +203,49 @@ func TestSecondAgentRefused(t *testing.T) {
 		t.Errorf("stop with string grace: %d %s", code, body)
 	}
 }
+
+// slowBackend is a fake backend whose GPU reads take delay.
+type slowBackend struct {
+	GPUBackend
+	delay time.Duration
+}
+
+func (b slowBackend) GPUs(ctx context.Context) ([]GPU, error) {
+	time.Sleep(b.delay)
+	return b.GPUBackend.GPUs(ctx)
+}
+
+// The agent answers only once it has sampled its GPUs: a status read
+// made the moment it serves (as replan deploy's) reports them, however
+// slow the first read of the backend is (it reported 0 GPUs when it won
+// the race with the sampler; a deploy then failed "GPUs:0").
+func TestFirstStatusHasTheGPUs(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "agent.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fake, err := NewFakeBackend("8xA800")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(ctx, Config{
+		SocketPath: sock, StateDir: filepath.Join(dir, "state"), Backend: slowBackend{fake, 300 * time.Millisecond},
+		SampleInterval: time.Hour, Version: "test", Log: testLogger(t),
+		Supervisor: SupervisorConfig{PollInterval: 20 * time.Millisecond, CgroupRoot: filepath.Join(dir, "no-cgroup")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := ListenUnix(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.Serve(ctx, ln)
+	st, err := NewSocketClient(sock).Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GPUCount != 8 {
+		t.Errorf("the first status reports %d GPUs, want 8", st.GPUCount)
+	}
+}
