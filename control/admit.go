@@ -147,9 +147,13 @@ func (d *Daemon) Admit(ctx context.Context, spec *jobspec.Spec, acc *Access) err
 			add("request.plan", "%v", err)
 		}
 	}
-	minG := minFeasible(arch, env, cpusPerGPU(spec), per, all.gpus)
+	minG := minFeasible(arch, env, frameworkSpace(spec.Framework), cpusPerGPU(spec), per, all.gpus)
 	if minG == 0 && all.gpus > 0 {
-		add("model", "no plan of %s fits in GPU and host memory on any GPU count up to the cluster's %d (see replan plan --model %s)", arch.Name, all.gpus, arch.Name)
+		fw := ""
+		if frameworkSpace(spec.Framework) != (perf.Space{}) {
+			fw = " that " + string(spec.Framework) + " runs (ZeRO-0/1 without offload, the same GPU count on every server)"
+		}
+		add("model", "no plan of %s%s fits in GPU and host memory on any GPU count up to the cluster's %d (see replan plan --model %s)", arch.Name, fw, all.gpus, arch.Name)
 	}
 
 	// Pins.
@@ -207,16 +211,17 @@ var feasMemo sync.Map
 
 type feasKey struct {
 	arch             perf.Arch
+	space            perf.Space
 	gpuMemGB, hostGB float64
 	offload          bool
 	perServer, limit int
 }
 
 // minFeasible is the smallest GPU count in 1..limit (packed onto servers
-// of per GPUs) on which some plan of arch passes every rule and fits env's
-// GPU and host memory; 0 when none does.
-func minFeasible(arch perf.Arch, env perf.Env, cpg float64, per, limit int) int {
-	key := feasKey{arch, env.GPUMemGB, env.HostMemGB, cpg >= 1, per, limit}
+// of per GPUs) on which some plan of arch that the framework runs (space)
+// passes every rule and fits env's GPU and host memory; 0 when none does.
+func minFeasible(arch perf.Arch, env perf.Env, space perf.Space, cpg float64, per, limit int) int {
+	key := feasKey{arch, space, env.GPUMemGB, env.HostMemGB, cpg >= 1, per, limit}
 	if v, ok := feasMemo.Load(key); ok {
 		return v.(int)
 	}
@@ -225,7 +230,7 @@ func minFeasible(arch perf.Arch, env perf.Env, cpg float64, per, limit int) int 
 		for g := 1; g <= limit && found == 0; g++ {
 			pl := perf.PackedPlacement(g, max(per, 1))
 			for _, p := range perf.Candidates(arch, g) {
-				if p.Offload && cpg < 1 {
+				if (p.Offload && cpg < 1) || space.Check(p, pl) != nil {
 					continue
 				}
 				if perf.Check(arch, p, pl) == nil && perf.EstimateMemory(arch, p, pl).Fits(env) == nil {
@@ -246,7 +251,7 @@ func (d *Daemon) unschedulableWhy(js *jobState, all, now capacity) string {
 	arch := js.spec.Arch
 	arch.GlobalBatch = js.spec.GlobalBatch
 	env := d.cfg.Model(arch).Env
-	minG := minFeasible(arch, env, cpusPerGPU(js.spec), max(all.perServer, 1), all.gpus)
+	minG := minFeasible(arch, env, frameworkSpace(js.spec.Framework), cpusPerGPU(js.spec), max(all.perServer, 1), all.gpus)
 	need := max(pinNeed(js.spec, minG), 1)
 	if minG == 0 {
 		return fmt.Sprintf("no plan of %s fits in memory on up to %d GPUs", arch.Name, all.gpus)

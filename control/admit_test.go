@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/replan/replan/jobspec"
+	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
 )
 
@@ -236,5 +237,38 @@ func TestDaemonDocsPinnedExampleStartsInOneRound(t *testing.T) {
 		if len(racks) != 1 {
 			t.Errorf("%s: placed across racks: %+v", policy, ex.starts[0].Servers)
 		}
+	}
+}
+
+// A Megatron job is admitted only when a plan Megatron-LM runs (ZeRO-0/1
+// without offload, the same GPU count on every server) fits the cluster:
+// a model that fits only with ZeRO-Offload is refused for Megatron, with
+// the framework named, and admitted for DeepSpeed.
+func TestAdmissionKnowsTheFramework(t *testing.T) {
+	ctx := context.Background()
+	cl, d, _ := startAdmitAPI(t)
+	env := d.cfg.Model(perf.Arch{Name: "x"}).Env
+	// The smallest model (by parameters) that fits the 16 GPUs only
+	// with offload: found, not assumed.
+	var arch perf.Arch
+	for p := 20e9; p <= 400e9 && arch.Name == ""; p *= 1.25 {
+		a := perf.Arch{Name: "big", Params: p, Layers: 96, Hidden: 12288, Heads: 96, SeqLen: 2048, Vocab: 50000, GlobalBatch: 16}
+		if minFeasible(a, env, perf.MegatronSpace, 8, 8, 16) == 0 && minFeasible(a, env, perf.Space{}, 8, 8, 16) > 0 {
+			arch = a
+		}
+	}
+	if arch.Name == "" {
+		t.Fatal("no model size fits 16 A800 only with offload: the test proves nothing")
+	}
+	model := fmt.Sprintf("{name: big, params: %g, layers: 96, hidden: 12288, heads: 96, seq_len: 2048, vocab: 50000}", arch.Params)
+	spec := admitSpec(map[string]string{"model": model, "request": "{gpus: 16, cpus: 128}"})
+	mg := strings.Replace(spec, "framework: deepspeed", "framework: megatron", 1)
+	_, err := cl.Submit(ctx, "job.yaml", []byte(mg))
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Status != http.StatusBadRequest || !strings.Contains(fmt.Sprint(re.Problems), "that megatron runs") {
+		t.Errorf("megatron job of %.3g parameters: want 400 naming the framework, got %v", arch.Params, err)
+	}
+	if _, err := cl.Submit(ctx, "job.yaml", []byte(spec)); err != nil {
+		t.Errorf("deepspeed job of %.3g parameters: %v", arch.Params, err)
 	}
 }
