@@ -502,11 +502,15 @@ func TestEncodedReadDoesNotWaitForARound(t *testing.T) {
 	}
 	before, asOf := get("/v1/queue") // encoded now
 	c.advance(time.Minute)
+	// An encoding under way, for as long as the test says: held before
+	// the publish, so that the re-encode the publish starts cannot finish
+	// first.
+	d.enc.buildMu.Lock()
 	d.publishNow() // what a round's end does: a newer view, no client operation
 	if v := d.published.Load(); v.at.Format(time.RFC3339Nano) == asOf {
+		d.enc.buildMu.Unlock()
 		t.Fatalf("the new view has the old view's time %s", asOf)
 	}
-	d.enc.buildMu.Lock() // an encoding under way, for as long as the test says
 	type answer struct {
 		body []byte
 		asOf string
@@ -583,8 +587,8 @@ func TestEncodedReadAppendsSubmitsWithoutWaiting(t *testing.T) {
 	queued, _ := get("/v1/jobs?state=queued")
 	kept := d.published.Load()
 	c.advance(time.Minute)
-	d.publishNow() // a round's end: a newer view
-	d.enc.buildMu.Lock()
+	d.enc.buildMu.Lock() // before the publish: its re-encode waits for the test
+	d.publishNow()       // a round's end: a newer view
 	type answer struct {
 		q, run, queued []byte
 		asOf           string
