@@ -136,9 +136,13 @@ func (r *ring) slot(i int, off float64) int {
 // load adds circle i at offset o (slots) to d.
 func (r *ring) load(d []float64, i, o int, sign float64) {
 	p, prof := r.per[i], r.prof[i]
+	k := ((-o)%p + p) % p // (t−o) mod p, stepped instead of divided
 	for t := range d {
-		if v := prof[((t-o)%p+p)%p]; v != 0 {
+		if v := prof[k]; v != 0 {
 			d[t] += sign * v
+		}
+		if k++; k == p {
+			k = 0
 		}
 	}
 }
@@ -180,9 +184,13 @@ func LinkLoad(cs []Circle, offsets []float64, capacity float64) (excess, total f
 			continue
 		}
 		e := 0.0
+		k := ((-os[i])%p + p) % p // (t−os[i]) mod p
 		for t := range d {
-			if v := prof[((t-os[i])%p+p)%p]; v != 0 && d[t] > capacity {
+			if v := prof[k]; v != 0 && d[t] > capacity {
 				e += v / dem * r.q * (d[t]/capacity - 1)
+			}
+			if k++; k == p {
+				k = 0
 			}
 		}
 		extra[i] = e / (float64(r.n) / float64(p))
