@@ -20,11 +20,7 @@ func startTestAgent(t *testing.T) (*Agent, *Client, string, context.CancelFunc, 
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "agent.sock")
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := New(ctx, Config{
-		SocketPath: sock, StateDir: filepath.Join(dir, "state"), FakeGPUs: "8xA800",
-		SampleInterval: 50 * time.Millisecond, Version: "test", Log: testLogger(t),
-		Supervisor: SupervisorConfig{PollInterval: 20 * time.Millisecond, CgroupRoot: filepath.Join(dir, "no-cgroup")},
-	})
+	a, err := New(ctx, testConfig(t, dir, sock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +39,16 @@ func startTestAgent(t *testing.T) (*Agent, *Client, string, context.CancelFunc, 
 		cancel()
 	})
 	return a, NewSocketClient(sock), sock, cancel, served
+}
+
+// testConfig is a test agent's configuration: 8 fake A800, fast polling,
+// state and socket under dir, no cgroups.
+func testConfig(t *testing.T, dir, sock string) Config {
+	return Config{
+		SocketPath: sock, StateDir: filepath.Join(dir, "state"), FakeGPUs: "8xA800",
+		SampleInterval: 50 * time.Millisecond, Version: "test", Log: testLogger(t),
+		Supervisor: SupervisorConfig{PollInterval: 20 * time.Millisecond, CgroupRoot: filepath.Join(dir, "no-cgroup")},
+	}
 }
 
 func rawPost(t *testing.T, sock, path, body string) (int, string) {
@@ -228,11 +234,9 @@ func TestFirstStatusHasTheGPUs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(ctx, Config{
-		SocketPath: sock, StateDir: filepath.Join(dir, "state"), Backend: slowBackend{fake, 300 * time.Millisecond},
-		SampleInterval: time.Hour, Version: "test", Log: testLogger(t),
-		Supervisor: SupervisorConfig{PollInterval: 20 * time.Millisecond, CgroupRoot: filepath.Join(dir, "no-cgroup")},
-	})
+	cfg := testConfig(t, dir, sock)
+	cfg.FakeGPUs, cfg.Backend, cfg.SampleInterval = "", slowBackend{fake, 300 * time.Millisecond}, time.Hour
+	a, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

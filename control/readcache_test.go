@@ -476,22 +476,8 @@ func TestEncodingExtendedBySubmits(t *testing.T) {
 // (here a cancel) waits for an encoding that has it, and never shows the
 // cancelled job.
 func TestEncodedReadDoesNotWaitForARound(t *testing.T) {
-	// The age bound (MaxReadLag, TestEncodedReadOfAnOldViewWaits) aside:
-	// a loaded machine may take seconds to get here.
-	defer func(old time.Duration) { MaxReadLag = old }(MaxReadLag)
-	MaxReadLag = time.Hour
 	ctx := context.Background()
-	st, _ := openTest(t)
-	d, c := newDaemon(t, st, &recorder{}, "static")
-	h := (&API{D: d, Version: "test"}).Handler()
-	get := func(path string) ([]byte, string) {
-		rr := httptest.NewRecorder()
-		h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, path, nil))
-		if rr.Code != http.StatusOK {
-			t.Errorf("GET %s: %d %s", path, rr.Code, rr.Body)
-		}
-		return rr.Body.Bytes(), rr.Header().Get(AsOfHeader)
-	}
+	d, c, get := readRuleDaemon(t, time.Hour)
 	var ids []string
 	for i := 0; i < 3; i++ {
 		rec, err := d.Submit(ctx, spec(t, fmt.Sprintf("w%d", i), 4, "best-effort"))
@@ -561,22 +547,8 @@ func TestEncodedReadDoesNotWaitForARound(t *testing.T) {
 // submits published on it — and a read of running jobs, which a submit
 // does not change, answers with its kept body.
 func TestEncodedReadAppendsSubmitsWithoutWaiting(t *testing.T) {
-	// The age bound (MaxReadLag, TestEncodedReadOfAnOldViewWaits) aside:
-	// a loaded machine may take seconds to get here.
-	defer func(old time.Duration) { MaxReadLag = old }(MaxReadLag)
-	MaxReadLag = time.Hour
 	ctx := context.Background()
-	st, _ := openTest(t)
-	d, c := newDaemon(t, st, &recorder{}, "static")
-	h := (&API{D: d, Version: "test"}).Handler()
-	get := func(path string) ([]byte, string) {
-		rr := httptest.NewRecorder()
-		h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, path, nil))
-		if rr.Code != http.StatusOK {
-			t.Errorf("GET %s: %d %s", path, rr.Code, rr.Body)
-		}
-		return rr.Body.Bytes(), rr.Header().Get(AsOfHeader)
-	}
+	d, c, get := readRuleDaemon(t, time.Hour)
 	for i := 0; i < 2; i++ {
 		if _, err := d.Submit(ctx, spec(t, fmt.Sprintf("w%d", i), 4, "best-effort")); err != nil {
 			t.Fatal(err)
@@ -658,20 +630,13 @@ func TestEncodedReadAppendsSubmitsWithoutWaiting(t *testing.T) {
 // read now and then shows the reasons of now.
 func TestEncodedReadOfAnOldViewWaits(t *testing.T) {
 	ctx := context.Background()
-	st, _ := openTest(t)
-	d, _ := newDaemon(t, st, &recorder{}, "static")
-	h := (&API{D: d, Version: "test"}).Handler()
-	get := func() []byte {
-		rr := httptest.NewRecorder()
-		h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/v1/queue", nil))
-		return rr.Body.Bytes()
-	}
+	d, _, read := readRuleDaemon(t, MaxReadLag)
+	get := func() []byte { b, _ := read("/v1/queue"); return b }
 	rec, err := d.Submit(ctx, spec(t, "w", 4, "best-effort"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	get() // encoded now
-	defer func(old time.Duration) { MaxReadLag = old }(MaxReadLag)
+	get()          // encoded now
 	MaxReadLag = 0 // every kept encoding is old
 	d.mu.Lock()
 	d.waits[rec.ID] = "a reason of now"
@@ -679,5 +644,27 @@ func TestEncodedReadOfAnOldViewWaits(t *testing.T) {
 	d.mu.Unlock()
 	if q := get(); !bytes.Contains(q, []byte("a reason of now")) {
 		t.Errorf("the read answered with an old encoding: %s", q)
+	}
+}
+
+// readRuleDaemon is a static-policy daemon for the read-rule tests, with
+// MaxReadLag set to lag for the test (a loaded machine may take seconds
+// between encoding and reading: the tests of the other rules set the age
+// bound aside), and a GET that returns the body and its as-of header.
+func readRuleDaemon(t *testing.T, lag time.Duration) (*Daemon, *clock, func(path string) ([]byte, string)) {
+	t.Helper()
+	old := MaxReadLag
+	t.Cleanup(func() { MaxReadLag = old })
+	MaxReadLag = lag
+	st, _ := openTest(t)
+	d, c := newDaemon(t, st, &recorder{}, "static")
+	h := (&API{D: d, Version: "test"}).Handler()
+	return d, c, func(path string) ([]byte, string) {
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, path, nil))
+		if rr.Code != http.StatusOK {
+			t.Errorf("GET %s: %d %s", path, rr.Code, rr.Body)
+		}
+		return rr.Body.Bytes(), rr.Header().Get(AsOfHeader)
 	}
 }
