@@ -231,11 +231,7 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 		s.jobs = append(s.jobs, j)
 		s.live = append(s.live, j)
 		if cross {
-			if s.spread == nil {
-				s.spread = map[*job]bool{}
-			}
-			s.spread[j] = true // its rack uplinks are shared (relink)
-			s.linksDirty = true
+			s.addSpread(j) // its rack uplinks are shared (relink)
 		}
 		heap.Push(&s.heap, ev{t: s.finishTime(j), j: j, v: j.version})
 	}

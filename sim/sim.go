@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/replan/replan/dataset"
 	"github.com/replan/replan/perf"
@@ -197,8 +199,14 @@ type job struct {
 	commShared float64
 	shareSec   float64 // progress seconds while sharing
 	inflSum    float64 // ∫ inflation dt while sharing
-	// gen counts the job's starts and changes (relink's memo key).
-	gen int
+	// racks are the uplinks a spread job crosses, rx what each one's
+	// sharing adds to its iteration, circle and off its communication
+	// on them and its phase (relink); seen is relink's pass mark.
+	racks  []int
+	rx     []float64
+	circle sched.Circle
+	off    float64
+	seen   int
 	// held is the progress at the last preemption or (re)start: a
 	// waiting or restarting job must still be at it (checkProgress).
 	held   float64
@@ -252,20 +260,22 @@ type simulator struct {
 	// online is what the policies know of measured speeds (nil: the
 	// oracle's tables or nothing).
 	online *online
-	// linkMemo is relink's last answer per rack uplink.
-	linkMemo map[string]linkMemo
-	// linksDirty: a job spanning racks started, changed or stopped since
-	// the last relink (arrivals and single-server jobs change no link).
-	linksDirty bool
-	fwd        *forward // forward simulations from a live state (forward.go); nil for traces
+	// uplinks are the rack uplinks with the spread jobs on them
+	// (relink); rackOf maps a server to its uplink.
+	uplinks []uplink
+	rackOf  []int
+	// dirty lists the uplinks whose jobs changed since the last relink
+	// (arrivals and single-server jobs change no link).
+	dirty []int
+	stamp int      // relink's pass counter (job.seen)
+	fwd   *forward // forward simulations from a live state (forward.go); nil for traces
 }
 
-// linkMemo is the link sharing of one rack's uplink for the jobs on it
-// (in relink's order, each at its start generation).
-type linkMemo struct {
+// uplink is one rack's spine uplink: the spread jobs that cross it, in
+// name order (the order LinkLoad sees them in).
+type uplink struct {
 	jobs  []*job
-	gen   []int
-	extra []float64
+	dirty bool
 }
 
 func (s *simulator) init(trace []dataset.WorkloadJob) error {
@@ -513,7 +523,7 @@ func (s *simulator) release(j *job) {
 	j.gpus = 0
 	j.lastRun = s.now
 	if s.spread[j] {
-		s.linksDirty = true
+		s.unspread(j)
 	}
 	delete(s.spread, j)
 	j.sharing, j.extra = false, 0
@@ -703,14 +713,9 @@ func (s *simulator) apply(d sched.Decisions) error {
 		}
 		j.restart = s.now + s.cfg.RestartCost + shift
 		j.held = j.done
-		j.gen++
 		j.phase = j.restart
 		if cross && j.comm > 0 {
-			if s.spread == nil {
-				s.spread = map[*job]bool{}
-			}
-			s.spread[j] = true
-			s.linksDirty = true
+			s.addSpread(j)
 		}
 		j.changed = s.now
 		j.version++
@@ -781,87 +786,136 @@ func (h *evHeap) Pop() any {
 // arcs placed by their phases, sched.LinkLoad); a job's iteration grows by
 // the most any of its links adds. Inside a rack nothing is shared: each
 // GPU pair has its own NIC and the top-of-rack switch is non-blocking.
+//
+// Only the uplinks whose jobs changed since the last call are priced
+// again (a start, a change, a finish on them), and only their jobs'
+// slowdowns are revisited: the work follows what changed, not how many
+// jobs span racks.
 func (s *simulator) relink() {
-	if !s.linksDirty {
+	if len(s.dirty) == 0 {
 		return
 	}
-	s.linksDirty = false
-	type use struct {
-		j   *job
-		dem float64
-	}
-	links := map[string][]use{}
-	var spread []*job
-	for j := range s.spread {
-		spread = append(spread, j)
-	}
-	sort.Slice(spread, func(a, b int) bool { return spread[a].w.Name < spread[b].w.Name })
-	for _, j := range spread {
-		dem := sched.SpineDemand(s.models.Env, j.pl[0], s.models.SpineGBps)
-		seen := map[string]bool{}
-		for _, a := range j.alloc {
-			rk := s.servers[a.Server].Rack
-			if !seen[rk] {
-				seen[rk] = true
-				links[rk] = append(links[rk], use{j, dem})
+	s.stamp++
+	var touched []*job
+	for _, r := range s.dirty {
+		u := &s.uplinks[r]
+		u.dirty = false
+		var extra []float64
+		if len(u.jobs) >= 2 {
+			cs := make([]sched.Circle, len(u.jobs))
+			offs := make([]float64, len(u.jobs))
+			for k, j := range u.jobs {
+				cs[k], offs[k] = j.circle, j.off
+			}
+			_, _, extra = sched.LinkLoad(cs, offs, 1)
+		}
+		for k, j := range u.jobs {
+			x := 0.0
+			if extra != nil {
+				x = extra[k]
+			}
+			j.rx[slices.Index(j.racks, r)] = x
+			if j.seen != s.stamp {
+				j.seen = s.stamp
+				touched = append(touched, j)
 			}
 		}
 	}
-	extra := map[*job]float64{}
-	shared := map[*job]bool{}
-	racks := make([]string, 0, len(links))
-	for rk := range links {
-		racks = append(racks, rk)
-	}
-	sort.Strings(racks)
-	if s.linkMemo == nil {
-		s.linkMemo = map[string]linkMemo{}
-	}
-	for rk := range s.linkMemo {
-		if len(links[rk]) < 2 {
-			delete(s.linkMemo, rk)
-		}
-	}
-	for _, rk := range racks {
-		us := links[rk]
-		if len(us) < 2 {
-			continue
-		}
-		// A rack's sharing changes only when the jobs on its uplink do
-		// (a start, a change, a finish): reuse the last answer otherwise.
-		m, ok := s.linkMemo[rk]
-		if ok && len(m.jobs) == len(us) {
-			for k, u := range us {
-				if m.jobs[k] != u.j || m.gen[k] != u.j.gen {
-					ok = false
-					break
-				}
+	s.dirty = s.dirty[:0]
+	for _, j := range touched {
+		e, shared := 0.0, false
+		for n, r := range j.racks {
+			if len(s.uplinks[r].jobs) >= 2 {
+				shared = true
+				e = math.Max(e, j.rx[n])
 			}
-		} else {
-			ok = false
 		}
-		if !ok {
-			cs := make([]sched.Circle, len(us))
-			offs := make([]float64, len(us))
-			m = linkMemo{jobs: make([]*job, len(us)), gen: make([]int, len(us))}
-			for k, u := range us {
-				cs[k] = sched.CommCircle(u.j.baseIter, u.j.comm, u.dem)
-				offs[k] = math.Mod(u.j.phase, u.j.baseIter)
-				m.jobs[k], m.gen[k] = u.j, u.j.gen
+		if math.Abs(e-j.extra) > 1e-12 || shared != j.sharing {
+			s.setExtra(j, e, shared)
+		}
+	}
+	if relinkHook != nil {
+		relinkHook(s)
+	}
+}
+
+// relinkHook, when set (tests), runs after every relink that priced
+// something.
+var relinkHook func(*simulator)
+
+// addSpread puts a running job that spans servers on its racks' uplinks.
+func (s *simulator) addSpread(j *job) {
+	if s.spread == nil {
+		s.spread = map[*job]bool{}
+	}
+	if s.spread[j] {
+		s.unspread(j)
+	}
+	s.spread[j] = true
+	if s.rackOf == nil {
+		idx := map[string]int{}
+		s.rackOf = make([]int, len(s.servers))
+		for i, sv := range s.servers {
+			r, ok := idx[sv.Rack]
+			if !ok {
+				r = len(idx)
+				idx[sv.Rack] = r
 			}
-			_, _, m.extra = sched.LinkLoad(cs, offs, 1)
-			s.linkMemo[rk] = m
+			s.rackOf[i] = r
 		}
-		for k, u := range us {
-			shared[u.j] = true
-			extra[u.j] = math.Max(extra[u.j], m.extra[k])
+		s.uplinks = make([]uplink, len(idx))
+	}
+	j.circle = sched.CommCircle(j.baseIter, j.comm, sched.SpineDemand(s.models.Env, j.pl[0], s.models.SpineGBps))
+	j.off = math.Mod(j.phase, j.baseIter)
+	j.racks = j.racks[:0]
+	for _, a := range j.alloc {
+		r := s.rackOf[a.Server]
+		if !slices.Contains(j.racks, r) {
+			j.racks = append(j.racks, r)
 		}
 	}
-	for _, j := range spread {
-		if e := extra[j]; math.Abs(e-j.extra) > 1e-12 || shared[j] != j.sharing {
-			s.setExtra(j, e, shared[j])
+	j.rx = append(j.rx[:0], make([]float64, len(j.racks))...)
+	for _, r := range j.racks {
+		u := &s.uplinks[r]
+		k := u.index(j)
+		u.jobs = slices.Insert(u.jobs, k, j)
+		s.markDirty(r)
+	}
+}
+
+// unspread takes a job off its racks' uplinks.
+func (s *simulator) unspread(j *job) {
+	for _, r := range j.racks {
+		u := &s.uplinks[r]
+		if k := u.find(j); k >= 0 {
+			u.jobs = slices.Delete(u.jobs, k, k+1)
+		}
+		s.markDirty(r)
+	}
+	j.racks = j.racks[:0]
+}
+
+func (s *simulator) markDirty(r int) {
+	if !s.uplinks[r].dirty {
+		s.uplinks[r].dirty = true
+		s.dirty = append(s.dirty, r)
+	}
+}
+
+// index is where job j would go in the uplink's name order.
+func (u *uplink) index(j *job) int {
+	k, _ := slices.BinarySearchFunc(u.jobs, j, func(a, b *job) int { return strings.Compare(a.w.Name, b.w.Name) })
+	return k
+}
+
+// find is where job j is on the uplink (-1: not there).
+func (u *uplink) find(j *job) int {
+	for k := u.index(j); k < len(u.jobs) && u.jobs[k].w.Name == j.w.Name; k++ {
+		if u.jobs[k] == j {
+			return k
 		}
 	}
+	return -1
 }
 
 // setExtra changes a running job's link-sharing slowdown from now on.
