@@ -69,6 +69,7 @@ type ring struct {
 	n    int         // slots of the unified perimeter
 	per  []int       // each circle's period in slots
 	prof [][]float64 // each circle's demand per slot of its own period
+	nz   [][]int     // the slots of each circle's period with demand
 }
 
 func gcd(a, b int) int {
@@ -94,6 +95,7 @@ func newRing(cs []Circle) *ring {
 	r.q = longest / gridSlots
 	r.per = make([]int, len(cs))
 	r.prof = make([][]float64, len(cs))
+	r.nz = make([][]int, len(cs))
 	l := 1
 	for i, c := range cs {
 		p := max(1, int(math.Round(c.Period/r.q)))
@@ -115,6 +117,11 @@ func newRing(cs []Circle) *ring {
 			}
 		}
 		r.prof[i] = prof
+		for k, v := range prof {
+			if v != 0 {
+				r.nz[i] = append(r.nz[i], k)
+			}
+		}
 	}
 	if l == 0 {
 		l = maxUnified
@@ -133,16 +140,15 @@ func (r *ring) slot(i int, off float64) int {
 	return k
 }
 
-// load adds circle i at offset o (slots) to d.
+// load adds circle i at offset o (slots) to d: slot t of d holds the
+// circle's slot (t−o) mod p, so each slot with demand lands every p slots
+// from (k+o) mod p (one addition per slot of d, as a walk over d would).
 func (r *ring) load(d []float64, i, o int, sign float64) {
 	p, prof := r.per[i], r.prof[i]
-	k := ((-o)%p + p) % p // (t−o) mod p, stepped instead of divided
-	for t := range d {
-		if v := prof[k]; v != 0 {
-			d[t] += sign * v
-		}
-		if k++; k == p {
-			k = 0
+	for _, k := range r.nz[i] {
+		v := sign * prof[k]
+		for t := ((k+o)%p + p) % p; t < len(d); t += p {
+			d[t] += v
 		}
 	}
 }
@@ -174,6 +180,18 @@ func LinkLoad(cs []Circle, offsets []float64, capacity float64) (excess, total f
 		r.load(d, i, os[i], 1)
 	}
 	ex, tot := excessOf(d, capacity)
+	if ex == 0 {
+		return 0, tot * r.q, extra // no slot over capacity: nobody slows down
+	}
+	// over[t]: how far slot t is above capacity, as a share of it (0 at
+	// or below: those slots add nothing, exactly as if skipped).
+	over := make([]float64, len(d))
+	for t, v := range d {
+		if v > capacity {
+			over[t] = v/capacity - 1
+		}
+	}
+	w := make([]float64, 0, gridSlots)
 	for i := range cs {
 		p, prof := r.per[i], r.prof[i]
 		dem := 0.0
@@ -183,12 +201,16 @@ func LinkLoad(cs []Circle, offsets []float64, capacity float64) (excess, total f
 		if dem <= 0 {
 			continue
 		}
+		// w[k]: the seconds slot k of the circle's period carries at full
+		// speed, per unit of overload.
+		w = w[:0]
+		for _, v := range prof {
+			w = append(w, v/dem*r.q)
+		}
 		e := 0.0
 		k := ((-os[i])%p + p) % p // (t−os[i]) mod p
-		for t := range d {
-			if v := prof[k]; v != 0 && d[t] > capacity {
-				e += v / dem * r.q * (d[t]/capacity - 1)
-			}
+		for _, f := range over {
+			e += w[k] * f
 			if k++; k == p {
 				k = 0
 			}
