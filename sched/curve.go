@@ -109,6 +109,7 @@ type cache struct {
 	prep   map[string]prepared
 	tiers  map[tierKey][3]float64
 	req    map[reqLossKey]reqLossVal // FIFO.reqLoss
+	whys   map[whyKey]string         // FIFO.why
 	perf   perf.CurveCache
 	known  Known
 }

@@ -330,7 +330,7 @@ func (f *FIFO) placeNet(st *state, nr *netRound, i int) (bool, string) {
 	}
 	if got := st.takeFree(i, need); got < need {
 		st.rollback(mark)
-		return false, fmt.Sprintf("needs %d GPUs; %d free", need, st.freeGPUs)
+		return false, f.why(whyFree, need, st.freeGPUs)
 	}
 	if f.Net != nil && js.job.Model != nil {
 		// Dally: among equally good cross-rack offers, the one whose
@@ -494,7 +494,7 @@ func (f *FIFO) place(st *state, i int) (bool, string) {
 				break
 			}
 		}
-		return false, fmt.Sprintf("needs %d GPUs on one server; largest free block is %d", need, largest)
+		return false, f.why(whyBlock, need, largest)
 	}
 	if j.widest() == perf.TierRack {
 		return f.placeInRack(st, i, need, tp) // pin.go
@@ -522,9 +522,48 @@ func (f *FIFO) place(st *state, i int) (bool, string) {
 	sortAlloc(js.alloc)
 	if got < need {
 		st.rollback(mark)
-		return false, fmt.Sprintf("needs %d GPUs across servers in blocks of a multiple of TP %d; %d such GPUs free", need, tp, got)
+		return false, f.why(whyTP, need, tp, got)
 	}
 	return true, ""
+}
+
+// The wait reasons place gives, by kind.
+const (
+	whyFree  = iota // needs N GPUs; F free
+	whyBlock        // needs N GPUs on one server
+	whyTP           // needs N GPUs in blocks of a multiple of TP
+)
+
+type whyKey struct{ kind, a, b, c int }
+
+// why is the wait reason of a kind with its figures, formatted once: a
+// long queue asks for the same few ("needs 8 GPUs; 3 free") for every
+// waiting job, every round.
+func (f *FIFO) why(kind, a, b int, more ...int) string {
+	k := whyKey{kind: kind, a: a, b: b}
+	if len(more) > 0 {
+		k.c = more[0]
+	}
+	c := f.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.whys[k]; ok {
+		return s
+	}
+	var s string
+	switch kind {
+	case whyFree:
+		s = fmt.Sprintf("needs %d GPUs; %d free", a, b)
+	case whyBlock:
+		s = fmt.Sprintf("needs %d GPUs on one server; largest free block is %d", a, b)
+	default:
+		s = fmt.Sprintf("needs %d GPUs across servers in blocks of a multiple of TP %d; %d such GPUs free", a, b, k.c)
+	}
+	if c.whys == nil || len(c.whys) >= 4096 {
+		c.whys = map[whyKey]string{} // bounded: free counts change
+	}
+	c.whys[k] = s
+	return s
 }
 
 // cores is Synergy's CPU tuner: with the GPUs and the user's plan fixed, each
