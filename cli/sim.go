@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/replan/replan/cluster"
+	"github.com/replan/replan/control"
 	"github.com/replan/replan/dataset"
 	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
@@ -34,6 +35,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 				return fmt.Errorf("sim: --trace FILE is required (e.g. ../shared/data/morphling/workloads/workload-base.csv)")
 			}
 			ctx := cmd.Context()
+			control.TuneGC() // a replay allocates snapshots every round, as the daemon does
 			if err := applyRacks(&cfg, racks); err != nil {
 				return err
 			}
@@ -208,6 +210,7 @@ func newSimBenchCmd(stdout io.Writer) *cobra.Command {
 			if b.DataDir == "" {
 				b.DataDir = defaultDataDir()
 			}
+			control.TuneGC() // as `replan sim`: the scale rows allocate snapshots every round
 			return sim.Bench(cmd.Context(), stdout, b)
 		},
 	}

@@ -2,6 +2,8 @@ package sim_test
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/replan/replan/perf"
@@ -13,7 +15,13 @@ import (
 // racks of 32 with a 60 s round interval, per policy (`sim bench` prints
 // the full-size table).
 func BenchmarkPhilly(b *testing.B) {
-	jobs, err := sim.Generate(sim.GenConfig{Jobs: 20000, Servers: 1024, Seed: 1, Load: 1.5})
+	gen := sim.GenConfig{Jobs: 20000, Servers: 1024, Seed: 1, Load: 1.5}
+	// REPLAN_PHILLY_JOBS=N: make bench's trace of N jobs instead (its
+	// default load), e.g. 80000 for its largest row.
+	if v, err := strconv.Atoi(os.Getenv("REPLAN_PHILLY_JOBS")); err == nil && v > 0 {
+		gen = sim.GenConfig{Jobs: v, Servers: 1024, Seed: 1}
+	}
+	jobs, err := sim.Generate(gen)
 	if err != nil {
 		b.Fatal(err)
 	}
