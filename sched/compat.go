@@ -76,6 +76,35 @@ func preferCompatible(st *state, i int, plan perf.Plan, thr func(a []Alloc) floa
 		}{c, ok, fixed, off}
 		return c, ok, fixed, off
 	}
+	// rackScore is the job's compatibility on rack r's uplink with the
+	// other jobs there. The job itself is left out of the rack's jobs, so
+	// the score depends on the rack alone and the candidates share it.
+	rackScores := map[int]float64{}
+	rackScore := func(r int) float64 {
+		if sc, ok := rackScores[r]; ok {
+			return sc
+		}
+		cs, fixed, offs := []Circle{}, []bool{}, []float64{}
+		jobs := map[int]bool{}
+		for _, sv := range st.racks[r] {
+			for _, k := range st.on[sv] {
+				if k == i || jobs[k] {
+					continue
+				}
+				jobs[k] = true
+				if c, ok, f, off := circleOf(k); ok {
+					cs, fixed, offs = append(cs, c), append(fixed, f), append(offs, off)
+				}
+			}
+		}
+		sc := 1.0
+		if len(cs) > 0 {
+			cs, fixed, offs = append(cs, me), append(fixed, false), append(offs, 0)
+			_, sc = Rotate(cs, fixed, offs, 1)
+		}
+		rackScores[r] = sc
+		return sc
+	}
 	// score is the worst and the mean compatibility of a's rack uplinks.
 	score := func(a []Alloc) (float64, float64) {
 		worst, sum, n := 1.0, 0.0, 0
@@ -86,24 +115,7 @@ func preferCompatible(st *state, i int, plan perf.Plan, thr func(a []Alloc) floa
 				continue
 			}
 			seen[r] = true
-			cs, fixed, offs := []Circle{}, []bool{}, []float64{}
-			jobs := map[int]bool{}
-			for _, sv := range st.racks[r] {
-				for _, k := range st.on[sv] {
-					if k == i || jobs[k] {
-						continue
-					}
-					jobs[k] = true
-					if c, ok, f, off := circleOf(k); ok {
-						cs, fixed, offs = append(cs, c), append(fixed, f), append(offs, off)
-					}
-				}
-			}
-			sc := 1.0
-			if len(cs) > 0 {
-				cs, fixed, offs = append(cs, me), append(fixed, false), append(offs, 0)
-				_, sc = Rotate(cs, fixed, offs, 1)
-			}
+			sc := rackScore(r)
 			worst = math.Min(worst, sc)
 			sum += sc
 			n++
