@@ -168,12 +168,17 @@ func benchRoundOf(name string, servers, waiting int) (wall, cpu, cold time.Durat
 // benchTraceScale replays Philly-like generated traces (sim gen) of a
 // quarter, half and all of ScaleJobs on ScaleServers servers in racks of
 // 32 under replan, morphling and tiresias: wall and CPU time, rounds, the
-// process's peak RSS so far, and the growth between sizes.
+// run's peak RSS (the process's so far where the kernel cannot reset
+// it), and the growth between sizes.
 func benchTraceScale(ctx context.Context, w io.Writer, cfg BenchConfig) error {
 	fmt.Fprintf(w, "\n  Philly-like traces (sim gen, seed 1) on %d servers in racks of 32, round interval %gs (0: every event); target: %d jobs <= %s per policy\n",
 		cfg.ScaleServers, cfg.ScaleRoundInterval, cfg.ScaleJobs, TargetScale)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  policy\tjobs\trounds\twall s\tCPU s\tgrowth (wall)\tpeak RSS MB\tavg JCT h\ttarget\t")
+	rss := "peak RSS MB"
+	if !ResetPeakRSS() {
+		rss = "process peak RSS MB"
+	}
+	fmt.Fprintln(tw, "  policy\tjobs\trounds\twall s\tCPU s\tgrowth (wall)\t"+rss+"\tavg JCT h\ttarget\t")
 	sizes := []int{cfg.ScaleJobs / 4, cfg.ScaleJobs / 2, cfg.ScaleJobs}
 	traces := make([][]dataset.WorkloadJob, len(sizes))
 	for k, n := range sizes {
@@ -188,6 +193,7 @@ func benchTraceScale(ctx context.Context, w io.Writer, cfg BenchConfig) error {
 		prev := time.Duration(0)
 		for k, jobs := range traces {
 			p, _ := sched.New(name)
+			ResetPeakRSS()
 			t0, c0 := time.Now(), CPUTime()
 			r, err := Run(ctx, jobs, models, p, Config{Servers: cfg.ScaleServers, ServersPerRack: 32, RoundInterval: cfg.ScaleRoundInterval})
 			el, cpu := time.Since(t0), CPUTime()-c0
