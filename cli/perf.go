@@ -23,8 +23,9 @@ func newPerfCmd(stdout, stderr io.Writer) *cobra.Command {
 func newPerfValidateCmd(stdout io.Writer) *cobra.Command {
 	var dir, models string
 	var asJSON bool
+	var fitRows int
 	cmd := &cobra.Command{
-		Use:   "validate --data DIR [--models a,b] [--json]",
+		Use:   "validate --data DIR [--models a,b] [--fit-rows N] [--json]",
 		Short: "Fit on profiles plus a few measured rows, predict the rest, report the error",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -35,7 +36,7 @@ func newPerfValidateCmd(stdout io.Writer) *cobra.Command {
 			if models != "" {
 				list = strings.Split(models, ",")
 			}
-			rep, err := dataset.Validate(cmd.Context(), dir, list, perf.A800)
+			rep, err := dataset.ValidateRows(cmd.Context(), dir, list, perf.A800, fitRows)
 			if err != nil {
 				return err
 			}
@@ -48,6 +49,7 @@ func newPerfValidateCmd(stdout io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&dir, "data", "", "data directory (profile/, placements/)")
 	cmd.Flags().StringVar(&models, "models", "", "comma-separated models (default: all with a profile and a placements table)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&fitRows, "fit-rows", dataset.MaxFitRows, "placements rows fitted per model (0: the profile alone, as the scheduler serves a model with no measured placements)")
 	return cmd
 }
 

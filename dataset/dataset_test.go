@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -195,4 +196,42 @@ func FuzzPlacement(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Fitted on the profile alone, as the scheduler serves a model with no
+// measured placements: every placements row is held out, a model whose
+// profile gives only its forward (llama30) is skipped with the reason,
+// and the fits that see no sample across servers hold k_sync.
+func TestValidateProfileOnly(t *testing.T) {
+	dir := sharedData(t)
+	rep, err := ValidateRows(context.Background(), dir, nil, perf.A800, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rep.Protocol, "at most 0 placements rows") {
+		t.Errorf("protocol %q does not say 0 rows", rep.Protocol)
+	}
+	if !slices.ContainsFunc(rep.Skipped, func(s string) bool { return strings.HasPrefix(s, "llama30: nothing to fit on") }) {
+		t.Errorf("skipped %q: want llama30 with its reason", rep.Skipped)
+	}
+	all, err := Validate(context.Background(), dir, nil, perf.A800)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range rep.Models {
+		if len(m.FitRows) != 0 {
+			t.Errorf("%s fitted on rows %v", m.Model, m.FitRows)
+		}
+		for _, a := range all.Models {
+			if a.Model == m.Model && m.Rows != a.Rows+len(a.FitRows) {
+				t.Errorf("%s: %d rows held out profile-only, want %d + %d", m.Model, m.Rows, a.Rows, len(a.FitRows))
+			}
+		}
+		if m.Params.KSync != perf.SyncUnseen {
+			t.Errorf("%s: profile-only k_sync %.3f, want held at %g (its profile ran on one server)", m.Model, m.Params.KSync, perf.SyncUnseen)
+		}
+	}
+	if _, err := ValidateRows(context.Background(), dir, nil, perf.A800, -1); err == nil {
+		t.Error("fit rows -1: want an error")
+	}
 }

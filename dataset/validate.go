@@ -2,6 +2,7 @@ package dataset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -27,6 +28,16 @@ const MaxWorstRows = 5
 
 // MaxFitRows is the number of placements rows Validate may fit on.
 const MaxFitRows = 7
+
+// ProtocolFor is Protocol with at most fitRows placements rows fitted (0:
+// the profile alone, as a scheduler serves a model it has no measured
+// placements of).
+func ProtocolFor(fitRows int) string {
+	if fitRows == MaxFitRows {
+		return Protocol
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(Protocol, "at most 7 placements rows", fmt.Sprintf("at most %d placements rows", fitRows)), "until 7 rows are taken", fmt.Sprintf("until %d rows are taken", fitRows))
+}
 
 // FamilyReport is the error of one plan family of one model.
 type FamilyReport struct {
@@ -118,7 +129,18 @@ type heldRow struct {
 // a placements table, restricted to models when non-empty (names as in the
 // placements directory or their profile names).
 func Validate(ctx context.Context, dir string, models []string, env perf.Env) (Report, error) {
-	rep := Report{Protocol: Protocol}
+	return ValidateRows(ctx, dir, models, env, MaxFitRows)
+}
+
+// ValidateRows is Validate fitting at most fitRows placements rows per
+// model (0: the profile alone). A model with nothing left to fit on (its
+// profile is another model's and no rows are fitted) is skipped, and the
+// report says why.
+func ValidateRows(ctx context.Context, dir string, models []string, env perf.Env, fitRows int) (Report, error) {
+	if fitRows < 0 {
+		return Report{}, fmt.Errorf("validate: fit rows must be >= 0, got %d", fitRows)
+	}
+	rep := Report{Protocol: ProtocolFor(fitRows)}
 	profiles, tables, err := ListDir(dir)
 	if err != nil {
 		return rep, err
@@ -132,7 +154,11 @@ func Validate(ctx context.Context, dir string, models []string, env perf.Env) (R
 			rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: no profile to fit from", name))
 			continue
 		}
-		mr, err := validateModel(ctx, dir, name, prof, arch, env)
+		mr, err := validateModel(ctx, dir, name, prof, arch, env, fitRows)
+		if errors.Is(err, errNothingToFit) {
+			rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: %v", name, err))
+			continue
+		}
 		if err != nil {
 			return rep, fmt.Errorf("validate %s: %w", name, err)
 		}
@@ -144,7 +170,11 @@ func Validate(ctx context.Context, dir string, models []string, env perf.Env) (R
 	return rep, nil
 }
 
-func validateModel(ctx context.Context, dir, name, profName string, arch perf.Arch, env perf.Env) (ModelReport, error) {
+// errNothingToFit: a model whose profile gave only its forward and no
+// placements row is fitted.
+var errNothingToFit = errors.New("nothing to fit on: its profile is another model's (forward only) and no placements rows are fitted")
+
+func validateModel(ctx context.Context, dir, name, profName string, arch perf.Arch, env perf.Env, fitRows int) (ModelReport, error) {
 	mr := ModelReport{Model: name, Profile: profName}
 	prof, err := LoadProfile(ctx, dir, profName)
 	if err != nil {
@@ -191,10 +221,13 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 	if skippedZero > 0 {
 		mr.Notes = append(mr.Notes, fmt.Sprintf("%d rows with iter_time 0 (did not run) skipped", skippedZero))
 	}
-	chosen := chooseFitRows(held, MaxFitRows)
+	chosen := chooseFitRows(held, fitRows)
 	for _, i := range chosen {
 		fitSamples = append(fitSamples, held[i].sample)
 		mr.FitRows = append(mr.FitRows, held[i].row.ExecPlan+"@"+held[i].row.Placement.String())
+	}
+	if len(fitSamples) == 0 {
+		return mr, errNothingToFit
 	}
 	m := perf.Model{Arch: arch, Forward: fwd, Params: perf.DefaultParams, Env: env}
 	params, stats, err := perf.Fit(m, fitSamples, perf.FitOptions{})
