@@ -4,6 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/replan/replan/cluster"
+	"github.com/replan/replan/perf"
+	"github.com/replan/replan/sched"
 )
 
 // The communication-heavy workload of the contended sweep (issue 15):
@@ -49,5 +56,114 @@ func BenchOversubComm(ctx context.Context, w io.Writer, racks, perRack, jobs int
 			return err
 		}
 	}
+	es, err := ShiftSeeds(ctx, jobs, racks, perRack, shiftSeedCount, []float64{2, 4, 16})
+	if err != nil {
+		return err
+	}
+	printShiftSeeds(w, es, jobs, shiftSeedCount)
 	return nil
+}
+
+// shiftSeedCount is how many traces the bench's shift summary runs.
+const shiftSeedCount = 6
+
+// ShiftEffect is what replan's time-shifts do on the contended sweep
+// (plans pinned, Poisson arrivals) at one oversubscription, over several
+// seeds of the trace: per seed, the same trace run with the shifts and
+// with them ignored (Config.NoShifts).
+type ShiftEffect struct {
+	Over float64 // spine oversubscription
+	// SharedRatio is the communication link sharing added, with the shifts
+	// over without; ExposedCut the exposed communication the shifts
+	// removed (a share of it without); JCTRatio avg JCT with over without.
+	SharedRatio, ExposedCut, JCTRatio []float64
+}
+
+// ShiftSeeds measures ShiftEffect for each oversubscription over seeds
+// traces of jobs jobs (seeds 1..seeds) on racks of perRack servers. A
+// single trace says little: a shift delays a start by up to an
+// iteration, later events come in another order, and the two runs part
+// ways (one seed's sharing ratio ranged 0.41-1.75 across six seeds).
+func ShiftSeeds(ctx context.Context, jobs, racks, perRack, seeds int, overs []float64) ([]ShiftEffect, error) {
+	var out []ShiftEffect
+	for _, over := range overs {
+		e := ShiftEffect{Over: over}
+		for seed := 1; seed <= seeds; seed++ {
+			gen := CommWorkload(jobs, racks*perRack, false)
+			gen.Seed = uint64(seed)
+			trace, err := Generate(gen)
+			if err != nil {
+				return nil, err
+			}
+			var r [2]*Result
+			for k, noShifts := range []bool{false, true} {
+				models := DefaultModels(perf.A800)
+				models.SetSpine(float64(perRack)*cluster.A800RDMAGBps/over, perRack)
+				p, err := sched.New("replan")
+				if err != nil {
+					return nil, err
+				}
+				if r[k], err = Run(ctx, trace, models, p, Config{Servers: racks * perRack, ServersPerRack: perRack, PinPlans: true, NoShifts: noShifts}); err != nil {
+					return nil, fmt.Errorf("seed %d, %g:1: %w", seed, over, err)
+				}
+			}
+			with, without := r[0], r[1]
+			e.SharedRatio = append(e.SharedRatio, ratio(with.CommShared, without.CommShared))
+			e.ExposedCut = append(e.ExposedCut, 1-ratio(with.CommExposed, without.CommExposed))
+			e.JCTRatio = append(e.JCTRatio, ratio(with.AvgJCT, without.AvgJCT))
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// ratio is a/b, 1 when both are 0 (nothing to compare).
+func ratio(a, b float64) float64 {
+	switch {
+	case b > 0:
+		return a / b
+	case a > 0:
+		return math.Inf(1)
+	}
+	return 1
+}
+
+// printShiftSeeds prints ShiftSeeds' medians and ranges.
+func printShiftSeeds(w io.Writer, es []ShiftEffect, jobs, seeds int) {
+	fmt.Fprintf(w, "\ntime-shifts over %d seeds of the communication-heavy trace (plans pinned, Poisson, %d jobs): with the shifts against without, median (min to max)\n", seeds, jobs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  oversub.\tsharing-added comm\texposed comm cut (target >= 30%)\tavg JCT\t")
+	for _, e := range es {
+		cut := medianOf(e.ExposedCut)
+		fmt.Fprintf(tw, "  %g:1\t%s\t%s %s\t%s\t\n", e.Over, spreadOf(e.SharedRatio, "%.2f×"), spreadOf(pct(e.ExposedCut), "%+.1f%%"), met(cut >= 0.3), spreadOf(e.JCTRatio, "%.2f×"))
+	}
+	tw.Flush()
+}
+
+func pct(v []float64) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = 100 * x
+	}
+	return out
+}
+
+func medianOf(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// spreadOf formats a median and the range of v.
+func spreadOf(v []float64, f string) string {
+	if len(v) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf(f+" ("+f+" to "+f+")", medianOf(v), slices.Min(v), slices.Max(v))
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"math"
 	"slices"
 	"testing"
 
@@ -77,6 +78,47 @@ func TestCommWorkloadPinned(t *testing.T) {
 		}
 		if r.Finished != len(trace) || r.Restarts != 0 {
 			t.Fatalf("%s: %d of %d finished, %d restarts", name, r.Finished, len(trace), r.Restarts)
+		}
+	}
+}
+
+// The bench's shift summary runs each seed's trace with and without the
+// shifts: one value per seed and oversubscription, every one finite, the
+// seeds' traces different, and the same figures twice.
+func TestShiftSeeds(t *testing.T) {
+	es, err := ShiftSeeds(context.Background(), 40, 4, 3, 3, []float64{4, 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 2 || es[0].Over != 4 || es[1].Over != 16 {
+		t.Fatalf("effects %+v: want 4:1 and 16:1", es)
+	}
+	for _, e := range es {
+		for _, v := range [][]float64{e.SharedRatio, e.ExposedCut, e.JCTRatio} {
+			if len(v) != 3 {
+				t.Fatalf("%g:1: %d values, want one per seed", e.Over, len(v))
+			}
+			for _, x := range v {
+				if math.IsNaN(x) || math.IsInf(x, 0) {
+					t.Fatalf("%g:1: value %v", e.Over, x)
+				}
+			}
+		}
+		if e.JCTRatio[0] <= 0 {
+			t.Fatalf("%g:1: avg JCT ratio %v", e.Over, e.JCTRatio[0])
+		}
+	}
+	a, _ := Generate(CommWorkload(40, 12, false))
+	g := CommWorkload(40, 12, false)
+	g.Seed = 2
+	b, _ := Generate(g)
+	if slices.Equal(a, b) {
+		t.Fatal("seeds 1 and 2 gave the same trace")
+	}
+	again, _ := ShiftSeeds(context.Background(), 40, 4, 3, 3, []float64{4, 16})
+	for i := range es {
+		if !slices.Equal(es[i].SharedRatio, again[i].SharedRatio) || !slices.Equal(es[i].JCTRatio, again[i].JCTRatio) {
+			t.Fatalf("%g:1: two runs differ: %v / %v", es[i].Over, es[i].SharedRatio, again[i].SharedRatio)
 		}
 	}
 }
