@@ -84,7 +84,7 @@ func newPerfBenchCmd(stdout io.Writer) *cobra.Command {
 // fitSamples rebuilds the validation fit set of a model: its profile
 // samples plus the protocol's fit rows.
 func fitSamples(ctx context.Context, dir, name string, m perf.Model) ([]perf.Sample, error) {
-	return dataset.FitSet(ctx, dir, name, m.Arch)
+	return dataset.FitSet(ctx, dir, name, m)
 }
 
 func medianDuration(n int, f func()) time.Duration {

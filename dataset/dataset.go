@@ -329,6 +329,34 @@ const (
 // (ZeRO-2), zero-offload (ZeRO-2 with optimizer offload), tp (all GPUs in
 // one TP group).
 func PlanFromCode(code string, a perf.Arch, gpus int) (perf.Plan, error) {
+	return PlanFromCodeAs(code, a, gpus, WholeBatch)
+}
+
+// MicroBatching is how a table's PP/TP/DP codes with TP or PP above one
+// (Megatron runs) split each replica's share of the global batch. The
+// tables do not say; FitModel and Validate read a table both ways and keep
+// the reading its rows fit better (chooseMicroBatching).
+type MicroBatching int
+
+const (
+	// WholeBatch: one micro-batch of batch/DP per replica, GA 1 (the
+	// batch-8 tables: gpt2 151..851 is flat in PP, so no pipelining).
+	WholeBatch MicroBatching = iota
+	// MicroBatchOne: micro-batch 1, GA = batch/DP micro-batches through
+	// the pipeline (Megatron's default --micro-batch-size).
+	MicroBatchOne
+)
+
+func (m MicroBatching) String() string {
+	if m == MicroBatchOne {
+		return "micro-batch 1"
+	}
+	return "one micro-batch per replica"
+}
+
+// PlanFromCodeAs is PlanFromCode with PP/TP/DP codes read as mb says. A
+// code whose DP does not divide the batch is read as WholeBatch.
+func PlanFromCodeAs(code string, a perf.Arch, gpus int, mb MicroBatching) (perf.Plan, error) {
 	if gpus < 1 {
 		return perf.Plan{}, fmt.Errorf("exec_plan %q: no GPUs", code)
 	}
@@ -339,6 +367,9 @@ func PlanFromCode(code string, a perf.Arch, gpus int) (perf.Plan, error) {
 		}
 		if pp*tp*dp != gpus {
 			return perf.Plan{}, fmt.Errorf("exec_plan %q: PP·TP·DP = %d, placement has %d GPUs", code, pp*tp*dp, gpus)
+		}
+		if mb == MicroBatchOne && (tp > 1 || pp > 1) && a.GlobalBatch > 0 && a.GlobalBatch%dp == 0 {
+			return perf.Plan{DP: dp, TP: tp, PP: pp, GA: a.GlobalBatch / dp, MicroBatch: 1}, nil
 		}
 		return perf.Plan{DP: dp, TP: tp, PP: pp, GA: 1, MicroBatch: microBatch(a.GlobalBatch, dp, 1)}, nil
 	}

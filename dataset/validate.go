@@ -21,6 +21,7 @@ const Protocol = `fit on the model's profile samples plus at most 7 placements r
 	`rows in a family ordered by (GPUs, servers, placement, exec_plan); families are visited round-robin and each gives its next row in spread order ` +
 	`(middle, first, last, quarter, three-quarter, ...) whose placement no chosen row has yet (or its next row when none is left) until 7 rows are taken. ` +
 	`Profile rows are the plans they ran at the model type's own global batch (llama7b_bsz16 fits on llama7b's batch-8 profile as batch-8 runs). ` +
+	`A PP/TP/DP code with TP or PP above one is read as one micro-batch of batch/DP per replica unless the fit rows, read as micro-batch 1 (GA = batch/DP, Megatron's default), fit with an RMSLE under 2/3 of that (the report says which reading, with both RMSLE). ` +
 	`A profile whose parameter count is more than 25% away from the model's (llama30b's profile is llama7b's) is used only for the forward profile, scaled by the parameter ratio.`
 
 // MaxWorstRows is how many of a model's worst held-out rows a report lists.
@@ -60,7 +61,12 @@ type ModelReport struct {
 	Params    perf.Params    `json:"params"`
 	Forward   perf.Forward   `json:"forward"`
 	Notes     []string       `json:"notes,omitempty"`
-	Worst     string         `json:"worst"` // the row with the maximum error
+	// MicroBatching is how the table's PP/TP codes were read (the tables
+	// do not say how many micro-batches a Megatron run used): "one
+	// micro-batch per replica" unless its fit rows fit clearly better as
+	// "micro-batch 1", with both fits' RMSLE when the readings differ.
+	MicroBatching string `json:"micro_batching"`
+	Worst         string `json:"worst"` // the row with the maximum error
 	// WorstRows are the held-out rows with the largest errors, largest
 	// first (at most MaxWorstRows): plan, placement, measured, predicted.
 	WorstRows []string `json:"worst_rows,omitempty"`
@@ -217,11 +223,20 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 			mr.Notes = append(mr.Notes, fmt.Sprintf("line %d skipped: %v", r.Line, err))
 		}
 	}
-	held := heldRows(rows, arch)
 	if skippedZero > 0 {
 		mr.Notes = append(mr.Notes, fmt.Sprintf("%d rows with iter_time 0 (did not run) skipped", skippedZero))
 	}
-	chosen := chooseFitRows(held, fitRows)
+	m := perf.Model{Arch: arch, Forward: fwd, Params: perf.DefaultParams, Env: env}
+	pick := func(h []heldRow) []int { return chooseFitRows(h, fitRows) }
+	mbc, held, err := chooseMicroBatching(m, fitSamples, rows, arch, pick)
+	if err != nil {
+		return mr, err
+	}
+	mr.MicroBatching = mbc.String()
+	if mbc.Compared {
+		mr.Notes = append(mr.Notes, "PP/TP codes read as "+mbc.String())
+	}
+	chosen := pick(held)
 	for _, i := range chosen {
 		fitSamples = append(fitSamples, held[i].sample)
 		mr.FitRows = append(mr.FitRows, held[i].row.ExecPlan+"@"+held[i].row.Placement.String())
@@ -229,7 +244,6 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 	if len(fitSamples) == 0 {
 		return mr, errNothingToFit
 	}
-	m := perf.Model{Arch: arch, Forward: fwd, Params: perf.DefaultParams, Env: env}
 	params, stats, err := perf.Fit(m, fitSamples, perf.FitOptions{})
 	if err != nil {
 		return mr, err
@@ -430,8 +444,9 @@ func spread(n int) []int {
 
 // FitSet returns the samples Validate fits model name on: the profile
 // samples (when the profile is of this model's size) plus the protocol's
-// fit rows.
-func FitSet(ctx context.Context, dir, name string, arch perf.Arch) ([]perf.Sample, error) {
+// fit rows, read the way chooseMicroBatching picks with m (the model to be
+// fitted, its forward profile set).
+func FitSet(ctx context.Context, dir, name string, m perf.Model) ([]perf.Sample, error) {
 	profiles, _, err := ListDir(dir)
 	if err != nil {
 		return nil, err
@@ -452,20 +467,24 @@ func FitSet(ctx context.Context, dir, name string, arch perf.Arch) ([]perf.Sampl
 	if math.Abs(a.Params/prof.ParamCount()-1) <= 0.25 {
 		out = prof.Samples(profileArch(a))
 	}
-	held := heldRows(rows, a)
-	for _, i := range chooseFitRows(held, MaxFitRows) {
+	pick := func(h []heldRow) []int { return chooseFitRows(h, MaxFitRows) }
+	_, held, err := chooseMicroBatching(m, out, rows, a, pick)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range pick(held) {
 		out = append(out, held[i].sample)
 	}
 	return out, nil
 }
 
-func heldRows(rows []PlacementRow, arch perf.Arch) []heldRow {
+func heldRows(rows []PlacementRow, arch perf.Arch, mb MicroBatching) []heldRow {
 	var held []heldRow
 	for _, r := range rows {
 		if r.IterS <= 0 {
 			continue
 		}
-		p, err := PlanFromCode(r.ExecPlan, arch, r.Placement.GPUs())
+		p, err := PlanFromCodeAs(r.ExecPlan, arch, r.Placement.GPUs(), mb)
 		if err != nil {
 			continue
 		}
