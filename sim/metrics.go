@@ -30,6 +30,8 @@ func (s *simulator) result() *Result {
 	for _, j := range s.jobs {
 		r.CommExposed += j.commExp
 		r.CommShared += j.commShared
+		r.CommSharedUnshifted += j.commShared0
+		r.ShiftDelay += j.shiftSec
 		if j.shareSec > 0 {
 			r.LinkSharing++
 			r.LinkInflation += j.inflSum / j.shareSec

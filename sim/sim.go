@@ -45,6 +45,12 @@ type Config struct {
 	// NoShifts ignores the policies' time-shifts (Decision.Shift): the
 	// same placements with every job starting as soon as it can.
 	NoShifts bool
+	// PriceUnshifted also prices every shared uplink as if no job had
+	// been time-shifted (each job's phase less its shift), at the same
+	// placements and progress: Result.CommSharedUnshifted, what the
+	// shifts did with the trajectory held (a run with NoShifts takes
+	// another one). It doubles the link pricing.
+	PriceUnshifted bool
 	// PinPlans pins every job's plan (sched.Job.PinPlan): it runs the
 	// plan it asked for on the GPUs it asked for, so policies differ only
 	// in when and where they place it.
@@ -134,6 +140,12 @@ type Result struct {
 	// CommShared is the part of CommExposed that link sharing added (the
 	// part time-shifts can remove; the rest is the placement's own cost).
 	CommShared float64 `json:"comm_shared_s"`
+	// CommSharedUnshifted is what CommShared would be had no job been
+	// time-shifted, at the same placements and progress
+	// (Config.PriceUnshifted; 0 otherwise), and ShiftDelay the seconds
+	// the shifts held jobs' starts back, summed over starts.
+	CommSharedUnshifted float64 `json:"comm_shared_unshifted_s,omitempty"`
+	ShiftDelay          float64 `json:"shift_delay_s"`
 	// LinkInflation is the average iteration-time inflation of the jobs
 	// that shared an inter-server link with another job (0.10: 10 %
 	// slower than alone), time-weighted per job while sharing.
@@ -197,8 +209,16 @@ type job struct {
 	commExp  float64 // exposed communication seconds so far
 	// commShared is the part of commExp that link sharing added
 	commShared float64
-	shareSec   float64 // progress seconds while sharing
-	inflSum    float64 // ∫ inflation dt while sharing
+	// shift is the time-shift of its last start, extra0 and rx0 what
+	// sharing would add with no job shifted (Config.PriceUnshifted),
+	// commShared0 its sum like commShared's, shiftSec the shifts' sum.
+	shift       float64
+	extra0      float64
+	rx0         []float64
+	commShared0 float64
+	shiftSec    float64
+	shareSec    float64 // progress seconds while sharing
+	inflSum     float64 // ∫ inflation dt while sharing
 	// racks are the uplinks a spread job crosses, rx what each one's
 	// sharing adds to its iteration, circle and off its communication
 	// on them and its phase (relink); seen is relink's pass mark.
@@ -373,6 +393,7 @@ func (s *simulator) advance(j *job, t float64) {
 		j.idealSec += d * j.rate * j.idealIter
 		j.commExp += d * j.rate * (j.expIter + j.extra)
 		j.commShared += d * j.rate * j.extra
+		j.commShared0 += d * j.rate * j.extra0
 		if j.sharing && j.baseIter > 0 {
 			j.shareSec += d
 			j.inflSum += d * j.extra / j.baseIter
@@ -526,7 +547,7 @@ func (s *simulator) release(j *job) {
 		s.unspread(j)
 	}
 	delete(s.spread, j)
-	j.sharing, j.extra = false, 0
+	j.sharing, j.extra, j.extra0 = false, 0, 0
 	j.version++
 }
 
@@ -696,7 +717,7 @@ func (s *simulator) apply(d sched.Decisions) error {
 			}
 		}
 		j.comm, j.expIter = s.r.network(j.model, j.plan, j.pl, cross, max(cpg, 1), it)
-		j.extra, j.sharing = 0, false
+		j.extra, j.sharing, j.extra0 = 0, false, 0
 		j.measured = meas
 		if meas && !cross && s.online != nil {
 			// The control plane now knows this configuration's speed.
@@ -712,6 +733,8 @@ func (s *simulator) apply(d sched.Decisions) error {
 			shift = math.Max(a.Shift, 0)
 		}
 		j.restart = s.now + s.cfg.RestartCost + shift
+		j.shift = shift
+		j.shiftSec += shift
 		j.held = j.done
 		j.phase = j.restart
 		if cross && j.comm > 0 {
@@ -800,7 +823,7 @@ func (s *simulator) relink() {
 	for _, r := range s.dirty {
 		u := &s.uplinks[r]
 		u.dirty = false
-		var extra []float64
+		var extra, extra0 []float64
 		if len(u.jobs) >= 2 {
 			cs := make([]sched.Circle, len(u.jobs))
 			offs := make([]float64, len(u.jobs))
@@ -808,13 +831,23 @@ func (s *simulator) relink() {
 				cs[k], offs[k] = j.circle, j.off
 			}
 			_, _, extra = sched.LinkLoad(cs, offs, 1)
+			if s.cfg.PriceUnshifted {
+				for k, j := range u.jobs {
+					offs[k] = math.Mod(j.phase-j.shift, j.baseIter)
+				}
+				_, _, extra0 = sched.LinkLoad(cs, offs, 1)
+			}
 		}
 		for k, j := range u.jobs {
-			x := 0.0
+			x, x0 := 0.0, 0.0
 			if extra != nil {
 				x = extra[k]
 			}
-			j.rx[slices.Index(j.racks, r)] = x
+			if extra0 != nil {
+				x0 = extra0[k]
+			}
+			n := slices.Index(j.racks, r)
+			j.rx[n], j.rx0[n] = x, x0
 			if j.seen != s.stamp {
 				j.seen = s.stamp
 				touched = append(touched, j)
@@ -823,12 +856,17 @@ func (s *simulator) relink() {
 	}
 	s.dirty = s.dirty[:0]
 	for _, j := range touched {
-		e, shared := 0.0, false
+		e, e0, shared := 0.0, 0.0, false
 		for n, r := range j.racks {
 			if len(s.uplinks[r].jobs) >= 2 {
 				shared = true
 				e = math.Max(e, j.rx[n])
+				e0 = math.Max(e0, j.rx0[n])
 			}
+		}
+		if e0 != j.extra0 {
+			s.advance(j, s.now)
+			j.extra0 = e0
 		}
 		if math.Abs(e-j.extra) > 1e-12 || shared != j.sharing {
 			s.setExtra(j, e, shared)
@@ -875,6 +913,7 @@ func (s *simulator) addSpread(j *job) {
 		}
 	}
 	j.rx = append(j.rx[:0], make([]float64, len(j.racks))...)
+	j.rx0 = append(j.rx0[:0], make([]float64, len(j.racks))...)
 	for _, r := range j.racks {
 		u := &s.uplinks[r]
 		k := u.index(j)
