@@ -21,11 +21,11 @@ func newPerfCmd(stdout, stderr io.Writer) *cobra.Command {
 }
 
 func newPerfValidateCmd(stdout io.Writer) *cobra.Command {
-	var dir, models string
+	var dir, models, archFile string
 	var asJSON bool
 	var fitRows int
 	cmd := &cobra.Command{
-		Use:   "validate --data DIR [--models a,b] [--fit-rows N] [--json]",
+		Use:   "validate --data DIR [--models a,b] [--fit-rows N] [--arch-file FILE] [--json]",
 		Short: "Fit on profiles plus a few measured rows, predict the rest, report the error",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -36,7 +36,11 @@ func newPerfValidateCmd(stdout io.Writer) *cobra.Command {
 			if models != "" {
 				list = strings.Split(models, ",")
 			}
-			rep, err := dataset.ValidateRows(cmd.Context(), dir, list, perf.A800, fitRows)
+			cat, err := loadCatalog(archFile)
+			if err != nil {
+				return err
+			}
+			rep, err := dataset.ValidateWith(cmd.Context(), dir, perf.A800, dataset.ValidateOptions{Models: list, FitRows: fitRows, Archs: cat})
 			if err != nil {
 				return err
 			}
@@ -49,6 +53,7 @@ func newPerfValidateCmd(stdout io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&dir, "data", "", "data directory (profile/, placements/)")
 	cmd.Flags().StringVar(&models, "models", "", "comma-separated models (default: all with a profile and a placements table)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&archFile, "arch-file", "", "YAML file with model architectures beyond the built-ins (a model type in neither is derived from its profile, and the report says what was assumed)")
 	cmd.Flags().IntVar(&fitRows, "fit-rows", dataset.MaxFitRows, "placements rows fitted per model (0: the profile alone, as the scheduler serves a model with no measured placements)")
 	return cmd
 }

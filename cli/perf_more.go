@@ -34,17 +34,9 @@ or saves the fitted model. A saved model is reused with --model-file by plan and
 			if samplesFile == "" || model == "" {
 				return fmt.Errorf("perf fit: --samples FILE and --model M are required")
 			}
-			cat := perf.NewCatalog()
-			if archFile != "" {
-				data, err := os.ReadFile(archFile)
-				if err != nil {
-					return err
-				}
-				archs, err := perf.ParseArchs(archFile, data)
-				if err != nil {
-					return err
-				}
-				cat = perf.NewCatalog(archs...)
+			cat, err := loadCatalog(archFile)
+			if err != nil {
+				return err
 			}
 			arch, err := cat.Lookup(model)
 			if err != nil {

@@ -117,6 +117,13 @@ func TestPerfValidateJSONContract(t *testing.T) {
 	if err != nil || !strings.Contains(text, "protocol:") || !strings.Contains(text, "llama7") {
 		t.Errorf("table: %v\n%s", err, text)
 	}
+	bad := filepath.Join(t.TempDir(), "archs.yaml")
+	if err := os.WriteFile(bad, []byte("version: 1\nmodels:\n  - name: opt\n    params: 1.3e9\n    layrs: 24\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runCLI(t, "perf", "validate", "--data", dir, "--arch-file", bad); err == nil || !strings.Contains(err.Error(), "archs.yaml") || !strings.Contains(err.Error(), "line 5") || !strings.Contains(err.Error(), "layrs") {
+		t.Errorf("--arch-file with a typo: %v", err)
+	}
 }
 
 func TestPerfFitSaveAndReuse(t *testing.T) {

@@ -36,6 +36,23 @@ type modelSource struct {
 
 // resolveModel returns the performance model of a model type: a saved fit
 // (--model-file), a fit on a data directory, or the unfitted defaults.
+// loadCatalog is the built-in model types plus those of archFile (none
+// when "").
+func loadCatalog(archFile string) (perf.Catalog, error) {
+	if archFile == "" {
+		return perf.NewCatalog(), nil
+	}
+	data, err := os.ReadFile(archFile)
+	if err != nil {
+		return nil, err
+	}
+	archs, err := perf.ParseArchs(archFile, data)
+	if err != nil {
+		return nil, err
+	}
+	return perf.NewCatalog(archs...), nil
+}
+
 func resolveModel(ctx context.Context, name, dataDir, modelFile, archFile string) (perf.Model, modelSource, error) {
 	if modelFile != "" {
 		m, err := readModelFile(modelFile)
@@ -44,17 +61,9 @@ func resolveModel(ctx context.Context, name, dataDir, modelFile, archFile string
 		}
 		return m, modelSource{Source: "fitted model " + modelFile}, nil
 	}
-	cat := perf.NewCatalog()
-	if archFile != "" {
-		data, err := os.ReadFile(archFile)
-		if err != nil {
-			return perf.Model{}, modelSource{}, err
-		}
-		archs, err := perf.ParseArchs(archFile, data)
-		if err != nil {
-			return perf.Model{}, modelSource{}, err
-		}
-		cat = perf.NewCatalog(archs...)
+	cat, err := loadCatalog(archFile)
+	if err != nil {
+		return perf.Model{}, modelSource{}, err
 	}
 	arch, err := cat.Lookup(name)
 	if err != nil {

@@ -448,7 +448,13 @@ func ListDir(dir string) (profiles, placements []string, err error) {
 		}
 		var out []string
 		for _, e := range ents {
-			if e.IsDir() {
+			isDir := e.IsDir()
+			if e.Type()&os.ModeSymlink != 0 {
+				// a model linked in from another data directory
+				st, err := os.Stat(filepath.Join(dir, sub, e.Name()))
+				isDir = err == nil && st.IsDir()
+			}
+			if isDir {
 				out = append(out, e.Name())
 			}
 		}

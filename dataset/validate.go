@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -95,25 +96,35 @@ var bszSuffix = regexp.MustCompile(`^(.*)_bsz(\d+)$`)
 // it is served from: llama7 → llama7b, llama7b_bsz16 → llama7b with a
 // global batch of 16.
 func profileFor(name string, profiles []string) (profile string, arch perf.Arch, ok bool) {
+	profile, arch, known := resolveModel(name, profiles, nil)
+	return profile, arch, profile != "" && known
+}
+
+// resolveModel finds a placements table's profile ("" when there is none)
+// and architecture: cat's (user model types, perf validate --arch-file), else
+// the built-in one; known is false when neither has it (ArchFromProfile
+// can then derive one). A "_bszN" suffix sets the global batch.
+func resolveModel(name string, profiles []string, cat perf.Catalog) (profile string, arch perf.Arch, known bool) {
 	base, batch := name, 0
 	if m := bszSuffix.FindStringSubmatch(name); m != nil {
 		base = m[1]
 		batch, _ = strconv.Atoi(m[2])
 	}
 	canon := perf.CanonicalName(base)
-	a, found := perf.Builtin(canon)
-	if !found {
-		return "", perf.Arch{}, false
+	if a, ok := cat[base]; ok {
+		arch, known = a, true
+	} else if a, ok := perf.Builtin(canon); ok {
+		arch, known = a, true
 	}
 	if batch > 0 {
-		a.GlobalBatch = batch
+		arch.GlobalBatch = batch
 	}
-	for _, p := range []string{canon, base} {
-		if slices.Contains(profiles, p) {
-			return p, a, true
+	for _, p := range []string{canon, base, arch.Name} {
+		if p != "" && slices.Contains(profiles, p) {
+			return p, arch, known
 		}
 	}
-	return "", perf.Arch{}, false
+	return "", arch, known
 }
 
 // profileArch is a with the global batch its profile was measured at: the
@@ -143,6 +154,27 @@ func Validate(ctx context.Context, dir string, models []string, env perf.Env) (R
 // profile is another model's and no rows are fitted) is skipped, and the
 // report says why.
 func ValidateRows(ctx context.Context, dir string, models []string, env perf.Env, fitRows int) (Report, error) {
+	return ValidateWith(ctx, dir, env, ValidateOptions{Models: models, FitRows: fitRows})
+}
+
+// ValidateOptions are ValidateWith's choices.
+type ValidateOptions struct {
+	// Models restricts the report to these tables (or their profiles'
+	// names); empty: every table with a profile.
+	Models []string
+	// FitRows is the most placements rows fitted per model (0: the
+	// profile alone).
+	FitRows int
+	// Archs are model types beyond the built-ins (perf validate --arch-file).
+	// A table whose model type is in neither is validated on an
+	// architecture derived from its profile (ArchFromProfile), and the
+	// report's notes say what was assumed.
+	Archs perf.Catalog
+}
+
+// ValidateWith is Validate with options.
+func ValidateWith(ctx context.Context, dir string, env perf.Env, o ValidateOptions) (Report, error) {
+	models, fitRows := o.Models, o.FitRows
 	if fitRows < 0 {
 		return Report{}, fmt.Errorf("validate: fit rows must be >= 0, got %d", fitRows)
 	}
@@ -152,15 +184,50 @@ func ValidateRows(ctx context.Context, dir string, models []string, env perf.Env
 		return rep, err
 	}
 	for _, name := range tables {
-		prof, arch, ok := profileFor(name, profiles)
-		if len(models) > 0 && !slices.Contains(models, name) && !(ok && slices.Contains(models, prof)) {
+		prof, arch, known := resolveModel(name, profiles, o.Archs)
+		if len(models) > 0 && !slices.Contains(models, name) && !(prof != "" && slices.Contains(models, prof)) {
 			continue
 		}
-		if !ok {
-			rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: no profile to fit from", name))
+		if prof == "" {
+			base := name
+			if m := bszSuffix.FindStringSubmatch(name); m != nil {
+				base = m[1]
+			}
+			rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: no profile to fit from (no %s under %s)", name, base, filepath.Join(dir, "profile")))
 			continue
 		}
-		mr, err := validateModel(ctx, dir, name, prof, arch, env, fitRows)
+		var archNote string
+		var p Profile
+		if !known {
+			var err error
+			p, err = LoadProfile(ctx, dir, prof)
+			if err != nil {
+				return rep, err
+			}
+			rows, err := LoadPlacement(ctx, dir, name)
+			if err != nil {
+				return rep, err
+			}
+			if arch, archNote, err = ArchFromProfile(name, p, rows, arch.GlobalBatch); err != nil {
+				rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: %v", name, err))
+				continue
+			}
+		}
+		profArch := profileArch(arch)
+		if m := bszSuffix.FindStringSubmatch(name); !known && m != nil {
+			// the profile ran at the model type's own batch, not the
+			// suffix's: what the profile and the plain table can run
+			base, _ := LoadPlacement(ctx, dir, m[1])
+			profArch.GlobalBatch = derivedBatch(p, base)
+			archNote += fmt.Sprintf("; its profile is fitted as runs at batch %d (the largest DP × GA of the profile and of the %s table)", profArch.GlobalBatch, m[1])
+		}
+		if archNote != "" {
+			archNote += "; give the real one with --arch-file FILE"
+		}
+		mr, err := validateModel(ctx, dir, name, prof, arch, profArch, env, fitRows)
+		if archNote != "" {
+			mr.Notes = append([]string{archNote}, mr.Notes...)
+		}
 		if errors.Is(err, errNothingToFit) {
 			rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: %v", name, err))
 			continue
@@ -180,7 +247,7 @@ func ValidateRows(ctx context.Context, dir string, models []string, env perf.Env
 // placements row is fitted.
 var errNothingToFit = errors.New("nothing to fit on: its profile is another model's (forward only) and no placements rows are fitted")
 
-func validateModel(ctx context.Context, dir, name, profName string, arch perf.Arch, env perf.Env, fitRows int) (ModelReport, error) {
+func validateModel(ctx context.Context, dir, name, profName string, arch, profArch perf.Arch, env perf.Env, fitRows int) (ModelReport, error) {
 	mr := ModelReport{Model: name, Profile: profName}
 	prof, err := LoadProfile(ctx, dir, profName)
 	if err != nil {
@@ -193,7 +260,6 @@ func validateModel(ctx context.Context, dir, name, profName string, arch perf.Ar
 	// The profile was measured at the model type's own global batch (the
 	// built-in's): a table at another batch (llama7b_bsz16) fits on its
 	// samples as the plans they ran, each GPU's share of batch 8.
-	profArch := profileArch(arch)
 	profSamples := prof.Samples(profArch)
 	fwd, screened, err := perf.FitForwardScreened(profArch, profSamples)
 	if err != nil {

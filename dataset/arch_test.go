@@ -1,0 +1,111 @@
+package dataset
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/replan/replan/perf"
+)
+
+func TestArchFromProfile(t *testing.T) {
+	p, err := ParseProfile("bert", "config.csv", strings.NewReader(cfg), "data.csv", strings.NewReader(dat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := []PlacementRow{{ExecPlan: "ga", Placement: perf.Placement{4, 4}, IterS: 1}, {ExecPlan: "248", Placement: perf.Placement{8, 8, 8, 8, 8, 8, 8, 8}, IterS: 1}}
+	a, note, err := ArchFromProfile("MyBert", p, rows, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Validate(); err != nil {
+		t.Fatalf("derived %+v: %v", a, err)
+	}
+	if a.Name != "mybert" || a.Params != p.ParamCount() || a.Hidden != a.Heads*headDim {
+		t.Errorf("derived %+v", a)
+	}
+	if shl := float64(a.SeqLen * a.Hidden * a.Layers); math.Abs(shl/p.Rows[0].SeqHid-1) > 0.1 {
+		t.Errorf("seq × hidden × layers %g, profile says %g", shl, p.Rows[0].SeqHid)
+	}
+	if a.GlobalBatch != 16 || !strings.Contains(note, "global batch 16") {
+		t.Errorf("global batch %d (want 16: ga on 8 GPUs), note %q", a.GlobalBatch, note)
+	}
+	if b, _, _ := ArchFromProfile("x", p, rows, 64); b.GlobalBatch != 64 {
+		t.Errorf("a _bsz64 table's batch: %d", b.GlobalBatch)
+	}
+	p.Rows[0].SeqHid = 0
+	if _, _, err := ArchFromProfile("x", p, nil, 0); err == nil || !strings.Contains(err.Error(), "--arch-file") {
+		t.Errorf("no seq_hid: %v", err)
+	}
+}
+
+// A model type that is not built in is validated on an architecture
+// derived from its profile, not skipped ("no profile to fit from", which
+// was also untrue): the shared tables renamed come out as they do under
+// their built-in architectures, and an --arch-file architecture is used
+// as given.
+func TestValidateUnknownModel(t *testing.T) {
+	shared := sharedData(t)
+	dir := t.TempDir()
+	link := func(kind, from, to string) {
+		if err := os.MkdirAll(filepath.Join(dir, kind), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		abs, _ := filepath.Abs(filepath.Join(shared, kind, from))
+		if err := os.Symlink(abs, filepath.Join(dir, kind, to)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []string{"gpt2", "t5"} {
+		link("profile", m, "x"+m)
+		link("placements", m, "x"+m)
+	}
+	link("profile", "llama7b", "xllama7b")
+	link("placements", "llama7", "xllama7b")
+	link("placements", "llama7b_bsz16", "xllama7b_bsz16")
+	ctx := context.Background()
+	builtin, err := Validate(ctx, shared, nil, perf.A800)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]ModelReport{}
+	for _, m := range builtin.Models {
+		name := "x" + m.Model
+		if m.Model == "llama7" {
+			name = "xllama7b"
+		}
+		want[name] = m
+	}
+	got, err := ValidateWith(ctx, dir, perf.A800, ValidateOptions{FitRows: MaxFitRows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Models) != 4 || len(got.Skipped) != 0 {
+		t.Fatalf("validated %d models, skipped %q", len(got.Models), got.Skipped)
+	}
+	for _, m := range got.Models {
+		w, ok := want[m.Model]
+		if !ok {
+			t.Fatalf("unexpected model %s", m.Model)
+		}
+		if len(m.Notes) == 0 || !strings.HasPrefix(m.Notes[0], "architecture not built in") {
+			t.Errorf("%s: notes %q do not say the architecture was derived", m.Model, m.Notes)
+		}
+		if m.Rows != w.Rows || math.Abs(m.AvgErrPct-w.AvgErrPct) > 0.5 || math.Abs(m.MaxErrPct-w.MaxErrPct) > 1 {
+			t.Errorf("%s: %d rows %.2f / %.2f %%, built in %d rows %.2f / %.2f %%", m.Model, m.Rows, m.AvgErrPct, m.MaxErrPct, w.Rows, w.AvgErrPct, w.MaxErrPct)
+		}
+	}
+
+	gpt2, _ := perf.Builtin("gpt2")
+	gpt2.Name = "xgpt2"
+	given, err := ValidateWith(ctx, dir, perf.A800, ValidateOptions{Models: []string{"xgpt2"}, FitRows: MaxFitRows, Archs: perf.NewCatalog(gpt2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := given.Models[0]; m.AvgErrPct != want["xgpt2"].AvgErrPct || strings.HasPrefix(strings.Join(m.Notes, "|"), "architecture") {
+		t.Errorf("xgpt2 from --arch-file: %.4f %% (built in %.4f %%), notes %q", m.AvgErrPct, want["xgpt2"].AvgErrPct, m.Notes)
+	}
+}
