@@ -69,8 +69,10 @@ func resolveModel(ctx context.Context, name, dataDir, modelFile, archFile string
 	if err != nil {
 		return perf.Model{}, modelSource{}, err
 	}
-	if _, builtin := perf.Builtin(arch.Name); builtin && archFile == "" && dataDir != "" {
-		m, st, err := dataset.FitModel(ctx, dataDir, name, perf.A800, true)
+	// A built-in type as built in, or one of --arch-file that is not
+	// built in, is fitted on its profile (and tables) when dataDir has one.
+	if _, builtin := perf.Builtin(arch.Name); (!builtin || archFile == "") && dataDir != "" {
+		m, st, err := dataset.FitModelFor(ctx, dataDir, arch, perf.A800, true)
 		if err == nil {
 			return m, modelSource{Source: "fitted on " + dataDir, Fit: st}, nil
 		}

@@ -109,3 +109,47 @@ func TestValidateUnknownModel(t *testing.T) {
 		t.Errorf("xgpt2 from --arch-file: %.4f %% (built in %.4f %%), notes %q", m.AvgErrPct, want["xgpt2"].AvgErrPct, m.Notes)
 	}
 }
+
+// A model type that is not built in (a job spec's architecture block) is
+// fitted on its profile and tables when the data directory has them, the
+// way a built-in type is: the shared gpt2 data under another name with
+// gpt2's architecture gives gpt2's model. The scheduler's ModelSource
+// served such a type from the unfitted defaults.
+func TestFitModelForUnknownType(t *testing.T) {
+	shared := sharedData(t)
+	dir := t.TempDir()
+	for _, kind := range []string{"profile", "placements"} {
+		if err := os.MkdirAll(filepath.Join(dir, kind), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		abs, _ := filepath.Abs(filepath.Join(shared, kind, "gpt2"))
+		if err := os.Symlink(abs, filepath.Join(dir, kind, "mygpt")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	a, _ := perf.Builtin("gpt2")
+	a.Name = "mygpt"
+	want, _, err := FitModel(ctx, shared, "gpt2", perf.A800, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, st, err := FitModelFor(ctx, dir, a, perf.A800, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Arch != a || got.Params != want.Params || got.Forward != want.Forward || st.Samples == 0 {
+		t.Fatalf("fitted %+v %+v (%d samples), want gpt2's %+v %+v", got.Arch, got.Params, st.Samples, want.Params, want.Forward)
+	}
+	served := ModelSource(ctx, dir, perf.A800)(a)
+	if served.Params != want.Params {
+		t.Errorf("ModelSource served %+v, want the fitted %+v", served.Params, want.Params)
+	}
+	a.Name = "nosuch"
+	if _, _, err := FitModelFor(ctx, dir, a, perf.A800, true); err == nil || !strings.Contains(err.Error(), "no profile") {
+		t.Errorf("no profile: %v", err)
+	}
+	if m := ModelSource(ctx, dir, perf.A800)(a); m.Params != perf.DefaultParams {
+		t.Errorf("no profile: served %+v, want the defaults", m.Params)
+	}
+}

@@ -15,7 +15,29 @@ import (
 // rows exist; Validate holds most of them out instead). name is a model type
 // or a placements table name (llama7, llama7b_bsz16).
 func FitModel(ctx context.Context, dir, name string, env perf.Env, withPlacements bool) (perf.Model, perf.FitStats, error) {
-	m, samples, err := modelSamples(ctx, dir, name, env, withPlacements)
+	return fitModel(ctx, dir, name, env, withPlacements, nil)
+}
+
+// FitModelFor is FitModel for architecture a: a built-in model type as
+// FitModel fits it (then at a's global batch), or one that is not built in
+// (a job spec's architecture block, plan --arch-file) from the profile
+// under dir/profile/<a.Name>, taken as runs at a's global batch, and its
+// placements tables when withPlacements is set. Without a profile there is
+// nothing to fit and it says so.
+func FitModelFor(ctx context.Context, dir string, a perf.Arch, env perf.Env, withPlacements bool) (perf.Model, perf.FitStats, error) {
+	var cat perf.Catalog
+	if _, builtin := perf.Builtin(a.Name); !builtin {
+		cat = perf.Catalog{a.Name: a}
+	}
+	m, st, err := fitModel(ctx, dir, a.Name, env, withPlacements, cat)
+	if err == nil {
+		m.Arch = a
+	}
+	return m, st, err
+}
+
+func fitModel(ctx context.Context, dir, name string, env perf.Env, withPlacements bool, cat perf.Catalog) (perf.Model, perf.FitStats, error) {
+	m, samples, err := modelSamples(ctx, dir, name, env, withPlacements, cat)
 	if err != nil || len(samples) == 0 {
 		return m, perf.FitStats{}, err
 	}
@@ -28,14 +50,14 @@ func FitModel(ctx context.Context, dir, name string, env perf.Env, withPlacement
 }
 
 // modelSamples is FitModel's unfitted model (forward profile set) and the
-// samples it fits on.
-func modelSamples(ctx context.Context, dir, name string, env perf.Env, withPlacements bool) (perf.Model, []perf.Sample, error) {
+// samples it fits on; cat holds model types beyond the built-ins.
+func modelSamples(ctx context.Context, dir, name string, env perf.Env, withPlacements bool, cat perf.Catalog) (perf.Model, []perf.Sample, error) {
 	profiles, tables, err := ListDir(dir)
 	if err != nil {
 		return perf.Model{}, nil, err
 	}
-	profName, arch, ok := profileFor(name, profiles)
-	if !ok {
+	profName, arch, known := resolveModel(name, profiles, cat)
+	if profName == "" || !known {
 		return perf.Model{}, nil, fmt.Errorf("model %q: no profile under %s/profile (have %v)", name, dir, profiles)
 	}
 	prof, err := LoadProfile(ctx, dir, profName)
@@ -56,8 +78,8 @@ func modelSamples(ctx context.Context, dir, name string, env perf.Env, withPlace
 	if withPlacements {
 		base := samples
 		for _, t := range tables {
-			p, tarch, ok := profileFor(t, profiles)
-			if !ok || p != profName || (t != name && perf.CanonicalName(t) != arch.Name) {
+			p, tarch, known := resolveModel(t, profiles, cat)
+			if !known || p != profName || (t != name && perf.CanonicalName(t) != arch.Name) {
 				continue
 			}
 			rows, err := LoadPlacement(ctx, dir, t)
@@ -95,8 +117,7 @@ func ModelSource(ctx context.Context, dir string, env perf.Env) func(perf.Arch) 
 		}
 		m := perf.DefaultModel(a, env)
 		if dir != "" {
-			if fm, _, err := FitModel(ctx, dir, a.Name, env, true); err == nil {
-				fm.Arch = a
+			if fm, _, err := FitModelFor(ctx, dir, a, env, true); err == nil {
 				m = fm
 			}
 		}

@@ -103,7 +103,7 @@ func TestMicroBatchingOnSharedData(t *testing.T) {
 // beside its own batch-16 rows (they were all converted at batch 16).
 func TestFitModelTablesAtTheirOwnBatch(t *testing.T) {
 	dir := sharedData(t)
-	_, samples, err := modelSamples(context.Background(), dir, "llama7b_bsz16", perf.A800, true)
+	_, samples, err := modelSamples(context.Background(), dir, "llama7b_bsz16", perf.A800, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
