@@ -64,7 +64,8 @@ func derivedBatch(p Profile, rows []PlacementRow) int {
 }
 
 // rowBatch is the smallest global batch a placements row's plan can run:
-// its data-parallel width times its accumulation steps.
+// its data-parallel width times its accumulation steps (0 for a code
+// PlanFromCode refuses, which derivedBatch's floor of 1 absorbs).
 func rowBatch(r PlacementRow) int {
 	code, g := r.ExecPlan, r.Placement.GPUs()
 	if len(code) == 3 && strings.Trim(code, "0123456789") == "" {

@@ -174,6 +174,13 @@ func FuzzProfile(f *testing.F) {
 				t.Fatalf("bad sample from accepted profile: %+v", s)
 			}
 		}
+		// a model type known only by this profile: an architecture the
+		// model can use, or an error saying why not
+		if d, note, err := ArchFromProfile("m", p, nil, 0); err == nil {
+			if verr := d.Validate(); verr != nil || note == "" || d.GlobalBatch < 1 {
+				t.Fatalf("derived %+v from an accepted profile: %v", d, verr)
+			}
+		}
 	})
 }
 
@@ -191,8 +198,13 @@ func FuzzPlacement(f *testing.F) {
 			if r.Placement.GPUs() < 1 {
 				t.Fatalf("accepted empty placement: %+v", r)
 			}
-			if p, err := PlanFromCode(r.ExecPlan, a, r.Placement.GPUs()); err == nil && p.GPUs() != r.Placement.GPUs() {
-				t.Fatalf("plan %v does not match placement %v", p, r.Placement)
+			for _, mb := range []MicroBatching{WholeBatch, MicroBatchOne} {
+				if p, err := PlanFromCodeAs(r.ExecPlan, a, r.Placement.GPUs(), mb); err == nil && (p.GPUs() != r.Placement.GPUs() || p.GA < 1) {
+					t.Fatalf("plan %v (%s) does not match placement %v", p, mb, r.Placement)
+				}
+			}
+			if _, err := PlanFromCode(r.ExecPlan, a, r.Placement.GPUs()); err == nil && rowBatch(r) < 1 {
+				t.Fatalf("row %+v runs no batch", r)
 			}
 		}
 	})
