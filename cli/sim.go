@@ -19,12 +19,12 @@ import (
 
 func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 	var (
-		trace, dir, policies string
-		asJSON               bool
-		cfg                  sim.Config
-		racks                int
-		spine                float64
-		both                 bool
+		trace, dir, policies, archFile string
+		asJSON                         bool
+		cfg                            sim.Config
+		racks                          int
+		spine                          float64
+		both                           bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --trace FILE [--data DIR] [--policy a,b] [--json]",
@@ -43,7 +43,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			models, err := simModels(ctx, dir, jobs, cfg.GPUsPerServer, stderr)
+			models, err := simModels(ctx, dir, archFile, jobs, cfg.GPUsPerServer, stderr)
 			if err != nil {
 				return err
 			}
@@ -94,6 +94,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&trace, "trace", "", "workload trace CSV (Morphling layout)")
+	f.StringVar(&archFile, "arch-file", "", "YAML file with the architectures of model types that are not built in (one the trace names with neither is derived from its profile under --data)")
 	f.StringVar(&dir, "data", "", "data directory for fitting and measured tables (default $REPLAN_DATA or ../shared/data/morphling)")
 	f.StringVar(&policies, "policy", "replan", "policies to compare, comma-separated: "+strings.Join(sched.Names(), ","))
 	f.BoolVar(&asJSON, "json", false, "print JSON")
@@ -135,24 +136,40 @@ func addClusterFlags(cmd *cobra.Command, cfg *sim.Config) {
 }
 
 // simModels fits the trace's model types from dir, or falls back to the
-// unfitted models when no data directory exists.
-func simModels(ctx context.Context, dir string, jobs []dataset.WorkloadJob, gpusPerServer int, stderr io.Writer) (*sim.Models, error) {
+// unfitted models when no data directory exists; archFile adds model
+// types that are not built in.
+func simModels(ctx context.Context, dir, archFile string, jobs []dataset.WorkloadJob, gpusPerServer int, stderr io.Writer) (*sim.Models, error) {
 	env := perf.A800
 	if gpusPerServer > 0 {
 		env.GPUsPerServer = gpusPerServer
+	}
+	var cat perf.Catalog
+	var extra []perf.Arch
+	if archFile != "" {
+		full, err := loadCatalog(archFile)
+		if err != nil {
+			return nil, err
+		}
+		cat = perf.Catalog{}
+		for name, a := range full {
+			if _, builtin := perf.Builtin(name); !builtin {
+				cat[name] = a
+				extra = append(extra, a)
+			}
+		}
 	}
 	if dir == "" {
 		dir = defaultDataDir()
 	}
 	if dir == "" {
 		fmt.Fprintln(stderr, "sim: no --data directory: using unfitted default models and no measured tables")
-		return sim.DefaultModels(env), nil
+		return sim.DefaultModels(env, extra...), nil
 	}
 	apps := make([]string, 0, len(jobs))
 	for _, j := range jobs {
 		apps = append(apps, j.Application)
 	}
-	return sim.LoadModels(ctx, dir, env, apps)
+	return sim.LoadModelsWith(ctx, dir, env, apps, cat)
 }
 
 func simPolicies(list string, restartCost float64) ([]sched.Policy, error) {

@@ -1,8 +1,11 @@
 package dataset
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/replan/replan/perf"
@@ -81,4 +84,44 @@ func rowBatch(r PlacementRow) int {
 		}
 	}
 	return dp * ga
+}
+
+// ArchFor is the architecture of model type name, for fitting it from dir:
+// cat's (a catalog of user model types; nil: none), the built-in one, or
+// one derived from dir's profile of the type (ArchFromProfile, with its
+// placements table when it has one). note says what was derived ("" when
+// nothing was).
+func ArchFor(ctx context.Context, dir, name string, cat perf.Catalog) (perf.Arch, string, error) {
+	if a, ok := cat[name]; ok {
+		return a, "", nil
+	}
+	if a, ok := cat[perf.CanonicalName(name)]; ok {
+		return a, "", nil
+	}
+	if a, ok := perf.Builtin(name); ok {
+		return a, "", nil
+	}
+	unknown := fmt.Errorf("model type %q is not built in and has no architecture (give it with --arch-file FILE, or its profile under %s)", name, filepath.Join(dir, "profile", perf.CanonicalName(name)))
+	if dir == "" {
+		return perf.Arch{}, "", unknown
+	}
+	profiles, tables, err := ListDir(dir)
+	if err != nil {
+		return perf.Arch{}, "", err
+	}
+	prof, _, _ := resolveModel(name, profiles, nil)
+	if prof == "" {
+		return perf.Arch{}, "", unknown
+	}
+	p, err := LoadProfile(ctx, dir, prof)
+	if err != nil {
+		return perf.Arch{}, "", err
+	}
+	var rows []PlacementRow
+	if slices.Contains(tables, prof) {
+		if rows, err = LoadPlacement(ctx, dir, prof); err != nil {
+			return perf.Arch{}, "", err
+		}
+	}
+	return ArchFromProfile(name, p, rows, 0)
 }

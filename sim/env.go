@@ -36,6 +36,15 @@ type Models struct {
 // accepted) once from the data directory, with its placements table when
 // it has one, and loads the measured tables.
 func LoadModels(ctx context.Context, dir string, env perf.Env, apps []string) (*Models, error) {
+	return LoadModelsWith(ctx, dir, env, apps, nil)
+}
+
+// LoadModelsWith is LoadModels for model types beyond the built-ins too:
+// cat's (sim --arch-file), or one derived from the data directory's
+// profile of the type (dataset.ArchFor). Such a type is fitted on its
+// profile when the directory has one, and priced by the unfitted defaults
+// of its architecture when not.
+func LoadModelsWith(ctx context.Context, dir string, env perf.Env, apps []string, cat perf.Catalog) (*Models, error) {
 	m := &Models{Env: env, Fitted: map[string]*perf.Model{}, Fits: map[string]perf.FitStats{}}
 	names := map[string]bool{}
 	for _, a := range apps {
@@ -53,15 +62,21 @@ func LoadModels(ctx context.Context, dir string, env perf.Env, apps []string) (*
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
 	for i, n := range sorted {
-		if _, ok := perf.Builtin(n); !ok {
-			return nil, fmt.Errorf("model type %q: not a known architecture", n)
+		a, _, err := dataset.ArchFor(ctx, dir, n, cat)
+		if err != nil {
+			return nil, err
 		}
+		_, builtin := perf.Builtin(n)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			fits[i], stats[i], errs[i] = dataset.FitModel(ctx, dir, n, env, true)
+			fits[i], stats[i], errs[i] = dataset.FitModelFor(ctx, dir, a, env, true)
+			if errs[i] != nil && !builtin {
+				// a user type without a profile: its architecture's defaults
+				fits[i], stats[i], errs[i] = perf.DefaultModel(a, env), perf.FitStats{}, nil
+			}
 		}()
 	}
 	wg.Wait()
@@ -80,13 +95,14 @@ func LoadModels(ctx context.Context, dir string, env perf.Env, apps []string) (*
 	return m, nil
 }
 
-// DefaultModels uses the unfitted default model of every built-in type and
-// no measured tables: for generated traces without a data directory.
-func DefaultModels(env perf.Env) *Models {
+// DefaultModels uses the unfitted default model of every built-in type
+// (and of extra's) and no measured tables: for generated traces without a
+// data directory.
+func DefaultModels(env perf.Env, extra ...perf.Arch) *Models {
 	m := &Models{Env: env, Fitted: map[string]*perf.Model{}, Measured: dataset.NewMeasured()}
-	for _, a := range perf.Builtins() {
+	for _, a := range append(perf.Builtins(), extra...) {
 		dm := perf.DefaultModel(a, env)
-		m.Fitted[a.Name] = &dm
+		m.Fitted[perf.CanonicalName(a.Name)] = &dm
 	}
 	return m
 }
