@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/replan/replan/perf"
@@ -113,15 +114,47 @@ func ArchFor(ctx context.Context, dir, name string, cat perf.Catalog) (perf.Arch
 	if prof == "" {
 		return perf.Arch{}, "", unknown
 	}
+	a, _, note, err := deriveArch(ctx, dir, prof, prof, tables)
+	return a, note, err
+}
+
+// deriveArch is ArchFromProfile for placements table (a model type, or
+// one at another batch: "_bszN") served from profile prof, loading what
+// it needs from dir (tables: its placements tables). profBatch is the
+// global batch the profile ran at: the architecture's, or for a "_bszN"
+// table the one the profile and the plain table can run. The note ends by
+// saying how to give the real architecture.
+func deriveArch(ctx context.Context, dir, table, prof string, tables []string) (a perf.Arch, profBatch int, note string, err error) {
 	p, err := LoadProfile(ctx, dir, prof)
 	if err != nil {
-		return perf.Arch{}, "", err
+		return perf.Arch{}, 0, "", err
 	}
-	var rows []PlacementRow
-	if slices.Contains(tables, prof) {
-		if rows, err = LoadPlacement(ctx, dir, prof); err != nil {
-			return perf.Arch{}, "", err
+	load := func(t string) ([]PlacementRow, error) {
+		if !slices.Contains(tables, t) {
+			return nil, nil
 		}
+		return LoadPlacement(ctx, dir, t)
 	}
-	return ArchFromProfile(name, p, rows, 0)
+	base, batch := table, 0
+	if m := bszSuffix.FindStringSubmatch(table); m != nil {
+		base = m[1]
+		batch, _ = strconv.Atoi(m[2])
+	}
+	rows, err := load(table)
+	if err != nil {
+		return perf.Arch{}, 0, "", err
+	}
+	if a, note, err = ArchFromProfile(base, p, rows, batch); err != nil {
+		return perf.Arch{}, 0, "", err
+	}
+	profBatch = a.GlobalBatch
+	if batch > 0 {
+		plain, err := load(base)
+		if err != nil {
+			return perf.Arch{}, 0, "", err
+		}
+		profBatch = derivedBatch(p, plain)
+		note += fmt.Sprintf("; its profile is fitted as runs at batch %d (the largest DP × GA of the profile and of the %s table)", profBatch, base)
+	}
+	return a, profBatch, note + "; give the real one with --arch-file FILE", nil
 }

@@ -196,33 +196,17 @@ func ValidateWith(ctx context.Context, dir string, env perf.Env, o ValidateOptio
 			rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: no profile to fit from (no %s under %s)", name, base, filepath.Join(dir, "profile")))
 			continue
 		}
+		profArch := profileArch(arch)
 		var archNote string
-		var p Profile
 		if !known {
+			var profBatch int
 			var err error
-			p, err = LoadProfile(ctx, dir, prof)
-			if err != nil {
-				return rep, err
-			}
-			rows, err := LoadPlacement(ctx, dir, name)
-			if err != nil {
-				return rep, err
-			}
-			if arch, archNote, err = ArchFromProfile(name, p, rows, arch.GlobalBatch); err != nil {
+			if arch, profBatch, archNote, err = deriveArch(ctx, dir, name, prof, tables); err != nil {
 				rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: %v", name, err))
 				continue
 			}
-		}
-		profArch := profileArch(arch)
-		if m := bszSuffix.FindStringSubmatch(name); !known && m != nil {
-			// the profile ran at the model type's own batch, not the
-			// suffix's: what the profile and the plain table can run
-			base, _ := LoadPlacement(ctx, dir, m[1])
-			profArch.GlobalBatch = derivedBatch(p, base)
-			archNote += fmt.Sprintf("; its profile is fitted as runs at batch %d (the largest DP × GA of the profile and of the %s table)", profArch.GlobalBatch, m[1])
-		}
-		if archNote != "" {
-			archNote += "; give the real one with --arch-file FILE"
+			profArch = arch
+			profArch.GlobalBatch = profBatch
 		}
 		mr, err := validateModel(ctx, dir, name, prof, arch, profArch, env, fitRows)
 		if archNote != "" {
