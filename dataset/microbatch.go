@@ -17,16 +17,17 @@ const MicroBatchMargin = 2.0 / 3
 
 // MicroBatchChoice is the outcome of chooseMicroBatching.
 type MicroBatchChoice struct {
-	Reading MicroBatching `json:"-"`
+	Reading MicroBatching
 	// Compared is false when no chosen row reads differently (no PP or TP
 	// code, or every DP fills the batch): nothing to choose between.
-	Compared bool `json:"compared"`
+	Compared bool
 	// RMSLE of the fit with the rows read each way (WholeBatch,
 	// MicroBatchOne); zero unless Compared.
-	RMSLE [2]float64 `json:"rmsle"`
+	RMSLE [2]float64
 }
 
-// MarshalText names the reading for reports.
+// String names the reading for reports, with both fits' RMSLE when they
+// were compared.
 func (c MicroBatchChoice) String() string {
 	if !c.Compared {
 		return c.Reading.String()
