@@ -77,21 +77,43 @@ func TestDocsNameRealFlags(t *testing.T) {
 	}
 }
 
-// docs/control.md's table of the daemon's flags lists every flag with the
-// default the code has.
-func TestDocsDaemonFlagTable(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "docs", "control.md"))
+// The docs' tables of a command's flags list every flag the command has,
+// with the default the code has: docs/control.md's of the daemon,
+// docs/agent.md's of deploy.
+func TestDocsFlagTables(t *testing.T) {
+	for _, c := range []struct {
+		file  string
+		table int // which "| flag | default | meaning |" table of the file
+		cmd   []string
+	}{
+		{"control.md", 0, []string{"daemon"}},
+		{"agent.md", 1, []string{"deploy"}},
+	} {
+		checkFlagTable(t, c.file, c.table, c.cmd)
+	}
+}
+
+func checkFlagTable(t *testing.T, file string, table int, path []string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "docs", file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := newRootCmd(io.Discard, io.Discard)
-	d, _, err := root.Find([]string{"daemon"})
+	d, _, err := root.Find(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := regexp.MustCompile("^\\| `--([a-z-]+)`(?:, `--([a-z-]+)`)? \\| ([^|]*) \\|")
+	row := regexp.MustCompile("^\\| `--([a-z-]+)[^`]*`(?:, `(?:--([a-z-]+)|-[a-z])[^`]*`)? \\| ([^|]*) \\|")
 	documented := map[string]string{}
+	n := -1
 	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "| flag | default | meaning |") {
+			n++
+		}
+		if n != table {
+			continue
+		}
 		if m := row.FindStringSubmatch(line); m != nil {
 			documented[m[1]] = strings.TrimSpace(m[3])
 			if m[2] != "" {
@@ -99,15 +121,21 @@ func TestDocsDaemonFlagTable(t *testing.T) {
 			}
 		}
 	}
+	if len(documented) == 0 {
+		t.Fatalf("docs/%s: no flag table %d", file, table)
+	}
 	d.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name == "help" {
+			return
+		}
 		doc, ok := documented[f.Name]
 		if !ok {
-			t.Errorf("docs/control.md: the daemon's --%s is not in the flag table", f.Name)
+			t.Errorf("docs/%s: %s's --%s is not in the flag table", file, d.CommandPath(), f.Name)
 			return
 		}
 		lit := strings.Trim(doc, "`")
-		if strings.ContainsAny(lit, " `$") || f.DefValue == "" {
-			return // prose ("generated", "$REPLAN_DATA or ...")
+		if strings.ContainsAny(lit, " `$") || f.DefValue == "" || f.DefValue == "false" || f.DefValue == "[]" {
+			return // prose ("generated", "$REPLAN_DATA or ..."), off, empty
 		}
 		want := f.DefValue
 		if dv, err := time.ParseDuration(want); err == nil {
@@ -116,12 +144,12 @@ func TestDocsDaemonFlagTable(t *testing.T) {
 			}
 		}
 		if lit != want {
-			t.Errorf("docs/control.md: --%s default %q, the code's is %q", f.Name, lit, want)
+			t.Errorf("docs/%s: %s --%s default %q, the code's is %q", file, d.CommandPath(), f.Name, lit, want)
 		}
 	})
 	for name := range documented {
 		if d.Flags().Lookup(name) == nil {
-			t.Errorf("docs/control.md: the flag table lists --%s, which the daemon does not have", name)
+			t.Errorf("docs/%s: the flag table lists --%s, which %s does not have", file, name, d.CommandPath())
 		}
 	}
 }
