@@ -56,11 +56,13 @@ func BenchOversubComm(ctx context.Context, w io.Writer, racks, perRack, jobs int
 			return err
 		}
 	}
-	es, err := ShiftSeeds(ctx, jobs, racks, perRack, shiftSeedCount, []float64{2, 4, 16})
-	if err != nil {
-		return err
+	for _, batch := range []bool{false, true} {
+		es, err := ShiftSeeds(ctx, jobs, racks, perRack, shiftSeedCount, []float64{2, 4, 16}, batch)
+		if err != nil {
+			return err
+		}
+		printShiftSeeds(w, es, jobs, shiftSeedCount, batch)
 	}
-	printShiftSeeds(w, es, jobs, shiftSeedCount)
 	return nil
 }
 
@@ -68,7 +70,7 @@ func BenchOversubComm(ctx context.Context, w io.Writer, racks, perRack, jobs int
 const shiftSeedCount = 6
 
 // ShiftEffect is what replan's time-shifts do on the contended sweep
-// (plans pinned, Poisson arrivals) at one oversubscription, over several
+// (plans pinned, Poisson or batch arrivals) at one oversubscription, over several
 // seeds of the trace: per seed, the same trace run with the shifts and
 // with them ignored (Config.NoShifts).
 type ShiftEffect struct {
@@ -88,16 +90,17 @@ type ShiftEffect struct {
 }
 
 // ShiftSeeds measures ShiftEffect for each oversubscription over seeds
-// traces of jobs jobs (seeds 1..seeds) on racks of perRack servers. A
+// traces of jobs jobs (seeds 1..seeds; batch: every job at time 0, else
+// Poisson arrivals) on racks of perRack servers. A
 // single trace says little: a shift delays a start by up to an
 // iteration, later events come in another order, and the two runs part
 // ways (one seed's sharing ratio ranged 0.41-1.75 across six seeds).
-func ShiftSeeds(ctx context.Context, jobs, racks, perRack, seeds int, overs []float64) ([]ShiftEffect, error) {
+func ShiftSeeds(ctx context.Context, jobs, racks, perRack, seeds int, overs []float64, batch bool) ([]ShiftEffect, error) {
 	var out []ShiftEffect
 	for _, over := range overs {
 		e := ShiftEffect{Over: over}
 		for seed := 1; seed <= seeds; seed++ {
-			gen := CommWorkload(jobs, racks*perRack, false)
+			gen := CommWorkload(jobs, racks*perRack, batch)
 			gen.Seed = uint64(seed)
 			trace, err := Generate(gen)
 			if err != nil {
@@ -146,8 +149,12 @@ func ratio(a, b float64) float64 {
 }
 
 // printShiftSeeds prints ShiftSeeds' medians and ranges.
-func printShiftSeeds(w io.Writer, es []ShiftEffect, jobs, seeds int) {
-	fmt.Fprintf(w, "\n%d seeds of the communication-heavy trace (plans pinned, Poisson, %d jobs), median (min to max): replan against morphling; replan with the shifts against a run without them; and, trajectory held, the run with the shifts against its own links priced unshifted (same placements and progress; the cut counts the start delays the shifts cost)\n", seeds, jobs)
+func printShiftSeeds(w io.Writer, es []ShiftEffect, jobs, seeds int, batch bool) {
+	arrivals := "Poisson"
+	if batch {
+		arrivals = "batch"
+	}
+	fmt.Fprintf(w, "\n%d seeds of the communication-heavy trace (plans pinned, %s, %d jobs), median (min to max): replan against morphling; replan with the shifts against a run without them; and, trajectory held, the run with the shifts against its own links priced unshifted (same placements and progress; the cut counts the start delays the shifts cost)\n", seeds, arrivals, jobs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "  oversub.\tmorphling/replan avg JCT (target >= 1.15×)\tshifts: sharing-added comm\texposed comm cut (target >= 30%)\tavg JCT\theld: sharing-added comm\theld: exposed comm cut\t")
 	for _, e := range es {

@@ -86,7 +86,7 @@ func TestCommWorkloadPinned(t *testing.T) {
 // shifts: one value per seed and oversubscription, every one finite, the
 // seeds' traces different, and the same figures twice.
 func TestShiftSeeds(t *testing.T) {
-	es, err := ShiftSeeds(context.Background(), 40, 4, 3, 3, []float64{4, 16})
+	es, err := ShiftSeeds(context.Background(), 40, 4, 3, 3, []float64{4, 16}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestShiftSeeds(t *testing.T) {
 	if slices.Equal(a, b) {
 		t.Fatal("seeds 1 and 2 gave the same trace")
 	}
-	again, _ := ShiftSeeds(context.Background(), 40, 4, 3, 3, []float64{4, 16})
+	again, _ := ShiftSeeds(context.Background(), 40, 4, 3, 3, []float64{4, 16}, false)
 	for i := range es {
 		if !slices.Equal(es[i].SharedRatio, again[i].SharedRatio) || !slices.Equal(es[i].JCTRatio, again[i].JCTRatio) {
 			t.Fatalf("%g:1: two runs differ: %v / %v", es[i].Over, es[i].SharedRatio, again[i].SharedRatio)
