@@ -334,6 +334,9 @@ func (st *state) takeFree(j, need int) int {
 	}
 	if got < need && st.rackAware && len(st.racks) > 1 {
 		got += st.takeRack(j, need-got)
+		if got < need {
+			got += st.takeFewestRacks(j, need-got)
+		}
 	}
 	for k := st.maxPer; k >= 1 && got < need; k-- {
 		for got < need {
@@ -463,6 +466,64 @@ func (f *freeIndex) unskip() {
 		}
 	}
 	f.skipped = f.skipped[:0]
+}
+
+// takeFewestRacks gives job j need free GPUs over as few racks as it can,
+// when no one rack has them: each step takes the rack that alone holds
+// what is still needed with the least room to spare, else the rack with
+// the most free GPUs, its servers fullest first. Every rack a job spans
+// puts its communication on that rack's spine uplink, where other jobs
+// spanning racks share it; the generic fill (the servers with the most
+// free GPUs, wherever they are) can spread a 32-GPU job over four racks
+// of 24 GPUs where two do. It returns how many it got (0 or need).
+func (st *state) takeFewestRacks(j, need int) int {
+	js := &st.jobs[j]
+	cpg := max(js.cpg, 1)
+	room := func(s int) int { return max(min(st.free[s], st.freeCPU[s]/cpg), 0) }
+	h := &st.idx
+	mark := len(st.journal)
+	used := make([]bool, len(st.racks))
+	got := 0
+	for got < need {
+		rest := need - got
+		fit, big := -1, -1
+		for r := range st.racks {
+			if used[r] || h.rfree[r] == 0 {
+				continue
+			}
+			if f := h.rfree[r]; f >= rest && (fit < 0 || f < h.rfree[fit]) {
+				fit = r
+			}
+			if big < 0 || h.rfree[r] > h.rfree[big] {
+				big = r
+			}
+		}
+		r := fit
+		if r < 0 {
+			r = big
+		}
+		if r < 0 {
+			break
+		}
+		used[r] = true
+		servers := append([]int(nil), st.racks[r]...)
+		sort.SliceStable(servers, func(a, b int) bool { return room(servers[a]) > room(servers[b]) })
+		for _, s := range servers {
+			if got == need {
+				break
+			}
+			if n := min(room(s), need-got); n > 0 {
+				st.move(j, s, n)
+				got += n
+			}
+		}
+	}
+	if got < need {
+		// cores, not GPUs, ran short: leave it to the generic fill
+		st.rollback(mark)
+		return 0
+	}
+	return got
 }
 
 // takeRack gives job j need free GPUs inside one rack, when a rack has
