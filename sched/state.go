@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"math"
 	"sort"
 
 	"github.com/replan/replan/perf"
@@ -335,16 +336,30 @@ func (st *state) takeFree(j, need int) int {
 	if got < need && st.rackAware && len(st.racks) > 1 {
 		got += st.takeRack(j, need-got)
 		if got < need {
-			got += st.takeFewestRacks(j, need-got)
+			got += st.takeAcrossRacks(j, need-got)
 		}
 	}
+	got += st.fillFullest(j, need-got)
+	sortAlloc(js.alloc)
+	return got
+}
+
+// fillFullest gives job j up to need free GPUs from the servers with the
+// most free GPUs, wherever they are (takeFree's last resort). It returns
+// how many it got.
+func (st *state) fillFullest(j, need int) int {
+	cpg := st.jobs[j].cpg
+	got := 0
 	for k := st.maxPer; k >= 1 && got < need; k-- {
 		for got < need {
 			s, ok := st.idx.any(k)
 			if !ok {
 				break
 			}
-			n := fit(s, need-got)
+			n := min(need-got, st.free[s])
+			if cpg > 0 {
+				n = min(n, st.freeCPU[s]/cpg)
+			}
 			if n <= 0 {
 				// cores exhausted: park the server in a lower bucket by
 				// skipping it this pass
@@ -358,8 +373,48 @@ func (st *state) takeFree(j, need int) int {
 		}
 		st.idx.unskip()
 	}
-	sortAlloc(js.alloc)
 	return got
+}
+
+// takeAcrossRacks gives job j need free GPUs across racks (no one rack
+// has them): over the fewest racks (takeFewestRacks) when that spans
+// fewer racks than the fullest servers would, on no more servers and with
+// no fewer GPUs on its smallest server (its NIC path no slower), else
+// nothing (fillFullest then takes them). It returns how many it got.
+func (st *state) takeAcrossRacks(j, need int) int {
+	mark := len(st.journal)
+	if st.takeFewestRacks(j, need) == 0 {
+		return 0
+	}
+	few := st.spanOf(j)
+	st.rollback(mark)
+	got := st.fillFullest(j, need)
+	full := st.spanOf(j)
+	st.rollback(mark)
+	if got == need && !(few.racks < full.racks && few.servers <= full.servers && few.minPer >= full.minPer) {
+		return 0
+	}
+	return st.takeFewestRacks(j, need)
+}
+
+// span is how widely an allocation spreads.
+type span struct{ racks, servers, minPer int }
+
+func (st *state) spanOf(j int) span {
+	sp := span{minPer: math.MaxInt}
+	seen := map[int]bool{}
+	for _, a := range st.jobs[j].alloc {
+		if a.GPUs <= 0 {
+			continue
+		}
+		sp.servers++
+		sp.minPer = min(sp.minPer, a.GPUs)
+		if r := st.rackOf[a.Server]; !seen[r] {
+			seen[r] = true
+			sp.racks++
+		}
+	}
+	return sp
 }
 
 // freeIndex buckets servers by free GPU count so best-fit and
