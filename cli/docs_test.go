@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -150,6 +151,102 @@ func checkFlagTable(t *testing.T, file string, table int, path []string) {
 	for name := range documented {
 		if d.Flags().Lookup(name) == nil {
 			t.Errorf("docs/%s: the flag table lists --%s, which %s does not have", file, name, d.CommandPath())
+		}
+	}
+}
+
+// docSchema is the JSON schema docs/cli.md gives for the command whose
+// row or paragraph starts with prefix: every field name in it, quoted
+// ("model") or bare inside braces ({dp,tp}).
+func docSchema(t *testing.T, prefix string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	for i, line := range lines {
+		if !strings.HasPrefix(line, "| `"+prefix) && !strings.HasPrefix(line, "`"+prefix) {
+			continue
+		}
+		text := line
+		if !strings.HasPrefix(line, "|") && i+1 < len(lines) {
+			text = lines[i+1] // "`replan sim ...`:" then the schema on the next line
+		}
+		k := strings.Index(text, "`{")
+		if k < 0 {
+			t.Fatalf("docs/cli.md: no JSON schema for %q", prefix)
+		}
+		schema := text[k+1:]
+		schema = schema[:strings.Index(schema, "}`")+1]
+		var names []string
+		quoted := regexp.MustCompile(`"([a-z_0-9-]+)"`)
+		for _, m := range quoted.FindAllStringSubmatch(schema, -1) {
+			names = append(names, m[1])
+		}
+		names = append(names, regexp.MustCompile(`[a-z_][a-z_0-9]*`).FindAllString(quoted.ReplaceAllString(schema, ""), -1)...)
+		return names
+	}
+	t.Fatalf("docs/cli.md: no row for %q", prefix)
+	return nil
+}
+
+// jsonKeys collects every object key in a decoded JSON document.
+func jsonKeys(v any, into map[string]bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			into[k] = true
+			jsonKeys(e, into)
+		}
+	case []any:
+		for _, e := range x {
+			jsonKeys(e, into)
+		}
+	}
+}
+
+// The --json documents of the performance-model and simulator commands
+// carry every field docs/cli.md names for them (fields are only added).
+func TestDocsJSONSchemas(t *testing.T) {
+	dir := sharedDir(t)
+	trace := filepath.Join(t.TempDir(), "t.csv")
+	gen, err := runCLI(t, "sim", "gen", "--jobs", "30", "--servers", "8", "--seed", "3")
+	if err != nil {
+		t.Fatalf("sim gen: %v\n%s", err, gen)
+	}
+	if err := os.WriteFile(trace, []byte(gen), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		prefix string
+		args   []string
+	}{
+		{"replan plan ", []string{"plan", "--model", "gpt2", "--gpus", "16", "--data", dir}},
+		{"replan perf validate ", []string{"perf", "validate", "--data", dir}},
+		{"replan perf curve ", []string{"perf", "curve", "--model", "bert", "--gpus", "8", "--data", dir}},
+		{"replan sim --trace", []string{"sim", "--trace", trace, "--data", dir, "--policy", "replan,morphling"}},
+	} {
+		out, err := runCLI(t, append(c.args, "--json")...)
+		if err != nil {
+			t.Errorf("%v: %v\n%s", c.args, err, out)
+			continue
+		}
+		var doc any
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Errorf("%v: %v", c.args, err)
+			continue
+		}
+		have := map[string]bool{}
+		jsonKeys(doc, have)
+		names := docSchema(t, c.prefix)
+		if len(names) < 3 {
+			t.Fatalf("%s: only %v parsed from docs/cli.md", c.prefix, names)
+		}
+		for _, n := range names {
+			if !have[n] {
+				t.Errorf("docs/cli.md documents %q for %s, the output has no such field", n, strings.TrimSpace(c.prefix))
+			}
 		}
 	}
 }
