@@ -561,22 +561,31 @@ func (st *state) takeFewestRacks(j, need int) int {
 			break
 		}
 		used[r] = true
-		servers := append([]int(nil), st.racks[r]...)
-		sort.SliceStable(servers, func(a, b int) bool { return room(servers[a]) > room(servers[b]) })
-		for _, s := range servers {
-			if got == need {
-				break
-			}
-			if n := min(room(s), need-got); n > 0 {
-				st.move(j, s, n)
-				got += n
-			}
-		}
+		got += st.fillRack(j, r, need-got, room)
 	}
 	if got < need {
 		// cores, not GPUs, ran short: leave it to the generic fill
 		st.rollback(mark)
 		return 0
+	}
+	return got
+}
+
+// fillRack gives job j up to need GPUs of rack r, its servers with the
+// most room first (room: what a server can give the job). It returns how
+// many it got.
+func (st *state) fillRack(j, r, need int, room func(s int) int) int {
+	servers := append([]int(nil), st.racks[r]...)
+	sort.SliceStable(servers, func(a, b int) bool { return room(servers[a]) > room(servers[b]) })
+	got := 0
+	for _, s := range servers {
+		if got == need {
+			break
+		}
+		if n := min(room(s), need-got); n > 0 {
+			st.move(j, s, n)
+			got += n
+		}
 	}
 	return got
 }
@@ -628,19 +637,8 @@ func (st *state) takeRack(j, need int) int {
 	if best < 0 {
 		return 0
 	}
-	servers := append([]int(nil), st.racks[best]...)
-	sort.SliceStable(servers, func(a, b int) bool { return room(servers[a]) > room(servers[b]) })
 	mark := len(st.journal)
-	got := 0
-	for _, s := range servers {
-		if got == need {
-			break
-		}
-		if n := min(room(s), need-got); n > 0 {
-			st.move(j, s, n)
-			got += n
-		}
-	}
+	got := st.fillRack(j, best, need, room)
 	if got < need {
 		// cores, not GPUs, ran short there: take nothing here
 		st.rollback(mark)
