@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,27 +168,32 @@ func docSchema(t *testing.T, prefix string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	span := regexp.MustCompile("`([\\[{][^`]*)`")
 	lines := strings.Split(string(data), "\n")
 	for i, line := range lines {
-		if !strings.HasPrefix(line, "| `"+prefix) && !strings.HasPrefix(line, "`"+prefix) {
+		var text string
+		switch {
+		case strings.HasPrefix(line, "| `"+prefix):
+			if cells := strings.SplitN(line, " | ", 3); len(cells) > 1 {
+				text = cells[1] // the row's second cell
+			}
+		case strings.HasPrefix(line, "`"+prefix) && i+1 < len(lines):
+			text = lines[i+1] // "`replan sim ...`:" then the schema
+		default:
 			continue
 		}
-		text := line
-		if !strings.HasPrefix(line, "|") && i+1 < len(lines) {
-			text = lines[i+1] // "`replan sim ...`:" then the schema on the next line
-		}
-		k := strings.Index(text, "`{")
-		if k < 0 {
+		m := span.FindStringSubmatch(text)
+		if m == nil {
 			t.Fatalf("docs/cli.md: no JSON schema for %q", prefix)
 		}
-		schema := text[k+1:]
-		schema = schema[:strings.Index(schema, "}`")+1]
 		var names []string
+		// "[job ids]": a description of the elements, not field names
+		m[1] = regexp.MustCompile(`\[[^\]\[{]* [^\]\[{]*\]`).ReplaceAllString(m[1], "[]")
 		quoted := regexp.MustCompile(`"([a-z_0-9-]+)"`)
-		for _, m := range quoted.FindAllStringSubmatch(schema, -1) {
-			names = append(names, m[1])
+		for _, q := range quoted.FindAllStringSubmatch(m[1], -1) {
+			names = append(names, q[1])
 		}
-		names = append(names, regexp.MustCompile(`[a-z_][a-z_0-9]*`).FindAllString(quoted.ReplaceAllString(schema, ""), -1)...)
+		names = append(names, regexp.MustCompile(`\b[a-z_][a-z_0-9]*\b`).FindAllString(quoted.ReplaceAllString(m[1], ""), -1)...)
 		return names
 	}
 	t.Fatalf("docs/cli.md: no row for %q", prefix)
@@ -246,6 +255,76 @@ func TestDocsJSONSchemas(t *testing.T) {
 		for _, n := range names {
 			if !have[n] {
 				t.Errorf("docs/cli.md documents %q for %s, the output has no such field", n, strings.TrimSpace(c.prefix))
+			}
+		}
+	}
+}
+
+// The daemon commands' --json documents carry every field docs/cli.md
+// names for them, except the ones it documents as conditional (optional).
+func TestDocsDaemonJSONSchemas(t *testing.T) {
+	sock, d := serveControl(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	run := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if st := Run(ctx, append(args, "--socket", sock, "--json"), &out, &errb); st != 0 {
+			t.Fatalf("%v: exit %d: %s", args, st, errb.String())
+		}
+		return out.String()
+	}
+	for k, gpus := range []string{"{gpus: 16}", "{gpus: 8}"} {
+		file := filepath.Join(dir, fmt.Sprintf("j%d.yaml", k))
+		spec := strings.NewReplacer("TENANT", "research", "MODEL", "gpt2", "REQUEST", gpus, "name: x", fmt.Sprintf("name: x%d", k)).Replace(cliSpec)
+		if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run("submit", file)
+	}
+	// before any round both wait: the queue has entries to show
+	queue := run("queue")
+	if _, err := d.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var jobs []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(run("jobs")), &jobs); err != nil || len(jobs) != 2 {
+		t.Fatalf("jobs: %v %v", jobs, err)
+	}
+	for _, c := range []struct {
+		prefix   string
+		args     []string
+		optional string // fields docs/cli.md documents as present only sometimes
+	}{
+		{"replan whoami", []string{"whoami"}, ""},
+		{"replan queue", []string{"queue"}, "timers job gpus server_timer_s rack_timer_s starved_s accept_tier why nw_sens loss_rack loss_cross eta_reason"},
+		{"replan job ID", []string{"job", jobs[0].ID}, ""},
+		{"replan drain/undrain", []string{"drain", "b"}, ""},
+		{"replan events", []string{"events"}, ""},
+		{"replan nodes", []string{"nodes"}, "suspect suspect_why idle_held_gpus index util_pct mem_used_gb mem_total_gb temp_c power_w ecc_errors xid_errors"},
+	} {
+		out := queue
+		if c.args[0] != "queue" {
+			out = run(c.args...)
+		}
+		have := map[string]bool{}
+		dec := json.NewDecoder(strings.NewReader(out)) // events: one object per line
+		for dec.More() {
+			var doc any
+			if err := dec.Decode(&doc); err != nil {
+				t.Fatalf("%v: %v", c.args, err)
+			}
+			jsonKeys(doc, have)
+		}
+		names := docSchema(t, c.prefix)
+		if len(names) < 2 {
+			t.Fatalf("%s: only %v parsed from docs/cli.md", c.prefix, names)
+		}
+		for _, n := range names {
+			if !have[n] && !slices.Contains(strings.Fields(c.optional), n) {
+				t.Errorf("docs/cli.md documents %q for %s, the output has no such field", n, c.prefix)
 			}
 		}
 	}
