@@ -159,18 +159,7 @@ func (f *FIFO) placeInRack(st *state, i, need, tp int) (bool, string) {
 		return false, fmt.Sprintf("needs %d GPUs inside one rack in blocks of a multiple of TP %d; the roomiest rack has %d", need, tp, most)
 	}
 	sort.SliceStable(picks, func(a, b int) bool { return picks[a].servers < picks[b].servers })
-	l := append([]int(nil), st.racks[picks[0].rack]...)
-	sort.SliceStable(l, func(a, b int) bool { return block(l[a]) > block(l[b]) })
-	got := 0
-	for _, s := range l {
-		if got == need {
-			break
-		}
-		if n := min(block(s), need-got); n > 0 {
-			st.move(i, s, n)
-			got += n
-		}
-	}
+	st.fillRack(i, picks[0].rack, need, block)
 	sortAlloc(js.alloc)
 	return true, ""
 }
