@@ -2,7 +2,12 @@ package sched
 
 import (
 	"math"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/replan/replan/cluster"
 
 	"github.com/replan/replan/perf"
 )
@@ -44,37 +49,14 @@ func preferCompatible(st *state, i int, plan perf.Plan, thr func(a []Alloc) floa
 		return false
 	}
 	base := thr(cur)
-	others := map[int]struct {
-		c     Circle
-		ok    bool
-		fixed bool
-		off   float64
-	}{}
+	others := map[int]tentCircle{}
 	circleOf := func(k int) (Circle, bool, bool, float64) {
-		if o, seen := others[k]; seen {
-			return o.c, o.ok, o.fixed, o.off
+		o, seen := others[k]
+		if !seen {
+			o = st.tentativeCircle(k)
+			others[k] = o
 		}
-		ks := &st.jobs[k]
-		p := ks.job.ReqPlan
-		switch {
-		case ks.planSet:
-			p = ks.newPlan
-		case ks.orig > 0:
-			p = ks.job.Plan
-		}
-		c, ok := spineCircle(s, ks.job, p, ks.alloc)
-		fixed := ks.orig > 0 && ks.total == ks.orig && !ks.touched && !st.isDirty[k]
-		off := 0.0
-		if fixed && ok {
-			off = math.Mod(ks.job.Phase, c.Period)
-		}
-		others[k] = struct {
-			c     Circle
-			ok    bool
-			fixed bool
-			off   float64
-		}{c, ok, fixed, off}
-		return c, ok, fixed, off
+		return o.c, o.ok, o.fixed, o.off
 	}
 	// rackScore is the job's compatibility on rack r's uplink with the
 	// other jobs there. The job itself is left out of the rack's jobs, so
@@ -201,4 +183,157 @@ func tieCandidates(st *state, i int, cur []Alloc) [][]Alloc {
 		}
 	}
 	return out
+}
+
+// tentCircle is a job's circle on its racks' spine uplinks as this round
+// leaves it: ok when it spans racks and communicates across them; fixed
+// when it keeps running unchanged, at offset off (its phase).
+type tentCircle struct {
+	c     Circle
+	ok    bool
+	fixed bool
+	off   float64
+}
+
+// tentativeCircle is job k's circle on its tentative allocation with the
+// plan it will run: the round's new plan, else its current plan when
+// running, else its request. It is memoised for the round while the job's
+// allocation and plan stay as they were (a prediction each).
+func (st *state) tentativeCircle(k int) tentCircle {
+	ks := &st.jobs[k]
+	p := ks.job.ReqPlan
+	switch {
+	case ks.planSet:
+		p = ks.newPlan
+	case ks.orig > 0:
+		p = ks.job.Plan
+	}
+	fixed := ks.orig > 0 && ks.total == ks.orig && !ks.touched && !st.isDirty[k]
+	if m, ok := st.circles[k]; ok && m.plan == p && m.tc.fixed == fixed && sameAlloc(m.alloc, ks.alloc) {
+		return m.tc
+	}
+	c, ok := spineCircle(st.snap, ks.job, p, ks.alloc)
+	off := 0.0
+	if fixed && ok {
+		off = math.Mod(ks.job.Phase, c.Period)
+	}
+	tc := tentCircle{c, ok, fixed, off}
+	if st.circles == nil {
+		st.circles = map[int]roundCircle{}
+	}
+	st.circles[k] = roundCircle{alloc: append([]Alloc(nil), ks.alloc...), plan: p, tc: tc}
+	return tc
+}
+
+// roundCircle is tentativeCircle's memo of one job.
+type roundCircle struct {
+	alloc []Alloc
+	plan  perf.Plan
+	tc    tentCircle
+}
+
+// uplinkInflation is replan's uplink hold test for waiting job i on its
+// tentative allocation, running plan: on each spine uplink of its racks
+// that other cross-rack jobs already use (their circles as the round
+// leaves them, running ones at their phase), the communication seconds
+// per iteration the link's
+// overload adds to the job at its best rotation (Rotate, LinkLoad), as a
+// share of its iteration alone. It returns the worst uplink's share, the
+// rack and the jobs on it (0, "", nil when the allocation stays in one rack
+// or no other cross-rack job shares its uplinks).
+func uplinkInflation(st *state, i int, plan perf.Plan) (float64, string, []string) {
+	js := &st.jobs[i]
+	var me Circle
+	haveMe := false
+	worst, rack := 0.0, ""
+	var with []string
+	if len(st.seenAt) < len(st.jobs) {
+		st.seenAt = make([]int, len(st.jobs))
+	}
+	for n, a := range js.alloc {
+		r := st.rackOf[a.Server]
+		if slices.ContainsFunc(js.alloc[:n], func(b Alloc) bool { return st.rackOf[b.Server] == r }) {
+			continue // rack seen
+		}
+		var cs []Circle
+		var offs []float64
+		var ids []string
+		st.seenGen++ // a job counts once per rack
+		for _, sv := range st.racks[r] {
+			for _, k := range st.on[sv] {
+				if k == i || st.seenAt[k] == st.seenGen {
+					continue
+				}
+				st.seenAt[k] = st.seenGen
+				o := st.tentativeCircle(k)
+				if !o.ok {
+					continue
+				}
+				cs, offs = append(cs, o.c), append(offs, o.off)
+				ids = append(ids, st.jobs[k].job.ID)
+			}
+		}
+		if len(cs) == 0 {
+			continue
+		}
+		if !haveMe {
+			// the job's own circle only once an uplink has others
+			var ok bool
+			if me, ok = spineCircle(st.snap, js.job, plan, js.alloc); !ok || me.Period <= 0 {
+				return 0, "", nil
+			}
+			haveMe = true
+		}
+		if peakDemand(cs)+peakDemand([]Circle{me}) <= 1 {
+			continue // never over capacity, whatever the rotation
+		}
+		// The others are held where they are (those starting this round
+		// at offset 0: the shifts that follow rotate them too, so this
+		// errs towards holding); the job takes its best rotation.
+		fixed := make([]bool, len(cs)+1)
+		for n := range cs {
+			fixed[n] = true
+		}
+		cs, offs = append(cs, me), append(offs, 0)
+		offs, _ = Rotate(cs, fixed, offs, 1)
+		_, _, extra := LinkLoad(cs, offs, 1)
+		if x := extra[len(extra)-1] / me.Period; x > worst {
+			worst, rack, with = x, st.snap.Servers[a.Server].Rack, ids
+		}
+	}
+	return worst, rack, with
+}
+
+// holdReason is the waiting reason of a job the uplink hold passed over:
+// the offer it was made (GPUs per server, across racks), the uplink, the
+// jobs on it and the predicted slowdown.
+func holdReason(pl perf.Placement, x float64, rack string, with []string) string {
+	jobs := "job " + with[0]
+	if len(with) > 1 {
+		shown := with
+		if len(shown) > 3 {
+			shown = shown[:3]
+		}
+		jobs = "jobs " + strings.Join(shown, ", ")
+		if len(with) > 3 {
+			jobs += " and " + strconv.Itoa(len(with)-3) + " more"
+		}
+	}
+	return "uplink hold: the offer of " + cluster.PlacementText(pl) + " across racks would share rack " + rack +
+		"'s spine uplink with " + jobs + ", slowing its iterations by " + strconv.FormatFloat(100*x, 'f', 0, 64) +
+		"% even at its best time-shift; it waits for a freer uplink while jobs behind it use the GPUs"
+}
+
+// peakDemand is the sum over circles of each one's largest arc demand: a
+// link whose circles sum to at most its capacity is never overloaded.
+func peakDemand(cs []Circle) float64 {
+	sum := 0.0
+	for _, c := range cs {
+		d := 0.0
+		for _, a := range c.Arcs {
+			d = math.Max(d, a.Demand)
+		}
+		sum += d
+	}
+	return sum
 }

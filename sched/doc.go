@@ -16,8 +16,12 @@
 // Network-aware placement (NewReplan, the "replan" policy) adds Dally's
 // delay scheduling over placement tiers (server < rack < cross-rack) with
 // timers auto-tuned from a TimerHistory the caller keeps, Dally's Nw_sens
-// priority, and CASSINI time-shifts for jobs sharing a rack's spine uplink
-// (Decision.Shift). Decisions.Timers exposes every waiting job's timers.
+// priority, CASSINI time-shifts for jobs sharing a rack's spine uplink
+// (Decision.Shift), and an uplink hold: a waiting job whose offer across
+// racks would be slowed by more than NetOptions.UplinkHold on an uplink
+// other cross-rack jobs already load leaves the GPUs to the jobs behind it
+// for the round, and takes only what they leave. Decisions.Timers exposes
+// every waiting job's timers.
 // The network baselines Tiresias, Gandiva and Dally (NewDally) run on exact
 // requests; WithShifts adds time-shifts to any policy.
 //

@@ -453,70 +453,120 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		capacity += sv.GPUs
 	}
 	cutoff := math.Inf(-1)
-	for _, i := range order {
-		js := &st.jobs[i]
-		if js.orig > 0 && js.total == 0 {
-			continue
-		}
-		if js.slope <= cutoff && st.freeGPUs == 0 {
-			if js.total == 0 {
-				// Its own blocker: its own next step and slope, not
-				// those of the job that set the cutoff.
-				f, sl := js.next(min(len(js.cv.env)-1, capacity))
-				js.reason = fmt.Sprintf("cluster full: needs %s and no running job above its minRes has a lower slope than its %.2f to shrink", gpuCount(max(f, 1)), sl)
+	// held: waiting jobs replan's uplink hold passed over (see below);
+	// hold is off for the leftover pass that offers them what nobody took.
+	var held []int
+	hold := nr != nil && p.net.UplinkHold > 0
+	leftover := false
+	growAll := func(order []int) {
+		for _, i := range order {
+			js := &st.jobs[i]
+			if js.orig > 0 && js.total == 0 {
+				continue
 			}
-			continue
-		}
-		if js.orig > 0 && js.total == js.orig && !p.pays(js, js.origThr, js.cv.at(len(js.cv.env)-1)) {
-			continue // no growth could pay for the restart
-		}
-		// A job that changed less than MinDwell ago may grow into free
-		// GPUs but not take them from others (no trading back and forth).
-		settling := p.settling(st, js)
-		if settling && st.freeGPUs == 0 {
-			continue
-		}
-		mark := len(st.journal)
-		grew := false
-		limit := min(len(js.cv.env)-1, capacity)
-		for {
-			f, sl := js.next(limit)
-			if f == 0 || sl < minSlope {
-				if js.total == 0 && js.reason == "" {
-					js.reason = fmt.Sprintf("no GPU count up to %d gives this job enough throughput per GPU", limit)
+			if js.slope <= cutoff && st.freeGPUs == 0 {
+				if js.total == 0 {
+					// Its own blocker: its own next step and slope, not
+					// those of the job that set the cutoff.
+					f, sl := js.next(min(len(js.cv.env)-1, capacity))
+					js.reason = fmt.Sprintf("cluster full: needs %s and no running job above its minRes has a lower slope than its %.2f to shrink", gpuCount(max(f, 1)), sl)
 				}
-				break
+				continue
 			}
-			step := len(st.journal)
-			ok := p.grow(st, i, f, sl, false, settling)
-			if ok && nr != nil && js.orig == 0 {
-				// Dally: a waiting job refuses an offer wider than its
-				// timers allow; it keeps the last step it accepted.
-				if fine, _, why := nr.allows(s.Servers, i, js.alloc); !fine {
-					st.rollback(step)
-					if js.total == 0 {
-						js.reason = why
+			if js.orig > 0 && js.total == js.orig && !p.pays(js, js.origThr, js.cv.at(len(js.cv.env)-1)) {
+				continue // no growth could pay for the restart
+			}
+			// A job that changed less than MinDwell ago may grow into free
+			// GPUs but not take them from others (no trading back and forth).
+			settling := p.settling(st, js)
+			if settling && st.freeGPUs == 0 {
+				continue
+			}
+			mark := len(st.journal)
+			grew := false
+			limit := min(len(js.cv.env)-1, capacity)
+			for {
+				f, sl := js.next(limit)
+				if f == 0 || sl < minSlope {
+					if js.total == 0 && js.reason == "" {
+						js.reason = fmt.Sprintf("no GPU count up to %d gives this job enough throughput per GPU", limit)
 					}
 					break
 				}
-			}
-			if !ok {
-				st.rollback(step)
-				if !grew && st.freeGPUs == 0 {
-					cutoff = sl
+				step := len(st.journal)
+				ok := p.grow(st, i, f, sl, false, settling)
+				if ok && leftover {
+					// the leftover pass takes free GPUs only: no job of
+					// the first pass gives any back
+					for _, o := range st.journal[step:] {
+						if o.job != i {
+							ok = false
+							break
+						}
+					}
 				}
-				if js.total == 0 && js.reason == "" {
-					js.reason = fmt.Sprintf("needs %s; %d free, and no running job may be shrunk for it (higher slopes, at their minRes, or the restart would not pay)", gpuCount(f), st.freeGPUs)
+				if ok && nr != nil && js.orig == 0 {
+					// Dally: a waiting job refuses an offer wider than its
+					// timers allow; it keeps the last step it accepted.
+					if fine, _, why := nr.allows(s.Servers, i, js.alloc); !fine {
+						st.rollback(step)
+						if js.total == 0 {
+							js.reason = why
+						}
+						break
+					}
 				}
-				break
+				if ok && hold && js.orig == 0 && st.cross(i) {
+					// replan's uplink hold: an offer across racks whose
+					// spine uplinks other cross-rack jobs already fill
+					// would slow this job (and them) for its whole run;
+					// the GPUs go to the jobs after it this round.
+					if v := p.c.best(js.job.Model, js.fam, st.placement(i), true, js.cpg); v.ok {
+						if x, rack, with := uplinkInflation(st, i, v.plan); x > p.net.UplinkHold {
+							offer := st.placement(i)
+							st.rollback(step)
+							if js.total == 0 {
+								js.reason = holdReason(offer, x, rack, with)
+								held = append(held, i)
+							}
+							break
+						}
+					}
+				}
+				if !ok {
+					st.rollback(step)
+					if !grew && st.freeGPUs == 0 {
+						cutoff = sl
+					}
+					if js.total == 0 && js.reason == "" {
+						js.reason = fmt.Sprintf("needs %s; %d free, and no running job may be shrunk for it (higher slopes, at their minRes, or the restart would not pay)", gpuCount(f), st.freeGPUs)
+					}
+					break
+				}
+				grew = true
 			}
-			grew = true
+			if nr != nil && js.orig == 0 && js.total > 0 {
+				p.preferCompatible(st, i, mark)
+			}
+			if js.total != js.orig && !p.finish(st, i) {
+				st.rollback(mark)
+			}
 		}
-		if nr != nil && js.orig == 0 && js.total > 0 {
-			p.preferCompatible(st, i, mark)
+	}
+	growAll(order)
+	if len(held) > 0 && st.freeGPUs > 0 {
+		// The leftover pass: GPUs nobody took would idle until the next
+		// round; a held job may have them after all, sharing its uplinks.
+		hold, leftover = false, true
+		why := make([]string, len(held))
+		for n, i := range held {
+			why[n], st.jobs[i].reason = st.jobs[i].reason, ""
 		}
-		if js.total != js.orig && !p.finish(st, i) {
-			st.rollback(mark)
+		growAll(held)
+		for n, i := range held {
+			if js := &st.jobs[i]; js.total == 0 {
+				js.reason = why[n] + " (" + gpuCount(st.freeGPUs) + " left over this round: not an offer it can take)"
+			}
 		}
 	}
 

@@ -33,6 +33,15 @@ type NetOptions struct {
 	// Shifts computes CASSINI time-shifts for jobs sharing inter-server
 	// links (Decision.Shift).
 	Shifts bool
+	// UplinkHold is replan's uplink hold (Morphling-based policies only):
+	// a waiting job whose offer spans racks is passed over for the round
+	// when, at its best time-shift against the cross-rack jobs already on
+	// one of its racks' spine uplinks, that link's overload would add more
+	// than this share to its iteration time (uplinkInflation). The GPUs go
+	// to the jobs after it; what nobody takes is then offered to the held
+	// jobs without the test (free GPUs only), so a hold never leaves GPUs
+	// idle. Default 0.25; negative: never hold.
+	UplinkHold float64
 	// PreemptMinRun is Dally's network-sensitive preemption (dally,
 	// dally-manual; replan preempts by Morphling's rule and ignores it): a
 	// running job is preempted for a waiting one only after it ran this
@@ -45,9 +54,10 @@ type NetOptions struct {
 }
 
 // DefaultNetOptions returns Dally's manual timers (12 h / 12 h), the
-// auto-tuner on, a 5 % loss threshold and time-shifts on.
+// auto-tuner on, a 5 % loss threshold, time-shifts on and a 25 % uplink
+// hold.
 func DefaultNetOptions() NetOptions {
-	return NetOptions{ServerTimer: 12 * 3600, RackTimer: 12 * 3600, AutoTune: true, LossAccept: 0.05, Shifts: true}
+	return NetOptions{ServerTimer: 12 * 3600, RackTimer: 12 * 3600, AutoTune: true, LossAccept: 0.05, Shifts: true, UplinkHold: 0.25}
 }
 
 func (o NetOptions) withDefaults() NetOptions {
@@ -59,6 +69,9 @@ func (o NetOptions) withDefaults() NetOptions {
 	}
 	if o.LossAccept == 0 {
 		o.LossAccept = 0.05
+	}
+	if o.UplinkHold == 0 {
+		o.UplinkHold = 0.25
 	}
 	if o.PreemptMinRun == 0 {
 		o.PreemptMinRun = 3600

@@ -44,6 +44,11 @@ type state struct {
 	// GPUs even by shrinking (privileged pass).
 	mustFail map[int]int
 	rackCap  int
+	// circles memoises tentativeCircle (compat.go) for the round;
+	// seenAt[k] == seenGen marks job k as counted by uplinkInflation.
+	circles map[int]roundCircle
+	seenAt  []int
+	seenGen int
 }
 
 // op is one journal entry: job took (gpus > 0) or gave back GPUs and cores

@@ -238,7 +238,8 @@ func BenchOversub(ctx context.Context, w io.Writer, racks, jobs int) error {
 
 // oversubSweep runs gen (batch and Poisson arrivals) on racks of perRack
 // servers at the spine oversubscriptions overs (4: 4:1) with replan,
-// morphling, dally, tiresias and replan with its shifts ignored, and
+// morphling, dally, tiresias, replan with its shifts ignored and replan
+// without its uplink hold, and
 // prints the table and the targets. pin pins every job's plan
 // (Config.PinPlans).
 func oversubSweep(ctx context.Context, w io.Writer, gen GenConfig, perRack int, pin bool, overs []float64) error {
@@ -282,14 +283,22 @@ func oversubSweep(ctx context.Context, w io.Writer, gen GenConfig, perRack int, 
 			if err != nil {
 				return err
 			}
+			nh, _ := policyNamed("replan no-hold")
+			noHold, err := Run(ctx, trace, models, nh, cfg)
+			if err != nil {
+				return err
+			}
 			arr := "poisson"
 			if batch {
 				arr = "batch"
 			}
-			for _, r := range append(rs, noShift) {
+			for _, r := range append(rs, noShift, noHold) {
 				name := r.Policy
-				if r == noShift {
+				switch r {
+				case noShift:
 					name = "replan no-shift"
+				case noHold:
+					name = "replan no-hold"
 				}
 				fmt.Fprintf(tw, "%.0f:1\t%s\t%s\t%.3f\t%.2f\t%.3f\t%.3f\t%.3f\t%d\t\n", over, arr, name, r.AvgJCT/3600, r.Makespan/3600, r.CommExposed/3600, r.CommShared/3600, r.LinkInflation, r.LinkSharing)
 			}

@@ -1,0 +1,111 @@
+package sched_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/replan/replan/sched"
+)
+
+// holdCluster is four racks of one 8-GPU server each over a slow spine
+// (25 GB/s per rack, 4:1). Job x runs data-parallel across racks B and D (4
+// GPUs each), so it uses B's and D's uplinks; u runs on half of rack A, y
+// fills rack C, w the rest of D. Half of A and half of B are free. The
+// waiting 8-GPU job z (data-parallel, plan pinned) can only start across
+// racks, 4 on A and 4 on B, where it would share B's uplink with x: each
+// communicates for more than half its iteration there. The waiting 4-GPU
+// job v (submitted later, with v: also pinned) fits one server. The
+// running jobs started a minute ago: MinDwell keeps them as they are.
+func holdCluster(t *testing.T, withV bool) sched.Snapshot {
+	m := model(t, "gpt2")
+	srv := make([]sched.Server, 4)
+	for i := range srv {
+		srv[i] = sched.Server{ID: "s" + string(rune('0'+i)), Rack: "r" + string(rune('A'+i)), GPUs: 8, CPUs: 96, MemGB: 1600}
+	}
+	x := waiting(t, "x", m, 8, 0)
+	x.Alloc = []sched.Alloc{{Server: 1, GPUs: 4, CPUs: 32}, {Server: 3, GPUs: 4, CPUs: 32}}
+	x.Plan = dpPlan(t, m, 8)
+	x.ItersDone, x.Phase = 1, 0
+	x.ReqPlan, x.PinPlan = x.Plan, true
+	u := running(t, waiting(t, "u", m, 4, 0), 0, 4)
+	y := running(t, waiting(t, "y", m, 8, 0), 2, 8)
+	w := running(t, waiting(t, "w", m, 4, 0), 3, 4)
+	for _, j := range []*sched.Job{&u, &y, &w} {
+		j.ReqPlan, j.PinPlan = j.Plan, true
+	}
+	for _, j := range []*sched.Job{&x, &u, &y, &w} {
+		j.LastChange = 30*3600 - 60 // started a minute ago: nobody shrinks them (MinDwell)
+	}
+	z := waiting(t, "z", m, 8, 100)
+	z.ReqPlan, z.PinPlan = dpPlan(t, m, 8), true
+	jobs := []sched.Job{x, u, y, w, z}
+	if withV {
+		v := waiting(t, "v", m, 4, 200)
+		v.PinPlan = true
+		jobs = append(jobs, v)
+	}
+	s := snapshot(srv, jobs...)
+	s.Now = 30 * 3600 // past both 12 h timers
+	s.SpineGBps = 25
+	return s
+}
+
+// holdOptions accept a spread placement over the slow spine (as
+// TestTieBreakReplan's).
+func holdOptions() sched.Options {
+	o := sched.DefaultOptions()
+	o.FragTolerance, o.MinSlope = 0.01, 0.01
+	return o
+}
+
+// The uplink hold passes z over while v can use the GPUs: z would share
+// rack B's uplink with x (both slowed for their whole runs), so v starts
+// in one rack and z waits with a reason that names the uplink and x. With
+// the hold off, z starts across A and B as before.
+func TestUplinkHoldGivesGPUsToAJobInOneRack(t *testing.T) {
+	s := holdCluster(t, true)
+	d := sched.NewReplan(holdOptions(), sched.DefaultNetOptions()).Schedule(s)
+	checkCapacity(t, s, d)
+	if a, ok := find(d, "z"); ok {
+		t.Fatalf("z started on %v beside x on rack B's uplink; want it held (%v)", racksOf(s, a.Alloc), d.Actions)
+	}
+	a, ok := find(d, "v")
+	if !ok {
+		t.Fatalf("v not started: %v", d.Waiting)
+	}
+	if r := racksOf(s, a.Alloc); len(r) != 1 {
+		t.Fatalf("v on %v, want one rack", r)
+	}
+	why := reason(d, "z")
+	for _, want := range []string{"uplink hold", "2 servers × 4 GPUs across racks", "rack rB", "job x", "4 GPUs left over this round"} {
+		if !strings.Contains(why, want) {
+			t.Fatalf("z's reason %q lacks %q", why, want)
+		}
+	}
+
+	n := sched.DefaultNetOptions()
+	n.UplinkHold = -1
+	d = sched.NewReplan(holdOptions(), n).Schedule(s)
+	a, ok = find(d, "z")
+	if !ok {
+		t.Fatalf("hold off: z not started: %v", d.Waiting)
+	}
+	if r := racksOf(s, a.Alloc); r["rA"] != 4 || r["rB"] != 4 {
+		t.Fatalf("hold off: z on %v, want 4 on rA and 4 on rB", r)
+	}
+}
+
+// A hold never leaves GPUs idle: with nobody else to take the free GPUs,
+// the leftover pass starts z across racks after all.
+func TestUplinkHoldLeavesNoGPUIdle(t *testing.T) {
+	s := holdCluster(t, false)
+	d := sched.NewReplan(holdOptions(), sched.DefaultNetOptions()).Schedule(s)
+	checkCapacity(t, s, d)
+	a, ok := find(d, "z")
+	if !ok {
+		t.Fatalf("z not started though its GPUs would idle: %v", d.Waiting)
+	}
+	if r := racksOf(s, a.Alloc); r["rA"] != 4 || r["rB"] != 4 {
+		t.Fatalf("z on %v, want 4 on rA and 4 on rB", r)
+	}
+}
