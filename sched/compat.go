@@ -49,15 +49,6 @@ func preferCompatible(st *state, i int, plan perf.Plan, thr func(a []Alloc) floa
 		return false
 	}
 	base := thr(cur)
-	others := map[int]tentCircle{}
-	circleOf := func(k int) (Circle, bool, bool, float64) {
-		o, seen := others[k]
-		if !seen {
-			o = st.tentativeCircle(k)
-			others[k] = o
-		}
-		return o.c, o.ok, o.fixed, o.off
-	}
 	// rackScore is the job's compatibility on rack r's uplink with the
 	// other jobs there. The job itself is left out of the rack's jobs, so
 	// the score depends on the rack alone and the candidates share it.
@@ -66,21 +57,12 @@ func preferCompatible(st *state, i int, plan perf.Plan, thr func(a []Alloc) floa
 		if sc, ok := rackScores[r]; ok {
 			return sc
 		}
-		cs, fixed, offs := []Circle{}, []bool{}, []float64{}
-		jobs := map[int]bool{}
-		for _, sv := range st.racks[r] {
-			for _, k := range st.on[sv] {
-				if k == i || jobs[k] {
-					continue
-				}
-				jobs[k] = true
-				if c, ok, f, off := circleOf(k); ok {
-					cs, fixed, offs = append(cs, c), append(fixed, f), append(offs, off)
-				}
-			}
-		}
 		sc := 1.0
-		if len(cs) > 0 {
+		if tcs, _ := st.rackCircles(r, i); len(tcs) > 0 {
+			cs, fixed, offs := make([]Circle, 0, len(tcs)+1), make([]bool, 0, len(tcs)+1), make([]float64, 0, len(tcs)+1)
+			for _, o := range tcs {
+				cs, fixed, offs = append(cs, o.c), append(fixed, o.fixed), append(offs, o.off)
+			}
 			cs, fixed, offs = append(cs, me), append(fixed, false), append(offs, 0)
 			_, sc = Rotate(cs, fixed, offs, 1)
 		}
@@ -195,6 +177,30 @@ type tentCircle struct {
 	off   float64
 }
 
+// rackCircles are the circles, as the round leaves them, of the jobs
+// other than i that hold GPUs in rack r and run across racks (so use its
+// spine uplink), each job once, with their IDs.
+func (st *state) rackCircles(r, i int) ([]tentCircle, []string) {
+	if len(st.seenAt) < len(st.jobs) {
+		st.seenAt = make([]int, len(st.jobs))
+	}
+	st.seenGen++
+	var tcs []tentCircle
+	var ids []string
+	for _, sv := range st.racks[r] {
+		for _, k := range st.on[sv] {
+			if k == i || st.seenAt[k] == st.seenGen {
+				continue
+			}
+			st.seenAt[k] = st.seenGen
+			if o := st.tentativeCircle(k); o.ok {
+				tcs, ids = append(tcs, o), append(ids, st.jobs[k].job.ID)
+			}
+		}
+	}
+	return tcs, ids
+}
+
 // tentativeCircle is job k's circle on its tentative allocation with the
 // plan it will run: the round's new plan, else its current plan when
 // running, else its request. It is memoised for the round while the job's
@@ -247,34 +253,18 @@ func uplinkInflation(st *state, i int, plan perf.Plan) (float64, string, []strin
 	haveMe := false
 	worst, rack := 0.0, ""
 	var with []string
-	if len(st.seenAt) < len(st.jobs) {
-		st.seenAt = make([]int, len(st.jobs))
-	}
 	for n, a := range js.alloc {
 		r := st.rackOf[a.Server]
 		if slices.ContainsFunc(js.alloc[:n], func(b Alloc) bool { return st.rackOf[b.Server] == r }) {
 			continue // rack seen
 		}
-		var cs []Circle
-		var offs []float64
-		var ids []string
-		st.seenGen++ // a job counts once per rack
-		for _, sv := range st.racks[r] {
-			for _, k := range st.on[sv] {
-				if k == i || st.seenAt[k] == st.seenGen {
-					continue
-				}
-				st.seenAt[k] = st.seenGen
-				o := st.tentativeCircle(k)
-				if !o.ok {
-					continue
-				}
-				cs, offs = append(cs, o.c), append(offs, o.off)
-				ids = append(ids, st.jobs[k].job.ID)
-			}
-		}
-		if len(cs) == 0 {
+		tcs, ids := st.rackCircles(r, i)
+		if len(tcs) == 0 {
 			continue
+		}
+		cs, offs := make([]Circle, 0, len(tcs)+1), make([]float64, 0, len(tcs)+1)
+		for _, o := range tcs {
+			cs, offs = append(cs, o.c), append(offs, o.off)
 		}
 		if !haveMe {
 			// the job's own circle only once an uplink has others
