@@ -109,3 +109,24 @@ func TestUplinkHoldLeavesNoGPUIdle(t *testing.T) {
 		t.Fatalf("z on %v, want 4 on rA and 4 on rB", r)
 	}
 }
+
+// No job is held for ever: z, 10 iterations from its end (seconds of work
+// on the offer), has waited 30 h, far more than UplinkHoldRuns (8) times
+// its run, so it starts beside x although v could use the GPUs.
+func TestUplinkHoldIsBounded(t *testing.T) {
+	s := holdCluster(t, true)
+	z := &s.Jobs[4]
+	if z.ID != "z" {
+		t.Fatalf("job 4 is %s, want z", z.ID)
+	}
+	z.ItersTotal = 10
+	d := sched.NewReplan(holdOptions(), sched.DefaultNetOptions()).Schedule(s)
+	checkCapacity(t, s, d)
+	a, ok := find(d, "z")
+	if !ok {
+		t.Fatalf("z held after waiting 30 h for a 10-iteration run: %q", reason(d, "z"))
+	}
+	if r := racksOf(s, a.Alloc); r["rA"] != 4 || r["rB"] != 4 {
+		t.Fatalf("z on %v, want 4 on rA and 4 on rB", r)
+	}
+}

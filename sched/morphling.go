@@ -521,8 +521,12 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 					// spine uplinks other cross-rack jobs already fill
 					// would slow this job (and them) for its whole run;
 					// the GPUs go to the jobs after it this round.
-					if v := p.c.best(js.job.Model, js.fam, st.placement(i), true, js.cpg); v.ok {
-						if x, rack, with := uplinkInflation(st, i, v.plan); x > p.net.UplinkHold {
+					if v := p.c.best(js.job.Model, js.fam, st.placement(i), true, js.cpg); v.ok && v.thr > 0 {
+						// No job is held for ever: only while it has waited
+						// (since submit or its last run) less than
+						// UplinkHoldRuns times its predicted run on the offer.
+						run := js.remaining * float64(js.job.Model.Arch.GlobalBatch) / v.thr
+						if x, rack, with := uplinkInflation(st, i, v.plan); x > p.net.UplinkHold && nr.jobs[i].starved < p.net.UplinkHoldRuns*run {
 							offer := st.placement(i)
 							st.rollback(step)
 							if js.total == 0 {

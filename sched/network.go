@@ -42,6 +42,13 @@ type NetOptions struct {
 	// jobs without the test (free GPUs only), so a hold never leaves GPUs
 	// idle. Default 0.25; negative: never hold.
 	UplinkHold float64
+	// UplinkHoldRuns bounds the hold: a job is held only while it has
+	// waited (Job.Starved) less than this many times its predicted run
+	// on the offer (remaining iterations at the offer's throughput alone),
+	// so no job is held for ever, and one whose length is unknown
+	// (ItersTotal 0) never is. Default 8 (2026-11-26: 8-16 did best on
+	// the contended sweep; unbounded was worse at 16:1).
+	UplinkHoldRuns float64
 	// PreemptMinRun is Dally's network-sensitive preemption (dally,
 	// dally-manual; replan preempts by Morphling's rule and ignores it): a
 	// running job is preempted for a waiting one only after it ran this
@@ -55,9 +62,9 @@ type NetOptions struct {
 
 // DefaultNetOptions returns Dally's manual timers (12 h / 12 h), the
 // auto-tuner on, a 5 % loss threshold, time-shifts on and a 25 % uplink
-// hold.
+// hold of at most 8 runs.
 func DefaultNetOptions() NetOptions {
-	return NetOptions{ServerTimer: 12 * 3600, RackTimer: 12 * 3600, AutoTune: true, LossAccept: 0.05, Shifts: true, UplinkHold: 0.25}
+	return NetOptions{ServerTimer: 12 * 3600, RackTimer: 12 * 3600, AutoTune: true, LossAccept: 0.05, Shifts: true, UplinkHold: 0.25, UplinkHoldRuns: 8}
 }
 
 func (o NetOptions) withDefaults() NetOptions {
@@ -72,6 +79,9 @@ func (o NetOptions) withDefaults() NetOptions {
 	}
 	if o.UplinkHold == 0 {
 		o.UplinkHold = 0.25
+	}
+	if o.UplinkHoldRuns <= 0 {
+		o.UplinkHoldRuns = 8
 	}
 	if o.PreemptMinRun == 0 {
 		o.PreemptMinRun = 3600
