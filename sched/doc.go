@@ -20,7 +20,8 @@
 // (Decision.Shift), and an uplink hold: a waiting job whose offer across
 // racks would be slowed by more than NetOptions.UplinkHold on an uplink
 // other cross-rack jobs already load leaves the GPUs to the jobs behind it
-// for the round, and takes only what they leave. Decisions.Timers exposes
+// for the round, and takes only what they leave (for at most
+// NetOptions.UplinkHoldRuns times its run). Decisions.Timers exposes
 // every waiting job's timers.
 // The network baselines Tiresias, Gandiva and Dally (NewDally) run on exact
 // requests; WithShifts adds time-shifts to any policy.
