@@ -85,29 +85,28 @@ func TestUplinkHoldGivesGPUsToAJobInOneRack(t *testing.T) {
 
 	n := sched.DefaultNetOptions()
 	n.UplinkHold = -1
-	d = sched.NewReplan(holdOptions(), n).Schedule(s)
-	a, ok = find(d, "z")
+	zBesideX(t, s, n, "hold off")
+}
+
+// zBesideX schedules s with replan under n and checks that z starts across
+// racks A and B, beside x on B's uplink (what: the case, for the message).
+func zBesideX(t *testing.T, s sched.Snapshot, n sched.NetOptions, what string) {
+	t.Helper()
+	d := sched.NewReplan(holdOptions(), n).Schedule(s)
+	checkCapacity(t, s, d)
+	a, ok := find(d, "z")
 	if !ok {
-		t.Fatalf("hold off: z not started: %v", d.Waiting)
+		t.Fatalf("%s: z not started: %q", what, reason(d, "z"))
 	}
 	if r := racksOf(s, a.Alloc); r["rA"] != 4 || r["rB"] != 4 {
-		t.Fatalf("hold off: z on %v, want 4 on rA and 4 on rB", r)
+		t.Fatalf("%s: z on %v, want 4 on rA and 4 on rB", what, r)
 	}
 }
 
 // A hold never leaves GPUs idle: with nobody else to take the free GPUs,
 // the leftover pass starts z across racks after all.
 func TestUplinkHoldLeavesNoGPUIdle(t *testing.T) {
-	s := holdCluster(t, false)
-	d := sched.NewReplan(holdOptions(), sched.DefaultNetOptions()).Schedule(s)
-	checkCapacity(t, s, d)
-	a, ok := find(d, "z")
-	if !ok {
-		t.Fatalf("z not started though its GPUs would idle: %v", d.Waiting)
-	}
-	if r := racksOf(s, a.Alloc); r["rA"] != 4 || r["rB"] != 4 {
-		t.Fatalf("z on %v, want 4 on rA and 4 on rB", r)
-	}
+	zBesideX(t, holdCluster(t, false), sched.DefaultNetOptions(), "nobody else takes the GPUs")
 }
 
 // No job is held for ever: z, 10 iterations from its end (seconds of work
@@ -120,13 +119,5 @@ func TestUplinkHoldIsBounded(t *testing.T) {
 		t.Fatalf("job 4 is %s, want z", z.ID)
 	}
 	z.ItersTotal = 10
-	d := sched.NewReplan(holdOptions(), sched.DefaultNetOptions()).Schedule(s)
-	checkCapacity(t, s, d)
-	a, ok := find(d, "z")
-	if !ok {
-		t.Fatalf("z held after waiting 30 h for a 10-iteration run: %q", reason(d, "z"))
-	}
-	if r := racksOf(s, a.Alloc); r["rA"] != 4 || r["rB"] != 4 {
-		t.Fatalf("z on %v, want 4 on rA and 4 on rB", r)
-	}
+	zBesideX(t, s, sched.DefaultNetOptions(), "waited 30 h for a 10-iteration run")
 }
