@@ -274,7 +274,7 @@ func uplinkInflation(st *state, i int, plan perf.Plan) (float64, string, []strin
 			}
 			haveMe = true
 		}
-		if peakDemand(cs)+peakDemand([]Circle{me}) <= 1 {
+		if peakDemand(cs)+me.peak() <= 1 {
 			continue // never over capacity, whatever the rotation
 		}
 		// The others are held where they are (those starting this round
@@ -319,11 +319,7 @@ func holdReason(pl perf.Placement, x float64, rack string, with []string) string
 func peakDemand(cs []Circle) float64 {
 	sum := 0.0
 	for _, c := range cs {
-		d := 0.0
-		for _, a := range c.Arcs {
-			d = math.Max(d, a.Demand)
-		}
-		sum += d
+		sum += c.peak()
 	}
 	return sum
 }

@@ -24,6 +24,15 @@ type Circle struct {
 	Arcs   []Arc
 }
 
+// peak is the circle's largest arc demand (0 without arcs).
+func (c Circle) peak() float64 {
+	d := 0.0
+	for _, a := range c.Arcs {
+		d = math.Max(d, a.Demand)
+	}
+	return d
+}
+
 // CommCircle is the circle of a job whose iteration takes iter seconds
 // and uses inter-server links for comm seconds of it (the performance
 // model's Breakdown.InterServer, scaled to iter): the gradient
@@ -194,10 +203,7 @@ func LinkLoad(cs []Circle, offsets []float64, capacity float64) (excess, total f
 	w := make([]float64, 0, gridSlots)
 	for i := range cs {
 		p, prof := r.per[i], r.prof[i]
-		dem := 0.0
-		for _, a := range cs[i].Arcs {
-			dem = math.Max(dem, a.Demand)
-		}
+		dem := cs[i].peak()
 		if dem <= 0 {
 			continue
 		}
