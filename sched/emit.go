@@ -70,7 +70,7 @@ func emitState(st *state, plan planFunc) Decisions {
 				d.Waiting = append(d.Waiting, Wait{Job: j.ID, Index: i, Reason: fmt.Sprintf("no feasible plan on placement %s", st.placement(i))})
 				continue
 			}
-			dec := Decision{Kind: Start, Job: j.ID, Index: i, Plan: p, Throughput: thr, Why: fmt.Sprintf("%d GPUs", js.total)}
+			dec := Decision{Kind: Start, Job: j.ID, Index: i, Plan: p, Throughput: thr, Why: startWhy(j.ReqGPUs, js.total)}
 			dec.Alloc = withMem(js.alloc, mem)
 			dec.Placement = placementOf(dec.Alloc)
 			starts = append(starts, dec)
@@ -171,4 +171,20 @@ func withMem(allocs []Alloc, mem perf.Memory) []Alloc {
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Server < out[b].Server })
 	return out
+}
+
+// startWhy says what a start gave against what the job asked for: "8 GPUs
+// as asked", "asked for 8 GPUs, given 48: free GPUs that raise its
+// predicted throughput" or "asked for 8 GPUs, given 4".
+func startWhy(asked, given int) string {
+	switch {
+	case asked <= 0:
+		return gpuCount(given)
+	case given == asked:
+		return gpuCount(given) + " as asked"
+	case given > asked:
+		return fmt.Sprintf("asked for %s, given %d: free GPUs that raise its predicted throughput", gpuCount(asked), given)
+	default:
+		return fmt.Sprintf("asked for %s, given %d", gpuCount(asked), given)
+	}
 }

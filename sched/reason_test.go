@@ -50,3 +50,36 @@ func TestEachWaitingJobHasItsOwnReason(t *testing.T) {
 		}
 	}
 }
+
+// TestStartSaysWhatWasAsked: a start's reason compares what the job was
+// given with what it asked for. It used to read only "48 GPUs", which
+// left `replan job` unable to say why a job asking for 8 holds 48.
+func TestStartSaysWhatWasAsked(t *testing.T) {
+	bert := model(t, "bert")
+	alone := waiting(t, "alone", bert, 2, 0)
+	d := sched.NewMorphling(cheap()).Schedule(snapshot(servers(2, 8), alone))
+	var got *sched.Decision
+	for i := range d.Actions {
+		if d.Actions[i].Job == "alone" && d.Actions[i].Kind == sched.Start {
+			got = &d.Actions[i]
+		}
+	}
+	if got == nil {
+		t.Fatalf("alone did not start: %+v", d)
+	}
+	n := got.Placement.GPUs()
+	t.Logf("start on %d GPUs: %q", n, got.Why)
+	want := fmt.Sprintf("asked for 2 GPUs, given %d: free GPUs that raise its predicted throughput", n)
+	if n == 2 {
+		want = "2 GPUs as asked"
+	}
+	if got.Why != want {
+		t.Errorf("reason %q, want %q", got.Why, want)
+	}
+
+	fifo := waiting(t, "fifo", bert, 4, 0)
+	d = sched.NewStatic().Schedule(snapshot(servers(1, 8), fifo))
+	if len(d.Actions) != 1 || d.Actions[0].Why != "4 GPUs as asked" {
+		t.Errorf("static start: %+v, want one start whose reason is %q", d.Actions, "4 GPUs as asked")
+	}
+}
