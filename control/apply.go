@@ -530,7 +530,7 @@ func (d *Daemon) prepare(a sched.Decision, seen seenJob, pinned map[string]strin
 		p.up = jobUpdate{js, rec, fmt.Sprintf("%s: %s", a.Kind, a.Why)}
 		detail, _ := json.Marshal(map[string]any{"plan": a.Plan, "placement": a.Placement, "throughput": a.Throughput})
 		p.dec = DecisionRecord{JobID: id, Kind: a.Kind.String(), Detail: detail, Reason: a.Why, At: d.now()}
-		p.ev = d.ev(a.Kind.String(), id, "", fmt.Sprintf("%s on %s with %s (%.2f samples/s predicted)", js.spec.Name, placementWords(servers), a.Plan, a.Throughput),
+		p.ev = d.ev(a.Kind.String(), id, "", fmt.Sprintf("%s on %s with %s (%.2f samples/s predicted); %s", js.spec.Name, placementWords(servers), a.Plan, a.Throughput, a.Why),
 			map[string]any{"plan": a.Plan.String(), "placement": placementWords(servers)})
 		p.next = Launch{JobID: id, Spec: js.spec, Plan: a.Plan, Servers: servers, Attempt: rec.Attempt - 1, Resume: resume, From: rec.Checkpoint, Shift: a.Shift}
 		if resume && js.ckPlan != a.Plan {

@@ -439,3 +439,40 @@ func TestAdoptedJobShowsItsPrediction(t *testing.T) {
 		t.Fatalf("adopted job predicts %v samples/s, the daemon that started it %v", after, before)
 	}
 }
+
+// TestStartEventSaysWhy: the start event (replan events, the TUI's events
+// screen) carries the decision's reason after the placement, so an
+// operator reads there why a job asking for 8 GPUs holds 16. It used to
+// end at the predicted throughput.
+func TestStartEventSaysWhy(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	d, _ := newDaemon(t, st, &recorder{}, "replan")
+	s := spec(t, "one", 8, jobspec.BestEffort)
+	j, err := d.Submit(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	decs, err := st.Decisions(ctx, j.ID, 10)
+	if err != nil || len(decs) == 0 {
+		t.Fatalf("decisions %+v, %v", decs, err)
+	}
+	why := decs[0].Reason
+	if !strings.Contains(why, "8 GPUs") {
+		t.Fatalf("start reason %q does not say what was asked", why)
+	}
+	evs, _ := st.Events(ctx, 0, 100)
+	for _, e := range evs {
+		if e.Kind == "start" && e.JobID == j.ID {
+			t.Logf("start event: %s", e.Msg)
+			if !strings.HasSuffix(e.Msg, "predicted); "+why) {
+				t.Errorf("start event %q does not end with the decision's reason %q", e.Msg, why)
+			}
+			return
+		}
+	}
+	t.Fatalf("no start event in %+v", evs)
+}
