@@ -186,7 +186,7 @@ type Decision struct {
 	ID         int64
 	Kind       string // start, reconfigure, preempt, wait
 	Plan       string // compact plan, for start and reconfigure
-	Placement  string // GPUs per server, e.g. "[4 4]"
+	Placement  string // as people say it, e.g. "2 servers × 4 GPUs" (cluster.PlacementText)
 	Throughput float64
 	Reason     string
 	At         time.Time

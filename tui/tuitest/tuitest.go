@@ -136,10 +136,10 @@ func Small() Snapshot {
 	}
 	events := []data.Event{
 		ev(1, "submit", "j-000001", "", "gpt2-a submitted by tenant vision (guaranteed, 8 GPUs)", 0),
-		ev(2, "start", "j-000001", "", "gpt2-a on [8] with DP2·TP4·PP1 mb2 ga4 ZeRO-1 ckpt (14.20 samples/s predicted)", 1),
+		ev(2, "start", "j-000001", "", "gpt2-a on 1 server × 8 GPUs: srv-01 [0-7] with DP2·TP4·PP1 mb2 ga4 ZeRO-1 ckpt (14.20 samples/s predicted); 8 GPUs as asked", 1),
 		ev(3, "submit", "j-000003", "", "t5-c submitted by tenant nlp (guaranteed, 16 GPUs)", 5),
 		ev(4, "preempt", "j-000007", "", "preempted for j-000003 (higher slope)", 6),
-		ev(5, "reconfigure", "j-000003", "", "t5-c on [8 8] with DP8·TP2·PP1 mb2 ga2 ZeRO-1 (30.10 samples/s predicted)", 7),
+		ev(5, "reconfigure", "j-000003", "", "t5-c on 2 servers × 8 GPUs: srv-03 [0-7], srv-05 [0-7] with DP8·TP2·PP1 mb2 ga2 ZeRO-1 (30.10 samples/s predicted); grown from 8 to 16 GPUs", 7),
 		ev(6, "drain", "", "srv-04", "srv-04 drained", 20),
 		ev(7, "node-down", "", "srv-08", "srv-08 missed 4 heartbeats: dial tcp 10.0.0.8:22: i/o timeout", 40),
 		ev(8, "refit", "j-000005", "", "model roberta refitted (measured 51.30 samples/s)", 55),
@@ -154,8 +154,8 @@ func Small() Snapshot {
 			},
 			Decisions: []data.Decision{
 				{ID: 1, Kind: "wait", Reason: "waits for 16 GPUs in one rack", At: T0.Add(-55 * time.Minute)},
-				{ID: 2, Kind: "start", Plan: "DP4·TP2·PP1 mb2 ga4 ZeRO-1", Placement: "[8]", Throughput: 17.2, Reason: "8 free GPUs on srv-03", At: T0.Add(-54 * time.Minute)},
-				{ID: 3, Kind: "reconfigure", Plan: jobs[2].PlanString, Placement: "[8 8]", Throughput: 30.1, Reason: "grows to 16 GPUs: slope 1.6 above j-000007's 0.4", At: T0.Add(-53 * time.Minute)},
+				{ID: 2, Kind: "start", Plan: "DP4·TP2·PP1 mb2 ga4 ZeRO-1", Placement: "1 server × 8 GPUs", Throughput: 17.2, Reason: "asked for 16 GPUs, given 8", At: T0.Add(-54 * time.Minute)},
+				{ID: 3, Kind: "reconfigure", Plan: jobs[2].PlanString, Placement: "2 servers × 8 GPUs", Throughput: 30.1, Reason: "grown from 8 to 16 GPUs", At: T0.Add(-53 * time.Minute)},
 			},
 		},
 	}
