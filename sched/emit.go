@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/replan/replan/perf"
 )
@@ -17,6 +18,7 @@ type planFunc func(i int) (perf.Plan, float64, perf.Memory, bool)
 func emitState(st *state, plan planFunc) Decisions {
 	var d Decisions
 	var shrinks, grows, starts []Decision
+	var gain gainIndex
 	waiting := 0
 	for i := range st.jobs {
 		if st.jobs[i].orig == 0 && st.jobs[i].total == 0 {
@@ -32,6 +34,9 @@ func emitState(st *state, plan planFunc) Decisions {
 			why := js.preemptWhy
 			if why == "" {
 				why = "shrunk to zero for a job with a higher slope or below its minRes"
+				if g := gain.of(st, i); g != "" {
+					why = "shrunk to zero for " + g + ": a job with a higher slope or below its minRes"
+				}
 			}
 			d.Actions = append(d.Actions, Decision{Kind: Preempt, Job: j.ID, Index: i, Why: why})
 		case js.orig > 0 && (js.touched || js.cpuSet || !sameAlloc(js.alloc, j.Alloc)):
@@ -49,6 +54,9 @@ func emitState(st *state, plan planFunc) Decisions {
 			switch {
 			case js.total < js.orig:
 				dec.Why = fmt.Sprintf("shrunk from %d to %d GPUs", js.orig, js.total)
+				if g := gain.of(st, i); g != "" {
+					dec.Why += " for " + g
+				}
 				shrinks = append(shrinks, dec)
 			case js.total > js.orig:
 				dec.Why = fmt.Sprintf("grown from %d to %d GPUs", js.orig, js.total)
@@ -187,4 +195,71 @@ func startWhy(asked, given int) string {
 	default:
 		return fmt.Sprintf("asked for %s, given %d", gpuCount(asked), given)
 	}
+}
+
+// gainIndex names whom a shrink or a preemption made room for: the jobs
+// that hold more GPUs at the end of the round on a server where the
+// shrunk job gives some up. Built on first use (most rounds shrink
+// nobody).
+type gainIndex struct {
+	built bool
+	on    map[int][]int // server → jobs that gained GPUs on it, in job order
+}
+
+// of lists the jobs that gained GPUs where job v gave some up: "j-3",
+// "j-3 and j-5", "j-3, j-5, j-7 and 2 more"; "" when none did.
+func (g *gainIndex) of(st *state, v int) string {
+	if !g.built {
+		g.built, g.on = true, map[int][]int{}
+		for k := range st.jobs {
+			if st.jobs[k].total == 0 || sameAlloc(st.jobs[k].job.Alloc, st.jobs[k].alloc) {
+				continue
+			}
+			for s, d := range allocDelta(st.jobs[k].job.Alloc, st.jobs[k].alloc) {
+				if d > 0 {
+					g.on[s] = append(g.on[s], k)
+				}
+			}
+		}
+	}
+	seen := map[int]bool{}
+	var ids []string
+	gave := allocDelta(st.jobs[v].job.Alloc, st.jobs[v].alloc)
+	servers := make([]int, 0, len(gave))
+	for s, d := range gave {
+		if d < 0 {
+			servers = append(servers, s)
+		}
+	}
+	sort.Ints(servers)
+	for _, s := range servers {
+		for _, k := range g.on[s] {
+			if k != v && !seen[k] {
+				seen[k] = true
+				ids = append(ids, st.jobs[k].job.ID)
+			}
+		}
+	}
+	switch n := len(ids); {
+	case n == 0:
+		return ""
+	case n == 1:
+		return ids[0]
+	case n <= 3:
+		return fmt.Sprintf("%s and %s", strings.Join(ids[:n-1], ", "), ids[n-1])
+	default:
+		return fmt.Sprintf("%s and %d more", strings.Join(ids[:3], ", "), n-3)
+	}
+}
+
+// allocDelta is the change of GPUs per server from before to after.
+func allocDelta(before, after []Alloc) map[int]int {
+	d := map[int]int{}
+	for _, a := range before {
+		d[a.Server] -= a.GPUs
+	}
+	for _, a := range after {
+		d[a.Server] += a.GPUs
+	}
+	return d
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/replan/replan/sched"
@@ -81,5 +82,37 @@ func TestStartSaysWhatWasAsked(t *testing.T) {
 	d = sched.NewStatic().Schedule(snapshot(servers(1, 8), fifo))
 	if len(d.Actions) != 1 || d.Actions[0].Why != "4 GPUs as asked" {
 		t.Errorf("static start: %+v, want one start whose reason is %q", d.Actions, "4 GPUs as asked")
+	}
+}
+
+// TestShrinkNamesWhomItMadeRoomFor: a shrink or a preemption says which
+// job takes the GPUs it gives up. It used to read only "shrunk from 8 to
+// 4 GPUs" (or "shrunk to zero for a job with a higher slope…"), so the
+// owner of the shrunk job could not tell what it was shrunk for.
+func TestShrinkNamesWhomItMadeRoomFor(t *testing.T) {
+	bert := model(t, "bert")
+	a := running(t, waiting(t, "a", bert, 8, 0), 0, 8)
+	b := running(t, waiting(t, "b", bert, 8, 1), 1, 8)
+	g := waiting(t, "g", bert, 8, 5)
+	g.Class, g.Tenant = sched.Guaranteed, "A"
+	s := snapshot(servers(2, 8), a, b, g)
+	s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: 8}, {Name: "B"}}
+	d := sched.NewMorphling(cheap()).Schedule(s)
+	if st, ok := find(d, "g"); !ok || st.Kind != sched.Start {
+		t.Fatalf("g not started: %q", reason(d, "g"))
+	}
+	shrunk := 0
+	for _, x := range d.Actions {
+		if x.Job == "g" || (x.Kind != sched.Preempt && !strings.HasPrefix(x.Why, "shrunk")) {
+			continue
+		}
+		shrunk++
+		t.Logf("%s %s: %s", x.Kind, x.Job, x.Why)
+		if !strings.Contains(x.Why, " for g") {
+			t.Errorf("%s of %s: %q does not name g, which takes its GPUs", x.Kind, x.Job, x.Why)
+		}
+	}
+	if shrunk == 0 {
+		t.Fatalf("neither a nor b gave up GPUs for g: %+v", d.Actions)
 	}
 }
