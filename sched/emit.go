@@ -60,6 +60,9 @@ func emitState(st *state, plan planFunc) Decisions {
 				shrinks = append(shrinks, dec)
 			case js.total > js.orig:
 				dec.Why = fmt.Sprintf("grown from %d to %d GPUs", js.orig, js.total)
+				if f := gain.from(st, i); f != "" {
+					dec.Why += "; taken from " + f
+				}
 				grows = append(grows, dec)
 			case p == j.Plan && sameAlloc(js.alloc, j.Alloc):
 				dec.Why = cpuWhy(js)
@@ -78,7 +81,7 @@ func emitState(st *state, plan planFunc) Decisions {
 				d.Waiting = append(d.Waiting, Wait{Job: j.ID, Index: i, Reason: fmt.Sprintf("no feasible plan on placement %s", st.placement(i))})
 				continue
 			}
-			dec := Decision{Kind: Start, Job: j.ID, Index: i, Plan: p, Throughput: thr, Why: startWhy(j.ReqGPUs, js.total)}
+			dec := Decision{Kind: Start, Job: j.ID, Index: i, Plan: p, Throughput: thr, Why: startWhy(j.ReqGPUs, js.total, gain.from(st, i))}
 			dec.Alloc = withMem(js.alloc, mem)
 			dec.Placement = placementOf(dec.Alloc)
 			starts = append(starts, dec)
@@ -181,59 +184,83 @@ func withMem(allocs []Alloc, mem perf.Memory) []Alloc {
 	return out
 }
 
-// startWhy says what a start gave against what the job asked for: "8 GPUs
-// as asked", "asked for 8 GPUs, given 48: free GPUs that raise its
-// predicted throughput" or "asked for 8 GPUs, given 4".
-func startWhy(asked, given int) string {
+// startWhy says what a start gave against what the job asked for, and
+// whom it took GPUs from (from: gainIndex.from): "8 GPUs as asked",
+// "asked for 8 GPUs, given 48: each added GPU raises its predicted
+// throughput", "asked for 8 GPUs, given 4", each with "; taken from j-3"
+// when running jobs gave up GPUs for it.
+func startWhy(asked, given int, from string) string {
+	var why string
 	switch {
 	case asked <= 0:
-		return gpuCount(given)
+		why = gpuCount(given)
 	case given == asked:
-		return gpuCount(given) + " as asked"
+		why = gpuCount(given) + " as asked"
 	case given > asked:
-		return fmt.Sprintf("asked for %s, given %d: free GPUs that raise its predicted throughput", gpuCount(asked), given)
+		why = fmt.Sprintf("asked for %s, given %d: the extra GPUs raise its predicted throughput", gpuCount(asked), given)
 	default:
-		return fmt.Sprintf("asked for %s, given %d", gpuCount(asked), given)
+		why = fmt.Sprintf("asked for %s, given %d", gpuCount(asked), given)
 	}
+	if from != "" {
+		why += "; taken from " + from
+	}
+	return why
 }
 
-// gainIndex names whom a shrink or a preemption made room for: the jobs
-// that hold more GPUs at the end of the round on a server where the
-// shrunk job gives some up. Built on first use (most rounds shrink
-// nobody).
+// gainIndex relates the jobs whose GPUs moved this round: whom a shrink
+// or a preemption made room for (the jobs that hold more GPUs at the end
+// of the round on a server where the shrunk job gives some up), and whom
+// a start or growth took GPUs from (the reverse). Built on first use.
 type gainIndex struct {
-	built bool
-	on    map[int][]int // server → jobs that gained GPUs on it, in job order
+	built      bool
+	gain, lose map[int][]int // server → jobs that gained / lost GPUs on it, in job order
+}
+
+func (g *gainIndex) build(st *state) {
+	g.built, g.gain, g.lose = true, map[int][]int{}, map[int][]int{}
+	for k := range st.jobs {
+		js := &st.jobs[k]
+		if (js.total == 0 && js.orig == 0) || sameAlloc(js.job.Alloc, js.alloc) {
+			continue
+		}
+		for s, d := range allocDelta(js.job.Alloc, js.alloc) {
+			if d > 0 {
+				g.gain[s] = append(g.gain[s], k)
+			} else if d < 0 {
+				g.lose[s] = append(g.lose[s], k)
+			}
+		}
+	}
 }
 
 // of lists the jobs that gained GPUs where job v gave some up: "j-3",
 // "j-3 and j-5", "j-3, j-5, j-7 and 2 more"; "" when none did.
-func (g *gainIndex) of(st *state, v int) string {
+func (g *gainIndex) of(st *state, v int) string { return g.related(st, v, -1) }
+
+// from lists the jobs that gave up GPUs where job v gained some.
+func (g *gainIndex) from(st *state, v int) string { return g.related(st, v, +1) }
+
+// related names the jobs that moved the other way on the servers where
+// job v's GPUs changed in direction dir (−1: gave up, +1: gained).
+func (g *gainIndex) related(st *state, v, dir int) string {
 	if !g.built {
-		g.built, g.on = true, map[int][]int{}
-		for k := range st.jobs {
-			if st.jobs[k].total == 0 || sameAlloc(st.jobs[k].job.Alloc, st.jobs[k].alloc) {
-				continue
-			}
-			for s, d := range allocDelta(st.jobs[k].job.Alloc, st.jobs[k].alloc) {
-				if d > 0 {
-					g.on[s] = append(g.on[s], k)
-				}
-			}
-		}
+		g.build(st)
 	}
-	seen := map[int]bool{}
-	var ids []string
-	gave := allocDelta(st.jobs[v].job.Alloc, st.jobs[v].alloc)
-	servers := make([]int, 0, len(gave))
-	for s, d := range gave {
-		if d < 0 {
+	other := g.gain
+	if dir > 0 {
+		other = g.lose
+	}
+	var servers []int
+	for s, d := range allocDelta(st.jobs[v].job.Alloc, st.jobs[v].alloc) {
+		if d*dir > 0 {
 			servers = append(servers, s)
 		}
 	}
 	sort.Ints(servers)
+	seen := map[int]bool{}
+	var ids []string
 	for _, s := range servers {
-		for _, k := range g.on[s] {
+		for _, k := range other[s] {
 			if k != v && !seen[k] {
 				seen[k] = true
 				ids = append(ids, st.jobs[k].job.ID)

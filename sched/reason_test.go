@@ -70,7 +70,7 @@ func TestStartSaysWhatWasAsked(t *testing.T) {
 	}
 	n := got.Placement.GPUs()
 	t.Logf("start on %d GPUs: %q", n, got.Why)
-	want := fmt.Sprintf("asked for 2 GPUs, given %d: free GPUs that raise its predicted throughput", n)
+	want := fmt.Sprintf("asked for 2 GPUs, given %d: the extra GPUs raise its predicted throughput", n)
 	if n == 2 {
 		want = "2 GPUs as asked"
 	}
@@ -86,7 +86,8 @@ func TestStartSaysWhatWasAsked(t *testing.T) {
 }
 
 // TestShrinkNamesWhomItMadeRoomFor: a shrink or a preemption says which
-// job takes the GPUs it gives up. It used to read only "shrunk from 8 to
+// job takes the GPUs it gives up, and that job's start says whom it took
+// them from. It used to read only "shrunk from 8 to
 // 4 GPUs" (or "shrunk to zero for a job with a higher slope…"), so the
 // owner of the shrunk job could not tell what it was shrunk for.
 func TestShrinkNamesWhomItMadeRoomFor(t *testing.T) {
@@ -98,9 +99,11 @@ func TestShrinkNamesWhomItMadeRoomFor(t *testing.T) {
 	s := snapshot(servers(2, 8), a, b, g)
 	s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: 8}, {Name: "B"}}
 	d := sched.NewMorphling(cheap()).Schedule(s)
-	if st, ok := find(d, "g"); !ok || st.Kind != sched.Start {
+	st, ok := find(d, "g")
+	if !ok || st.Kind != sched.Start {
 		t.Fatalf("g not started: %q", reason(d, "g"))
 	}
+	t.Logf("start g: %s", st.Why)
 	shrunk := 0
 	for _, x := range d.Actions {
 		if x.Job == "g" || (x.Kind != sched.Preempt && !strings.HasPrefix(x.Why, "shrunk")) {
@@ -110,6 +113,9 @@ func TestShrinkNamesWhomItMadeRoomFor(t *testing.T) {
 		t.Logf("%s %s: %s", x.Kind, x.Job, x.Why)
 		if !strings.Contains(x.Why, " for g") {
 			t.Errorf("%s of %s: %q does not name g, which takes its GPUs", x.Kind, x.Job, x.Why)
+		}
+		if !strings.Contains(st.Why, "taken from "+x.Job) {
+			t.Errorf("g's start %q does not name %s, whose GPUs it takes", st.Why, x.Job)
 		}
 	}
 	if shrunk == 0 {
