@@ -18,3 +18,13 @@ func TestPlacementWords(t *testing.T) {
 		t.Errorf("two servers: %q", got)
 	}
 }
+
+// TestIterationsCount: "finished after 1 iteration", not "1 iterations"
+// (the Morphling traces hold jobs of one step).
+func TestIterationsCount(t *testing.T) {
+	for n, want := range map[int]string{0: "0 iterations", 1: "1 iteration", 2: "2 iterations", 1867: "1867 iterations"} {
+		if got := iterations(n); got != want {
+			t.Errorf("iterations(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

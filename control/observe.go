@@ -110,7 +110,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			rec.State, rec.FinishedAt, rec.Reason = StateFinished, d.now(), ""
 			rec.Placement = nil
 			rec.Iterations, rec.Checkpoint = iters, ckpt
-			b := Batch{Events: []Event{d.ev("finish", id, "", fmt.Sprintf("%s finished after %d iterations", js.spec.Name, iters), nil)}}
+			b := Batch{Events: []Event{d.ev("finish", id, "", fmt.Sprintf("%s finished after %s", js.spec.Name, iterations(iters)), nil)}}
 			err := d.write(ctx, []jobUpdate{{js, rec, "finished"}}, b, func() {
 				d.release(id)
 				delete(d.jobs, id)
@@ -251,4 +251,12 @@ func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) error {
 		return fmt.Errorf("refit %s: %w", js.spec.Arch.Name, err)
 	}
 	return nil
+}
+
+// iterations is "1 iteration" or "n iterations".
+func iterations(n int) string {
+	if n == 1 {
+		return "1 iteration"
+	}
+	return fmt.Sprintf("%d iterations", n)
 }
