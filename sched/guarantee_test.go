@@ -50,6 +50,20 @@ func TestGuaranteedAcrossRacksIsPlaced(t *testing.T) {
 	}
 }
 
+// guaranteedOnAFullCluster: best-effort bert jobs a and b fill two
+// servers of 8 GPUs; g, a guaranteed bert job of tenant A (quota 8),
+// waits for 8 (Jobs[2]).
+func guaranteedOnAFullCluster(t *testing.T) sched.Snapshot {
+	bert := model(t, "bert")
+	a := running(t, waiting(t, "a", bert, 8, 0), 0, 8)
+	b := running(t, waiting(t, "b", bert, 8, 1), 1, 8)
+	g := waiting(t, "g", bert, 8, 5)
+	g.Class, g.Tenant = sched.Guaranteed, "A"
+	s := snapshot(servers(2, 8), a, b, g)
+	s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: 8}, {Name: "B"}}
+	return s
+}
+
 // TestGuaranteedShrinksUntilItFits is issue 15's fourth defect: each
 // victim was banned after one shrink step, so a guaranteed job within its
 // quota on a cluster full of best-effort jobs could not reach its minRes
@@ -57,14 +71,9 @@ func TestGuaranteedAcrossRacksIsPlaced(t *testing.T) {
 // allowed"). The freed GPUs must also form a placement the guarantee
 // accepts: packed on one server here.
 func TestGuaranteedShrinksUntilItFits(t *testing.T) {
-	bert := model(t, "bert")
-	a := running(t, waiting(t, "a", bert, 8, 0), 0, 8)
-	b := running(t, waiting(t, "b", bert, 8, 1), 1, 8)
-	g := waiting(t, "g", bert, 8, 5)
-	g.Class, g.Tenant = sched.Guaranteed, "A"
 	for _, p := range []sched.Policy{sched.NewMorphling(cheap()), sched.NewReplan(cheap(), sched.DefaultNetOptions())} {
-		s := snapshot(servers(2, 8), a, b, g)
-		s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: 8}, {Name: "B"}}
+		s := guaranteedOnAFullCluster(t)
+		g := s.Jobs[2]
 		d := p.Schedule(s)
 		st, ok := find(d, "g")
 		if !ok || st.Kind != sched.Start {

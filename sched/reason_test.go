@@ -91,14 +91,7 @@ func TestStartSaysWhatWasAsked(t *testing.T) {
 // 4 GPUs" (or "shrunk to zero for a job with a higher slope…"), so the
 // owner of the shrunk job could not tell what it was shrunk for.
 func TestShrinkNamesWhomItMadeRoomFor(t *testing.T) {
-	bert := model(t, "bert")
-	a := running(t, waiting(t, "a", bert, 8, 0), 0, 8)
-	b := running(t, waiting(t, "b", bert, 8, 1), 1, 8)
-	g := waiting(t, "g", bert, 8, 5)
-	g.Class, g.Tenant = sched.Guaranteed, "A"
-	s := snapshot(servers(2, 8), a, b, g)
-	s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: 8}, {Name: "B"}}
-	d := sched.NewMorphling(cheap()).Schedule(s)
+	d := sched.NewMorphling(cheap()).Schedule(guaranteedOnAFullCluster(t))
 	st, ok := find(d, "g")
 	if !ok || st.Kind != sched.Start {
 		t.Fatalf("g not started: %q", reason(d, "g"))
