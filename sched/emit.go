@@ -186,7 +186,7 @@ func withMem(allocs []Alloc, mem perf.Memory) []Alloc {
 
 // startWhy says what a start gave against what the job asked for, and
 // whom it took GPUs from (from: gainIndex.from): "8 GPUs as asked",
-// "asked for 8 GPUs, given 48: each added GPU raises its predicted
+// "asked for 8 GPUs, given 48: the extra GPUs raise its predicted
 // throughput", "asked for 8 GPUs, given 4", each with "; taken from j-3"
 // when running jobs gave up GPUs for it.
 func startWhy(asked, given int, from string) string {
@@ -208,47 +208,57 @@ func startWhy(asked, given int, from string) string {
 }
 
 // gainIndex relates the jobs whose GPUs moved this round: whom a shrink
-// or a preemption made room for (the jobs that hold more GPUs at the end
-// of the round on a server where the shrunk job gives some up), and whom
-// a start or growth took GPUs from (the reverse). Built on first use.
+// or a preemption made room for, and whom a start or growth took GPUs
+// from. Allocations count GPUs per server, so a job is named only where
+// it is certain: a job that gained more GPUs on a server than were free
+// there before the round plus what the other jobs gave up there took some
+// of this one's. Built on first use (most rounds move nobody's GPUs).
 type gainIndex struct {
-	built      bool
-	gain, lose map[int][]int // server → jobs that gained / lost GPUs on it, in job order
+	built bool
+	moves map[int][]move // server → jobs whose GPUs on it changed, in job order
+	free  map[int]int    // server → GPUs free on it before the round
+	lost  map[int]int    // server → GPUs all jobs gave up on it
 }
 
+// move is one job's change of GPUs on one server (+ gained, − gave up).
+type move struct{ job, gpus int }
+
 func (g *gainIndex) build(st *state) {
-	g.built, g.gain, g.lose = true, map[int][]int{}, map[int][]int{}
+	g.built, g.moves, g.free, g.lost = true, map[int][]move{}, map[int]int{}, map[int]int{}
 	for k := range st.jobs {
 		js := &st.jobs[k]
 		if (js.total == 0 && js.orig == 0) || sameAlloc(js.job.Alloc, js.alloc) {
 			continue
 		}
 		for s, d := range allocDelta(js.job.Alloc, js.alloc) {
-			if d > 0 {
-				g.gain[s] = append(g.gain[s], k)
-			} else if d < 0 {
-				g.lose[s] = append(g.lose[s], k)
+			if d == 0 {
+				continue
+			}
+			g.moves[s] = append(g.moves[s], move{k, d})
+			g.free[s] += d // free before = free after + what jobs gained
+			if d < 0 {
+				g.lost[s] -= d
 			}
 		}
 	}
+	for s := range g.free {
+		g.free[s] += st.free[s]
+	}
 }
 
-// of lists the jobs that gained GPUs where job v gave some up: "j-3",
-// "j-3 and j-5", "j-3, j-5, j-7 and 2 more"; "" when none did.
+// of lists the jobs that took GPUs job v gave up: "j-3", "j-3 and j-5",
+// "j-3, j-5, j-7 and 2 more"; "" when none certainly did.
 func (g *gainIndex) of(st *state, v int) string { return g.related(st, v, -1) }
 
-// from lists the jobs that gave up GPUs where job v gained some.
+// from lists the jobs whose GPUs job v certainly took.
 func (g *gainIndex) from(st *state, v int) string { return g.related(st, v, +1) }
 
-// related names the jobs that moved the other way on the servers where
-// job v's GPUs changed in direction dir (−1: gave up, +1: gained).
+// related names the jobs on the other side of job v's moves: for a job
+// that gave GPUs up (dir −1) those that certainly took some of them, for
+// one that gained (dir +1) those it certainly took some from.
 func (g *gainIndex) related(st *state, v, dir int) string {
 	if !g.built {
 		g.build(st)
-	}
-	other := g.gain
-	if dir > 0 {
-		other = g.lose
 	}
 	var servers []int
 	for s, d := range allocDelta(st.jobs[v].job.Alloc, st.jobs[v].alloc) {
@@ -260,10 +270,19 @@ func (g *gainIndex) related(st *state, v, dir int) string {
 	seen := map[int]bool{}
 	var ids []string
 	for _, s := range servers {
-		for _, k := range other[s] {
-			if k != v && !seen[k] {
-				seen[k] = true
-				ids = append(ids, st.jobs[k].job.ID)
+		for _, m := range g.moves[s] {
+			if m.job == v || seen[m.job] || m.gpus*dir > 0 {
+				continue
+			}
+			// the gainer's GPUs beyond what was free and what the other
+			// jobs gave up can only have been the loser's
+			gainer, giver := v, m.job
+			if dir < 0 {
+				gainer, giver = m.job, v
+			}
+			if g.gained(s, gainer) > g.free[s]+g.lost[s]-g.gaveUp(s, giver) {
+				seen[m.job] = true
+				ids = append(ids, st.jobs[m.job].job.ID)
 			}
 		}
 	}
@@ -277,6 +296,19 @@ func (g *gainIndex) related(st *state, v, dir int) string {
 	default:
 		return fmt.Sprintf("%s and %d more", strings.Join(ids[:3], ", "), n-3)
 	}
+}
+
+// gained and gaveUp are job k's GPUs gained and given up on server s.
+func (g *gainIndex) gained(s, k int) int { return max(g.delta(s, k), 0) }
+func (g *gainIndex) gaveUp(s, k int) int { return max(-g.delta(s, k), 0) }
+
+func (g *gainIndex) delta(s, k int) int {
+	for _, m := range g.moves[s] {
+		if m.job == k {
+			return m.gpus
+		}
+	}
+	return 0
 }
 
 // allocDelta is the change of GPUs per server from before to after.
