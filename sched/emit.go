@@ -81,7 +81,7 @@ func emitState(st *state, plan planFunc) Decisions {
 				d.Waiting = append(d.Waiting, Wait{Job: j.ID, Index: i, Reason: fmt.Sprintf("no feasible plan on placement %s", st.placement(i))})
 				continue
 			}
-			dec := Decision{Kind: Start, Job: j.ID, Index: i, Plan: p, Throughput: thr, Why: startWhy(j.ReqGPUs, js.total, gain.from(st, i))}
+			dec := Decision{Kind: Start, Job: j.ID, Index: i, Plan: p, Throughput: thr, Why: startWhy(j.ReqGPUs, js.total, st.freeGPUs == 0, gain.from(st, i))}
 			dec.Alloc = withMem(js.alloc, mem)
 			dec.Placement = placementOf(dec.Alloc)
 			starts = append(starts, dec)
@@ -187,9 +187,10 @@ func withMem(allocs []Alloc, mem perf.Memory) []Alloc {
 // startWhy says what a start gave against what the job asked for, and
 // whom it took GPUs from (from: gainIndex.from): "8 GPUs as asked",
 // "asked for 8 GPUs, given 48: the extra GPUs raise its predicted
-// throughput", "asked for 8 GPUs, given 4", each with "; taken from j-3"
-// when running jobs gave up GPUs for it.
-func startWhy(asked, given int, from string) string {
+// throughput", "asked for 8 GPUs, given 4" (": no other GPU is free" when
+// none is left at the end of the round, full), each with "; taken from
+// j-3" when running jobs gave up GPUs for it.
+func startWhy(asked, given int, full bool, from string) string {
 	var why string
 	switch {
 	case asked <= 0:
@@ -200,6 +201,9 @@ func startWhy(asked, given int, from string) string {
 		why = fmt.Sprintf("asked for %s, given %d: the extra GPUs raise its predicted throughput", gpuCount(asked), given)
 	default:
 		why = fmt.Sprintf("asked for %s, given %d", gpuCount(asked), given)
+		if full {
+			why += ": no other GPU is free"
+		}
 	}
 	if from != "" {
 		why += "; taken from " + from

@@ -115,3 +115,19 @@ func TestShrinkNamesWhomItMadeRoomFor(t *testing.T) {
 		t.Fatalf("neither a nor b gave up GPUs for g: %+v", d.Actions)
 	}
 }
+
+// TestStartWithFewerSaysNoneIsFree: a job started on fewer GPUs than it
+// asked for, because that is all the cluster has, says so.
+func TestStartWithFewerSaysNoneIsFree(t *testing.T) {
+	bert := model(t, "bert")
+	big := waiting(t, "big", bert, 16, 0)
+	d := sched.NewMorphling(cheap()).Schedule(snapshot(servers(1, 8), big))
+	st, ok := find(d, "big")
+	if !ok || st.Kind != sched.Start {
+		t.Fatalf("big not started: %q", reason(d, "big"))
+	}
+	want := fmt.Sprintf("asked for 16 GPUs, given %d: no other GPU is free", st.Placement.GPUs())
+	if st.Placement.GPUs() != 8 || st.Why != want {
+		t.Errorf("started on %d GPUs with reason %q, want 8 and %q", st.Placement.GPUs(), st.Why, want)
+	}
+}
