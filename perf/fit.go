@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"sync"
 
 	"gonum.org/v1/gonum/diff/fd"
 	"gonum.org/v1/gonum/optimize"
@@ -187,8 +188,9 @@ type FitOptions struct {
 
 // Fit estimates m's twelve parameters from samples by minimising the squared
 // log error of the predicted iteration times, over log-parameters (so every
-// parameter stays positive): several Nelder–Mead starts, then a BFGS polish
-// with a finite-difference gradient from the best. A small prior keeps
+// parameter stays positive): several Nelder–Mead starts, run concurrently
+// (the result does not depend on the cores), then a BFGS polish with a
+// finite-difference gradient from the best. A small prior keeps
 // parameters that no sample identifies at their defaults. m.Forward must be
 // set (FitForward); m.Params is the first start.
 func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
@@ -309,8 +311,7 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		start.KStage = fitPrior.KStage
 	}
 	n := float64(terms)
-	obj := func(x []float64) float64 {
-		st.Evaluations++
+	value := func(x []float64) float64 {
 		var v [NumParams]float64
 		for i := range v {
 			v[i] = fromFree(i, x[i])
@@ -346,35 +347,68 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		}
 		return sum/n + o.Prior*reg
 	}
+	// objective counting its evaluations in *evals: the starts run
+	// concurrently, each with its own counter.
+	objective := func(evals *int) func(x []float64) float64 {
+		return func(x []float64) float64 {
+			*evals++
+			return value(x)
+		}
+	}
 
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
+	obj := objective(&st.Evaluations)
 	best := logVec(start)
 	bestF := obj(best[:])
-	for s := 0; s < o.Starts; s++ {
-		x0 := logVec(start)
+	// The starts are independent: their points are drawn first, in order
+	// (the same draws as one after the other), they run on every core, and
+	// the best is taken in start order (the first of equals), so the
+	// result does not depend on the cores.
+	x0s := make([][NumParams]float64, o.Starts)
+	for s := range x0s {
+		x0s[s] = logVec(start)
 		if s > 0 {
-			for i := range x0 {
-				x0[i] += rng.NormFloat64() * 1.5
+			for i := range x0s[s] {
+				x0s[s][i] += rng.NormFloat64() * 1.5
 			}
 		}
-		// Half the evaluations from x0, the other half restarted with a
-		// fresh simplex where the first stopped: in twelve dimensions a
-		// simplex collapses long before it converges, and a restart
-		// reaches the minimum one long run needed 3000 evaluations for.
-		settings := func() *optimize.Settings {
-			return &optimize.Settings{FuncEvaluations: max(o.MaxEvals/2, 1), Converger: &optimize.FunctionConverge{Absolute: 1e-9, Relative: 1e-7, Iterations: 60}}
-		}
-		res, err := optimize.Minimize(optimize.Problem{Func: obj}, x0[:], settings(), &optimize.NelderMead{})
-		if err != nil && res == nil {
-			continue
-		}
-		x1 := append([]float64(nil), res.X...)
-		if r2, _ := optimize.Minimize(optimize.Problem{Func: obj}, x1, settings(), &optimize.NelderMead{}); r2 != nil && r2.F < res.F {
-			res = r2
-		}
-		if res.F < bestF {
-			bestF = res.F
-			copy(best[:], res.X)
+	}
+	type startResult struct {
+		res   *optimize.Result
+		evals int
+	}
+	results := make([]startResult, o.Starts)
+	var wg sync.WaitGroup
+	for s := range x0s {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := &results[s]
+			f := objective(&r.evals)
+			// Half the evaluations from x0, the other half restarted with a
+			// fresh simplex where the first stopped: in twelve dimensions a
+			// simplex collapses long before it converges, and a restart
+			// reaches the minimum one long run needed 3000 evaluations for.
+			settings := func() *optimize.Settings {
+				return &optimize.Settings{FuncEvaluations: max(o.MaxEvals/2, 1), Converger: &optimize.FunctionConverge{Absolute: 1e-9, Relative: 1e-7, Iterations: 60}}
+			}
+			res, err := optimize.Minimize(optimize.Problem{Func: f}, x0s[s][:], settings(), &optimize.NelderMead{})
+			if err != nil && res == nil {
+				return
+			}
+			x1 := append([]float64(nil), res.X...)
+			if r2, _ := optimize.Minimize(optimize.Problem{Func: f}, x1, settings(), &optimize.NelderMead{}); r2 != nil && r2.F < res.F {
+				res = r2
+			}
+			r.res = res
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		st.Evaluations += r.evals
+		if r.res != nil && r.res.F < bestF {
+			bestF = r.res.F
+			copy(best[:], r.res.X)
 		}
 	}
 	grad := func(g, x []float64) {

@@ -3,6 +3,7 @@ package perf
 import (
 	"errors"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -710,5 +711,46 @@ func TestSyncHeldWithoutCrossServerSamples(t *testing.T) {
 	}
 	if st.CrossSamples != 2 || k.KSync == SyncUnseen {
 		t.Errorf("with %d cross-server samples k_sync is %.3f: want it fitted", st.CrossSamples, k.KSync)
+	}
+}
+
+// TestFitDoesNotDependOnCores: the starts run concurrently, so a fit on
+// one core and on several must give the same parameters and statistics
+// to the bit (the start points are drawn in order, the best is taken in
+// start order).
+func TestFitDoesNotDependOnCores(t *testing.T) {
+	truth := fitTruth()
+	var samples []Sample
+	for i, g := range []int{1, 2, 4, 8} {
+		for _, off := range []bool{false, true} {
+			p := Plan{DP: g, TP: 1, PP: 1, MicroBatch: 8 / g, GA: 1}
+			if off {
+				p.ZeRO, p.Offload = 2, true
+			}
+			b, err := truth.Predict(p, Resources{Placement: Placement{g}, CPUsPerGPU: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// a little deterministic noise, so the starts end apart
+			samples = append(samples, Sample{Plan: p, Resources: Resources{Placement: Placement{g}, CPUsPerGPU: 4}, IterS: b.Iter * (1 + 0.03*float64(i%3-1))})
+		}
+	}
+	start := truth
+	start.Params = DefaultParams
+	fit := func(procs int) (Params, FitStats) {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		k, st, err := Fit(start, samples, FitOptions{Starts: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k, st
+	}
+	k1, st1 := fit(1)
+	k4, st4 := fit(4)
+	if k1 != k4 {
+		t.Errorf("parameters on 1 core %+v, on 4 %+v", k1, k4)
+	}
+	if st1.Evaluations != st4.Evaluations || st1.RMSLE != st4.RMSLE {
+		t.Errorf("stats on 1 core %+v, on 4 %+v", st1, st4)
 	}
 }
