@@ -18,18 +18,7 @@ func BenchmarkCurve64(b *testing.B) {
 // BenchmarkFit fits the twelve parameters on 14 samples (target ≤ 50 ms).
 func BenchmarkFit(b *testing.B) {
 	m := benchModel(b)
-	var samples []Sample
-	for _, g := range []int{1, 2, 4, 8} {
-		for _, off := range []bool{false, true} {
-			p := Plan{DP: g, TP: 1, PP: 1, MicroBatch: 16 / g, GA: 1}
-			if off {
-				p.ZeRO, p.Offload = 2, true
-			}
-			r := Resources{Placement: Placement{g}, CPUsPerGPU: 4}
-			bd, _ := m.Predict(p, r)
-			samples = append(samples, Sample{Plan: p, Resources: r, IterS: bd.Iter * 1.03})
-		}
-	}
+	samples := serverLadder(b, m, 16, func(int) float64 { return 1.03 })
 	for _, pl := range []Placement{{4, 4}, {2, 6}, {1, 1, 1, 1}} {
 		p := Plan{DP: pl.GPUs(), TP: 1, PP: 1, MicroBatch: 16 / pl.GPUs(), GA: 1, Ckpt: true}
 		r := Resources{Placement: pl, CPUsPerGPU: 4}

@@ -483,18 +483,7 @@ func TestParseArchs(t *testing.T) {
 
 func TestFitScreensABadMeasurement(t *testing.T) {
 	truth := fitTruth()
-	var samples []Sample
-	for _, g := range []int{1, 2, 4, 8} {
-		for _, off := range []bool{false, true} {
-			p := Plan{DP: g, TP: 1, PP: 1, MicroBatch: 8 / g, GA: 1}
-			if off {
-				p.ZeRO, p.Offload = 2, true
-			}
-			r := Resources{Placement: Placement{g}, CPUsPerGPU: 4}
-			b, _ := truth.Predict(p, r)
-			samples = append(samples, Sample{Plan: p, Resources: r, IterS: b.Iter})
-		}
-	}
+	samples := serverLadder(t, truth, 8, func(int) float64 { return 1 })
 	for _, pl := range []Placement{{4, 4}, {2, 2}, {1, 1}} {
 		p := Plan{DP: pl.GPUs(), TP: 1, PP: 1, MicroBatch: 8 / pl.GPUs(), GA: 1}
 		r := Resources{Placement: pl, CPUsPerGPU: 4}
@@ -720,21 +709,8 @@ func TestSyncHeldWithoutCrossServerSamples(t *testing.T) {
 // start order).
 func TestFitDoesNotDependOnCores(t *testing.T) {
 	truth := fitTruth()
-	var samples []Sample
-	for i, g := range []int{1, 2, 4, 8} {
-		for _, off := range []bool{false, true} {
-			p := Plan{DP: g, TP: 1, PP: 1, MicroBatch: 8 / g, GA: 1}
-			if off {
-				p.ZeRO, p.Offload = 2, true
-			}
-			b, err := truth.Predict(p, Resources{Placement: Placement{g}, CPUsPerGPU: 4})
-			if err != nil {
-				t.Fatal(err)
-			}
-			// a little deterministic noise, so the starts end apart
-			samples = append(samples, Sample{Plan: p, Resources: Resources{Placement: Placement{g}, CPUsPerGPU: 4}, IterS: b.Iter * (1 + 0.03*float64(i%3-1))})
-		}
-	}
+	// a little deterministic noise, so the starts end apart
+	samples := serverLadder(t, truth, 8, func(i int) float64 { return 1 + 0.03*float64(i%3-1) })
 	start := truth
 	start.Params = DefaultParams
 	fit := func(procs int) (Params, FitStats) {
@@ -753,4 +729,28 @@ func TestFitDoesNotDependOnCores(t *testing.T) {
 	if st1.Evaluations != st4.Evaluations || st1.RMSLE != st4.RMSLE {
 		t.Errorf("stats on 1 core %+v, on 4 %+v", st1, st4)
 	}
+}
+
+// serverLadder is m's data-parallel and ZeRO-Offload runs on 1, 2, 4 and
+// 8 GPUs of one server at batch samples per iteration (4 cores per GPU):
+// the samples a model type's profile gives. Run i's measured time is the
+// prediction times scale(i), i counting the GPU counts.
+func serverLadder(t testing.TB, m Model, batch int, scale func(i int) float64) []Sample {
+	t.Helper()
+	var out []Sample
+	for i, g := range []int{1, 2, 4, 8} {
+		for _, off := range []bool{false, true} {
+			p := Plan{DP: g, TP: 1, PP: 1, MicroBatch: batch / g, GA: 1}
+			if off {
+				p.ZeRO, p.Offload = 2, true
+			}
+			r := Resources{Placement: Placement{g}, CPUsPerGPU: 4}
+			b, err := m.Predict(p, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, Sample{Plan: p, Resources: r, IterS: b.Iter * scale(i)})
+		}
+	}
+	return out
 }
