@@ -143,7 +143,6 @@ func (f *FIFO) Name() string { return f.name }
 func (f *FIFO) Schedule(s Snapshot) Decisions {
 	f.c.use(s.Known)
 	st := newState(&s)
-	defer st.release() // the decisions hold nothing of st
 	quota := map[string]int{}
 	for _, t := range s.Tenants {
 		quota[t.Name] = t.QuotaGPUs
@@ -168,7 +167,6 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 		f.cores(st).reserve()
 	}
 	var nr *netRound
-	defer func() { nr.release() }()
 	if f.Net != nil || f.SkewLoss > 0 {
 		st.rackAware = true
 		o := NetOptions{LossAccept: -1}

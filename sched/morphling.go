@@ -292,7 +292,6 @@ func (js *jstate) next(limit int) (int, float64) {
 func (p *Morphling) Schedule(s Snapshot) Decisions {
 	p.c.use(s.Known)
 	st := newState(&s)
-	defer st.release() // the decisions hold nothing of st
 	perServer := max(st.maxPer, 1)
 	if len(s.Servers) > 0 && s.Servers[0].GPUs > 0 {
 		perServer = s.Servers[0].GPUs
@@ -310,7 +309,6 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		}
 	}
 	var nr *netRound
-	defer func() { nr.release() }()
 	if p.net != nil {
 		st.rackAware = true
 		nr = newNetRound(*p.net, &s, func(i int) int {

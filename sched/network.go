@@ -263,21 +263,12 @@ type netRound struct {
 	lossOf func(i int, a []Alloc) float64
 }
 
-// release hands the round's per-job array back (see jstatePool); nr must
-// not be used afterwards. A nil nr is a no-op.
-func (nr *netRound) release() {
-	if nr != nil {
-		giveBack(&netJobPool, nr.jobs)
-		nr.jobs = nil
-	}
-}
-
 // newNetRound computes timers, starvation, loss and accept tier of the
 // waiting jobs of s. demand gives each job's GPU demand (the count the
 // policy would start it with); loss its predicted losses at the rack and
 // cross-rack tiers; ideal its seconds per iteration at the best tier.
 func newNetRound(o NetOptions, s *Snapshot, demand func(i int) int, loss func(i, g int) (float64, float64, float64)) *netRound {
-	nr := &netRound{o: o, jobs: reuse[netJob](&netJobPool, len(s.Jobs))}
+	nr := &netRound{o: o, jobs: make([]netJob, len(s.Jobs))}
 	perRack := map[string]int{}
 	maxPer, total := 0, 0
 	for _, sv := range s.Servers {

@@ -1,8 +1,6 @@
 package sched_test
 
 import (
-	"fmt"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -462,35 +460,5 @@ func TestSmallClusterStillServesBigModel(t *testing.T) {
 	d := sched.NewMorphling(sched.DefaultOptions()).Schedule(snapshot(servers(1, 8), j))
 	if a, ok := find(d, "big"); !ok || a.Kind != sched.Start {
 		t.Fatalf("not started on the only server: %+v", d)
-	}
-}
-
-// TestRoundsShareNoState: a round hands its per-job arrays back for the
-// next to reuse (state.release). A policy that ran a large round first
-// must decide a small one exactly as a fresh policy does.
-func TestRoundsShareNoState(t *testing.T) {
-	bert, gpt2 := model(t, "bert"), model(t, "gpt2")
-	var big []sched.Job
-	for k := 0; k < 40; k++ {
-		m := bert
-		if k%3 == 0 {
-			m = gpt2
-		}
-		j := waiting(t, fmt.Sprintf("big%d", k), m, []int{1, 2, 4, 8}[k%4], float64(k))
-		if k < 6 {
-			j = running(t, waiting(t, fmt.Sprintf("big%d", k), m, 8, float64(k)), k, 8)
-		}
-		big = append(big, j)
-	}
-	small := []sched.Job{running(t, waiting(t, "a", bert, 8, 0), 0, 8), waiting(t, "b", gpt2, 4, 1), waiting(t, "c", bert, 2, 2)}
-	for _, name := range []string{"morphling", "replan", "tiresias", "dally"} {
-		used, _ := sched.New(name)
-		used.Schedule(snapshot(servers(8, 8), big...))
-		fresh, _ := sched.New(name)
-		got := used.Schedule(snapshot(servers(2, 8), small...))
-		want := fresh.Schedule(snapshot(servers(2, 8), small...))
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: after a large round\n%+v\nfresh\n%+v", name, got, want)
-		}
 	}
 }

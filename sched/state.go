@@ -3,7 +3,6 @@ package sched
 import (
 	"math"
 	"sort"
-	"sync"
 
 	"github.com/replan/replan/perf"
 )
@@ -121,7 +120,7 @@ func newState(s *Snapshot) *state {
 		st.racks[r] = append(st.racks[r], i)
 	}
 	st.idx.initRacks(st.rackOf, len(st.racks))
-	st.jobs = reuse[jstate](&jstatePool, len(s.Jobs))
+	st.jobs = make([]jstate, len(s.Jobs))
 	st.isDirty = make([]bool, len(s.Jobs))
 	// One backing array for every job's working copy of its allocation
 	// (full slice expressions: a job that grows reallocates its own).
@@ -651,40 +650,4 @@ func (st *state) takeRack(j, need int) int {
 		return 0
 	}
 	return got
-}
-
-// The per-job working arrays of a round (state.jobs, netRound.jobs) are
-// the bulk of what a round allocates: a few MB at tens of thousands of
-// jobs, every round. A policy hands them back when its round is over
-// (state.release, netRound.release) and the next round reuses them,
-// cleared; the pools make that safe for policies used from several
-// goroutines.
-var (
-	jstatePool sync.Pool // *[]jstate
-	netJobPool sync.Pool // *[]netJob
-)
-
-// reuse returns a zeroed slice of n elements, from pool when it holds
-// one large enough.
-func reuse[T any](pool *sync.Pool, n int) []T {
-	if b, ok := pool.Get().(*[]T); ok && cap(*b) >= n {
-		clear((*b)[:cap(*b)]) // what it held last round, beyond n too
-		return (*b)[:n]
-	}
-	return make([]T, n)
-}
-
-// giveBack returns b to pool for a later round (reuse clears it); the
-// caller must not use it afterwards.
-func giveBack[T any](pool *sync.Pool, b []T) {
-	if cap(b) > 0 {
-		pool.Put(&b)
-	}
-}
-
-// release hands the round's per-job array back (see jstatePool); st must
-// not be used afterwards.
-func (st *state) release() {
-	giveBack(&jstatePool, st.jobs)
-	st.jobs = nil
 }
