@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,9 +124,12 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/nodes/{name}/{op}", a.nodeOp)
 	mux.HandleFunc("GET /v1/history", a.history)
 	mux.HandleFunc("GET /v1/running", func(w http.ResponseWriter, r *http.Request) {
-		run := a.D.Running()
+		run := slices.Clone(a.D.Running()) // the view's own: not changed
 		if run == nil {
 			run = []RunningJob{}
+		}
+		for i := range run {
+			run[i].Job.Spec = a.D.enc.redact.spec(run[i].Job.ID, run[i].Job.Spec)
 		}
 		writeJSON(w, http.StatusOK, run)
 	})
@@ -315,10 +319,7 @@ func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, statusOf(err), err)
 		return
 	}
-	if jobs == nil {
-		jobs = []JobRecord{}
-	}
-	writeJSON(w, http.StatusOK, jobs)
+	writeJSON(w, http.StatusOK, a.D.enc.redact.records(jobs))
 }
 
 func (a *API) job(w http.ResponseWriter, r *http.Request) {
@@ -327,6 +328,11 @@ func (a *API) job(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeErr(w, statusOf(err), err)
 		return
+	}
+	if a.jobRule(r.Context(), "see the env values of", j) != nil {
+		// Not its owner, its tenant's admin or an admin (or the owner
+		// could not be read): the env's keys only.
+		j.Spec = redactSpec(j.Spec)
 	}
 	h, _ := a.D.cfg.Store.History(r.Context(), id)
 	ds, _ := a.D.cfg.Store.Decisions(r.Context(), id, 100)
@@ -426,7 +432,7 @@ func (a *API) history(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := []HistoryEntry{}
-	for _, j := range jobs {
+	for _, j := range a.D.enc.redact.records(jobs) {
 		e := HistoryEntry{Job: j, JCTS: j.FinishedAt.Sub(j.SubmittedAt).Seconds()}
 		if !j.StartedAt.IsZero() {
 			e.QueueS = j.StartedAt.Sub(j.SubmittedAt).Seconds()

@@ -321,9 +321,19 @@ func (a *API) checkJobOp(ctx context.Context, op, id string) error {
 	if err != nil {
 		return err
 	}
+	return a.jobRule(ctx, op, j)
+}
+
+// jobRule applies the job-owner rule to op on job j: its owner, its
+// tenant's admins and the admins (everyone in a single-user daemon).
+func (a *API) jobRule(ctx context.Context, op string, j JobRecord) error {
+	if !a.Access.MultiUser() {
+		return nil
+	}
 	owner := ""
 	if ows, ok := a.D.cfg.Store.(jobOwnerStore); ok {
-		if owner, err = ows.JobOwner(ctx, id); err != nil {
+		var err error
+		if owner, err = ows.JobOwner(ctx, j.ID); err != nil {
 			return err
 		}
 	}

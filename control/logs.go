@@ -43,6 +43,17 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) {
 		tail = n
 	}
 	follow := r.URL.Query().Get("follow") == "1" || r.URL.Query().Get("follow") == "true"
+	if a.Access.MultiUser() {
+		// Logs print what a job's env holds: its owner's, like the env.
+		j, err := a.D.cfg.Store.GetJob(r.Context(), r.PathValue("id"))
+		if err == nil {
+			err = a.jobRule(r.Context(), "read the logs of", j)
+		}
+		if err != nil {
+			writeErr(w, statusOf(err), err)
+			return
+		}
+	}
 	rc, err := a.D.Logs(r.Context(), r.PathValue("id"), tail, follow)
 	if errors.Is(err, ErrNoLogs) {
 		writeErr(w, http.StatusNotImplemented, err)

@@ -65,6 +65,8 @@ type encCache struct {
 	buildMu sync.Mutex
 	recsMu  sync.Mutex // guards recs
 	recs    map[string]encRec
+	// redact hides env values in the encoded records.
+	redact redactor
 	// extended counts encodings made by extending the one before (tests).
 	extended atomic.Int64
 }
@@ -387,7 +389,9 @@ func (c *encCache) record(rec *JobRecord) ([]byte, error) {
 	if r, ok := c.recs[rec.ID]; ok && sameRecord(&r.rec, rec) {
 		return r.b, nil
 	}
-	b, err := json.Marshal(rec)
+	pub := *rec // lists carry env keys only (redact.go)
+	pub.Spec = c.redact.spec(rec.ID, rec.Spec)
+	b, err := json.Marshal(&pub)
 	if err != nil {
 		return nil, fmt.Errorf("encode job %s: %w", rec.ID, err)
 	}
