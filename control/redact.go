@@ -49,7 +49,6 @@ func redactSpec(spec json.RawMessage) json.RawMessage {
 	return out
 }
 
-
 // redactor keeps each job's redacted spec, so that a spec is redacted once,
 // not at every read.
 type redactor struct {
