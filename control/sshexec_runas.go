@@ -58,14 +58,17 @@ func (e *SSHExecutor) readJobFile(ctx context.Context, l Launch, server, file st
 // missing), then the names of the directories below it and the file's
 // name. A directory or file below $2 that is a symbolic link is refused
 // (exit 3) rather than followed: a job must not redirect replan's writes.
-// The content goes to a temporary file renamed over the target.
+// The content goes to a temporary file renamed over the target. Servers
+// that share a filesystem may run it for one directory at once.
 const writeFileScript = `set -e
 mode=$1; d=$2; shift 2
 mkdir -p -- "$d"
 while [ $# -gt 1 ]; do
 	d=$d/$1; shift
 	if [ -L "$d" ]; then echo "$d is a symbolic link: refusing to write through it" >&2; exit 3; fi
-	[ -d "$d" ] || mkdir -- "$d"
+	# Servers on one shared filesystem create the same directory at once.
+	[ -d "$d" ] || e=$(mkdir -- "$d" 2>&1) || [ -d "$d" ] || { echo "$e" >&2; exit 1; }
+	if [ -L "$d" ]; then echo "$d is a symbolic link: refusing to write through it" >&2; exit 3; fi
 done
 f=$d/$1
 if [ -L "$f" ]; then echo "$f is a symbolic link: refusing to write over it" >&2; exit 3; fi
