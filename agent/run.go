@@ -198,7 +198,7 @@ func (a *Agent) handleRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	a.log.Info("run", "argv", req.Argv, "run_as", req.RunAs, "dir", req.Dir)
+	a.log.Debug("run", "argv", req.Argv, "run_as", req.RunAs, "dir", req.Dir)
 	res, err := RunCommand(r.Context(), req)
 	if err != nil {
 		writeError(w, err)
