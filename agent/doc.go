@@ -17,7 +17,10 @@
 //     package logparse into samples.
 //   - API: small HTTP/JSON over the unix socket ([Agent.Handler]); [Client] is
 //     the Go side the manager uses, with a dial function so it can go
-//     through SSH.
+//     through SSH. Besides supervised processes it runs short commands to
+//     their end on behalf of a job ([RunCommand], POST /v1/run: a marker
+//     read, launch files, a checkpoint conversion), as the job's run_as user
+//     with its environment as the command's environment.
 //
 // The agent must stay small: it does not link the TUI, gonum, SQLite, nor
 // replan's perf, sched, control or tui packages (internal/layers checks).

@@ -80,6 +80,7 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/processes/{id}/stop", a.handleStop)
 	mux.HandleFunc("GET /v1/processes/{id}/logs", a.handleLogs)
+	mux.HandleFunc("POST /v1/run", a.handleRun)
 	mux.HandleFunc("GET /v1/processes/{id}/samples", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		var since time.Time

@@ -348,6 +348,13 @@ func (s *Supervisor) validate(spec *ProcessSpec) error {
 // findExecutable reports whether name resolves to an executable file the way
 // the shell will look it up.
 func findExecutable(name, path, dir string) bool {
+	_, ok := lookExecutable(name, path, dir)
+	return ok
+}
+
+// lookExecutable returns the file name resolves to, looked up the way the
+// shell does with PATH path, relative names from dir.
+func lookExecutable(name, path, dir string) (string, bool) {
 	isExec := func(p string) bool {
 		st, err := os.Stat(p)
 		return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
@@ -356,17 +363,20 @@ func findExecutable(name, path, dir string) bool {
 		if !filepath.IsAbs(name) && dir != "" {
 			name = filepath.Join(dir, name)
 		}
-		return isExec(name)
+		return name, isExec(name)
 	}
 	for _, d := range filepath.SplitList(path) {
 		if d == "" {
 			d = "."
 		}
-		if isExec(filepath.Join(d, name)) {
-			return true
+		if !filepath.IsAbs(d) && dir != "" {
+			d = filepath.Join(dir, d)
+		}
+		if p := filepath.Join(d, name); isExec(p) {
+			return p, true
 		}
 	}
-	return false
+	return "", false
 }
 
 // Start validates spec, records it and starts the process. A memory limit

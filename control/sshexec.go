@@ -1,19 +1,15 @@
 package control
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	xssh "golang.org/x/crypto/ssh"
 
 	"github.com/replan/replan/agent"
 	"github.com/replan/replan/cluster"
@@ -289,7 +285,7 @@ func (e *SSHExecutor) launch(ctx context.Context, l Launch, r launch.Rendered) e
 	started := make([]bool, len(r.Servers))
 	errs := e.each(ctx, len(r.Servers), func(ctx context.Context, i int) error {
 		sl := r.Servers[i]
-		if err := e.writeFiles(ctx, sl); err != nil {
+		if err := e.writeFiles(ctx, l, sl); err != nil {
 			return err
 		}
 		c, err := e.client(ctx, sl.Server)
@@ -338,38 +334,6 @@ func (e *SSHExecutor) launch(ctx context.Context, l Launch, r launch.Rendered) e
 	e.jobs[l.JobID] = j
 	e.mu.Unlock()
 	e.log.Info("started", "job", l.JobID, "attempt", l.Attempt, "servers", len(r.Servers), "master_port", r.MasterPort, "resume", l.Resume)
-	return nil
-}
-
-// writeFiles creates the directories of sl's files and uploads them
-// (each atomically: a temporary file renamed over the target).
-func (e *SSHExecutor) writeFiles(ctx context.Context, sl launch.ServerLaunch) error {
-	if len(sl.Files) == 0 {
-		return nil
-	}
-	h, err := e.host(sl.Server)
-	if err != nil {
-		return err
-	}
-	paths := make([]string, 0, len(sl.Files))
-	dirs := map[string]bool{}
-	for p := range sl.Files {
-		paths = append(paths, p)
-		dirs[path.Dir(p)] = true
-	}
-	sort.Strings(paths)
-	args := []string{"mkdir", "-p", "--"}
-	for d := range dirs {
-		args = append(args, d)
-	}
-	if _, err := e.fl.Pool().Output(ctx, h, args...); err != nil {
-		return fmt.Errorf("mkdir on %s: %w", sl.Server, err)
-	}
-	for _, p := range paths {
-		if err := e.fl.Pool().UploadBytes(ctx, h, []byte(sl.Files[p]), p, 0o644); err != nil {
-			return fmt.Errorf("write %s on %s: %w", p, sl.Server, err)
-		}
-	}
 	return nil
 }
 
@@ -436,14 +400,11 @@ func (e *SSHExecutor) readMarker(ctx context.Context, l Launch) (int, string, er
 	if len(l.Servers) == 0 {
 		return 0, "", errors.New("no servers")
 	}
-	h, err := e.host(l.Servers[0].Name)
-	if err != nil {
-		return 0, "", err
-	}
 	marker := launch.CheckpointMarker(l.Spec)
 	// A marker is a tag of a few bytes; the job writes it, so it is read
-	// bounded (one byte more than allowed, to tell that it is too long).
-	out, err := e.fl.Pool().Output(ctx, h, "sh", "-c", `test -f "$1" || exit 0; head -c "$2" "$1"`, "marker", marker, strconv.Itoa(MaxMarkerBytes+1))
+	// bounded (one byte more than allowed, to tell that it is too long),
+	// and as the job's user (sshexec_runas.go).
+	out, err := e.readJobFile(ctx, l, l.Servers[0].Name, marker, MaxMarkerBytes+1)
 	if err != nil {
 		return 0, "", fmt.Errorf("read %s on %s: %w", marker, l.Servers[0].Name, err)
 	}
@@ -882,60 +843,6 @@ func (e *SSHExecutor) Reconfigure(ctx context.Context, from, to Launch, last int
 		}
 	}
 	return nil
-}
-
-// convert runs a conversion step's argv on the master server, in the
-// job's working directory with the job's environment (so a PATH that
-// names the job's Python applies), ${TAG} replaced by the checkpoint tag.
-func (e *SSHExecutor) convert(ctx context.Context, l Launch, s launch.Step, tag string) error {
-	if len(s.Argv) == 0 {
-		return nil
-	}
-	server := l.Servers[0].Name
-	if len(s.Servers) > 0 {
-		server = s.Servers[0]
-	}
-	h, err := e.host(server)
-	if err != nil {
-		return err
-	}
-	argv := make([]string, len(s.Argv))
-	for i, a := range s.Argv {
-		argv[i] = strings.ReplaceAll(a, "${TAG}", tag)
-	}
-	envArgs := append([]string{"env"}, launch.SortedEnv(l.Spec.Env)...)
-	script := "exec " + ssh.QuoteArgs(append(envArgs, argv...)...)
-	if l.Spec.WorkDir != "" {
-		script = "cd " + ssh.Quote(l.Spec.WorkDir) + " && " + script
-	}
-	var stderr bytes.Buffer
-	err = e.fl.Pool().Run(ctx, h, ssh.Cmd{Script: script, Stderr: &limitedBuffer{b: &stderr, max: 4096}})
-	if err == nil {
-		e.log.Info("converted checkpoint", "job", l.JobID, "server", server, "tag", tag)
-		return nil
-	}
-	msg := strings.TrimSpace(stderr.String())
-	var ee *xssh.ExitError
-	if errors.As(err, &ee) && (ee.ExitStatus() == 127 || ee.ExitStatus() == 126 || strings.Contains(msg, "No module named")) {
-		return fmt.Errorf("convert on %s: the checkpoint converter is missing (%s exited %d: %s); install DeepSpeed there or put its Python first on the job's PATH (env)", server, argv[0], ee.ExitStatus(), msg)
-	}
-	if msg != "" {
-		return fmt.Errorf("convert on %s: %s: %w: %s", server, strings.Join(argv, " "), err, msg)
-	}
-	return fmt.Errorf("convert on %s: %s: %w", server, strings.Join(argv, " "), err)
-}
-
-// limitedBuffer keeps the first max bytes written to it.
-type limitedBuffer struct {
-	b   *bytes.Buffer
-	max int
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	if room := l.max - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
 }
 
 // verify waits until the job's rank 0 reports an iteration beyond last.

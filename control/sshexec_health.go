@@ -22,8 +22,8 @@ var _ HealthChecker = (*SSHExecutor)(nil)
 // Check implements HealthChecker: it passes when everything a launch
 // needs works on the server —
 //
-//   - a command runs over SSH (`true`; launches create their directories
-//     and write their files that way),
+//   - a command runs over SSH (`true`: the SSH login works, which also
+//     carries the agent's socket),
 //   - the agent answers,
 //   - the agent sees at least the inventory's GPUs,
 //   - a trivial process (`true`) started through the agent exits 0.
