@@ -320,6 +320,30 @@ func (p *Walker) List(n *yaml.Node, field string, each func(i int, path string, 
 	}
 }
 
+// parserProblems are the messages of go-yaml's parser errors (parserc.go),
+// whose line is one too early; its scanner errors' lines are right.
+var parserProblems = []string{
+	"did not find expected ',' or ']'",
+	"did not find expected ',' or '}'",
+	"did not find expected '-' indicator",
+	"did not find expected <document start>",
+	"did not find expected key",
+	"did not find expected node content",
+	"found duplicate %TAG directive",
+	"found duplicate %YAML directive",
+	"found incompatible YAML document",
+	"found undefined tag handle",
+}
+
+func parserProblem(msg string) bool {
+	for _, p := range parserProblems {
+		if msg == p {
+			return true
+		}
+	}
+	return false
+}
+
 // FieldNode returns the key node of field in mapping n, or n.
 func FieldNode(n *yaml.Node, field string) *yaml.Node {
 	if n.Kind == yaml.MappingNode {
@@ -345,6 +369,12 @@ func (p *Walker) Document(data []byte, what, want string) *yaml.Node {
 			msg = m[2]
 		} else {
 			msg = strings.TrimPrefix(msg, "yaml: ")
+		}
+		if parserProblem(msg) {
+			// go-yaml prints a parser error's mark as it keeps it,
+			// counted from 0 (a scanner error's from 1), and leaves
+			// line 0 out: an unclosed [ on line 2 said "line 1".
+			line++
 		}
 		p.Errs = append(p.Errs, &Problem{File: p.File, Line: line, Msg: msg})
 	}
