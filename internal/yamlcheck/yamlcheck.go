@@ -376,6 +376,9 @@ func (p *Walker) Document(data []byte, what, want string) *yaml.Node {
 			// line 0 out: an unclosed [ on line 2 said "line 1".
 			line++
 		}
+		if last := bytes.Count(bytes.TrimRight(data, "\n"), []byte("\n")) + 1; line > last {
+			line = last // the end of the stream is on the last line
+		}
 		p.Errs = append(p.Errs, &Problem{File: p.File, Line: line, Msg: msg})
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))

@@ -24,6 +24,8 @@ func TestSyntaxErrorLines(t *testing.T) {
 		{"unclosed quote (scanner)", "a: 1\nb: \"abc\nc: 3\n", 2},
 		{"mapping value in a scalar (scanner)", "a: 1\n  b: 2\n", 2},
 		{"sequence at line 1 broken on line 2", "- a\nb: 1\n", 2},
+		{"unclosed flow sequence ending the file", "version: 1\nservers: [\n", 2},
+		{"unclosed after blank lines", "a: 1\n\n\nb: [1,\n", 4},
 	} {
 		w := &Walker{File: "job.yaml"}
 		if n := w.Document([]byte(c.doc), "a job spec", "a mapping"); n != nil || len(w.Errs) != 1 {
