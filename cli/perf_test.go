@@ -55,7 +55,7 @@ func TestPlanTableAndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, want := range []string{"llama7b on 16 GPUs, placement 88", "SAMPLES/s", "gpu-memory", "rejected"} {
+	for _, want := range []string{"llama7b on 16 GPUs, 2 servers × 8 GPUs", "SAMPLES/s", "gpu-memory", "rejected"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -68,6 +68,27 @@ func TestPlanTableAndErrors(t *testing.T) {
 	}
 	if _, err := runCLI(t, "plan", "--model", "gpt2", "--gpus", "16", "--servers", "1", "--data", ""); err == nil || !strings.Contains(err.Error(), "servers have 8") {
 		t.Errorf("16 GPUs on one server: %v", err)
+	}
+}
+
+// Issue 28: `plan --gpus 100000` exited 0 with a 12,592-character line
+// (the placement written as one digit per server). Now the placement is
+// said as people say it, every line stays short, and a count with no
+// feasible plan is an error.
+func TestPlanNoFeasiblePlanFails(t *testing.T) {
+	for _, args := range [][]string{{"--gpus", "100000"}, {"--gpus", "100000", "--servers", "99999"}} {
+		out, err := runCLI(t, append([]string{"plan", "--model", "gpt2", "--data", ""}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), "no feasible plan for gpt2") {
+			t.Errorf("%v: err %v, want no feasible plan", args, err)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if len(l) > 300 {
+				t.Errorf("%v: a %d-character line: %.120s…", args, len(l), l)
+			}
+		}
+		if !strings.Contains(out, "servers × 8 GPUs") && !strings.Contains(out, "99998 × 1 GPU") {
+			t.Errorf("%v: placement not said as people say it:\n%.300s", args, out)
+		}
 	}
 }
 

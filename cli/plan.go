@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/dataset"
 	"github.com/replan/replan/perf"
 )
@@ -160,9 +162,15 @@ Every rejected plan is listed with the rule that rejected it.`,
 				out.Plans = []perf.Ranked{}
 			}
 			if asJSON {
-				return writeJSON(stdout, out)
+				err = writeJSON(stdout, out)
+			} else {
+				err = printPlans(stdout, out, m.Arch.GlobalBatch)
 			}
-			return printPlans(stdout, out, m.Arch.GlobalBatch)
+			if err == nil && len(out.Plans) == 0 {
+				// Nothing can run: a script must not read success.
+				err = fmt.Errorf("plan: no feasible plan for %s on %s (%d plans rejected)", m.Arch.Name, placementSummary(pl), len(rejected))
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -179,7 +187,7 @@ Every rejected plan is listed with the rule that rejected it.`,
 }
 
 func printPlans(w io.Writer, out planOutput, batch int) error {
-	fmt.Fprintf(w, "%s on %d GPUs, placement %s (global batch %d); model: %s\n\n", out.Model, out.GPUs, out.Placement, batch, out.Source.Source)
+	fmt.Fprintf(w, "%s on %d GPUs, %s (global batch %d); model: %s\n\n", out.Model, out.GPUs, placementSummary(out.Placement), batch, out.Source.Source)
 	tw := newTable(w)
 	fmt.Fprintln(tw, "#\tPLAN\tITER s\tSAMPLES/s\tGPU GiB\tHOST GiB/server")
 	for i, r := range out.Plans {
@@ -216,4 +224,30 @@ func printPlans(w io.Writer, out planOutput, batch int) error {
 		fmt.Fprintf(w, "  %-13s %4d  e.g. %s: %s\n", r, g.n, g.example.Plan, g.example.Reason)
 	}
 	return nil
+}
+
+// placementSummary says a placement as people do ("2 servers × 8 GPUs"),
+// in a line of bounded length however many servers it spans: "12500
+// servers: 12499 × 8 GPUs, 1 × 4 GPUs".
+func placementSummary(pl perf.Placement) string {
+	if len(pl) <= 8 {
+		return cluster.PlacementText(pl)
+	}
+	counts := map[int]int{}
+	var sizes []int
+	for _, g := range pl {
+		if counts[g] == 0 {
+			sizes = append(sizes, g)
+		}
+		counts[g]++
+	}
+	if len(sizes) == 1 {
+		return cluster.PlacementText(pl)
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(sizes)))
+	parts := make([]string, len(sizes))
+	for i, g := range sizes {
+		parts[i] = fmt.Sprintf("%d × %s", counts[g], cluster.GPUCount(g))
+	}
+	return fmt.Sprintf("%d servers: %s", len(pl), strings.Join(parts, ", "))
 }
