@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -77,7 +78,7 @@ See docs/control.md.`,
 	f.StringVar(&o.socket, "socket", defaultSocket(), "API unix socket")
 	f.StringVar(&o.policy, "policy", "replan", "scheduling policy: "+strings.Join(sched.Names(), ", "))
 	f.StringVar(&o.executor, "executor", "sim", "sim (simulated cluster) or ssh (the agents on the inventory's servers)")
-	f.StringVar(&o.remoteDir, "remote-dir", fleet.DefaultRemoteDir, "agent directory on every server, as given to replan deploy; {server} is replaced by the server's name (ssh executor)")
+	f.StringVar(&o.remoteDir, "remote-dir", "", "agent directory on every server, as given to replan deploy; {server} is replaced by the server's name (ssh executor; default: the inventory's ssh.remote_dir, else "+fleet.DefaultRemoteDir+")")
 	f.StringVar(&o.data, "data", "", "Morphling data directory for fitted models and measured iteration times (default $REPLAN_DATA or ../shared/data/morphling when present)")
 	f.StringVar(&o.listen, "listen", "", "also serve the API on this TCP address, TLS only (needs --tokens or --token-file)")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding one bearer token of the TCP listener, which acts as the daemon's own user")
@@ -139,7 +140,7 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 			return err
 		}
 		defer pool.Close()
-		fl := fleet.New(pool, fleet.Options{RemoteDir: o.remoteDir, Logger: log})
+		fl := fleet.New(pool, fleet.Options{RemoteDir: cmp.Or(o.remoteDir, inv.SSH.RemoteDir), Logger: log})
 		if exec, err = control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, RunAs: runAsOf(inv)}); err != nil {
 			return err
 		}

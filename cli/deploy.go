@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"log/slog"
@@ -36,7 +37,7 @@ type fleetFlags struct {
 func (f *fleetFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.inventory, "inventory", "inventory.yaml", "inventory file")
-	fl.StringVar(&f.remoteDir, "remote-dir", fleet.DefaultRemoteDir, "agent directory on every server; {server} is replaced by the server's name")
+	fl.StringVar(&f.remoteDir, "remote-dir", "", "agent directory on every server; {server} is replaced by the server's name (default: the inventory's ssh.remote_dir, else "+fleet.DefaultRemoteDir+")")
 	fl.IntVar(&f.concurrency, "concurrency", fleet.DefaultConcurrency, "servers worked on at once")
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log SSH and agent events to stderr")
@@ -83,7 +84,7 @@ func (f *fleetFlags) open(names []string, acceptNew bool, stderr io.Writer, quie
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	fl := fleet.New(pool, fleet.Options{RemoteDir: f.remoteDir, Concurrency: f.concurrency, Logger: log})
+	fl := fleet.New(pool, fleet.Options{RemoteDir: cmp.Or(f.remoteDir, inv.SSH.RemoteDir), Concurrency: f.concurrency, Logger: log})
 	return fl, servers, pool, nil
 }
 

@@ -46,12 +46,15 @@ func TestDeployAndNodesCLI(t *testing.T) {
 	t.Cleanup(func() { stopAgent(t, filepath.Join(tmp, "box")) })
 	inv := filepath.Join(tmp, "inventory.yaml")
 	data := fmt.Sprintf("version: 1\ndefaults: {user: %s, identity_file: %s, gpus: 4, gpu_memory_gb: 80, cpu_cores: 2, host_memory_gb: 8, nvlink_gbps: 400, nic_gbps: 25}\n"+
-		"racks: [{name: r1, spine_gbps: 50}]\nservers:\n  - {name: box, address: %s, port: %d, rack: r1}\nssh: {known_hosts: %s}\n",
-		s.User, s.ClientKey, s.Host, s.Port, filepath.Join(tmp, "known_hosts"))
+		"racks: [{name: r1, spine_gbps: 50}]\nservers:\n  - {name: box, address: %s, port: %d, rack: r1}\nssh: {known_hosts: %s, remote_dir: %q}\n",
+		s.User, s.ClientKey, s.Host, s.Port, filepath.Join(tmp, "known_hosts"), remote)
 	if err := os.WriteFile(inv, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	common := []string{"--inventory", inv, "--remote-dir", remote}
+	// The agent's directory comes from the inventory's ssh.remote_dir
+	// (issue 28: --remote-dir had to be repeated on every command); the
+	// flag still overrides it (the --accept-new deploy below).
+	common := []string{"--inventory", inv}
 	deploy := append([]string{"deploy", "--agent-binary", bin, "--fake-gpus", "4xH100"}, common...)
 
 	if out, errOut, err := runSplit(t, deploy...); err == nil || !strings.Contains(out, "box: failed:") || !strings.Contains(out, "replan trust") {

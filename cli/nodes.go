@@ -89,7 +89,7 @@ func newNodesCmd(stdout, stderr io.Writer) *cobra.Command {
 	fl.BoolVar(&gpus, "gpus", false, "one line per GPU (the default when SERVERS are named)")
 	fl.BoolVar(&direct, "direct", false, "ask every server's agent over SSH (the inventory's view; no daemon needed)")
 	fl.StringVar(&ff.inventory, "inventory", "inventory.yaml", "with --direct: inventory file")
-	fl.StringVar(&ff.remoteDir, "remote-dir", fleet.DefaultRemoteDir, "with --direct: agent directory on every server; {server} is replaced by the server's name")
+	fl.StringVar(&ff.remoteDir, "remote-dir", "", "with --direct: agent directory on every server; {server} is replaced by the server's name (default: the inventory's ssh.remote_dir, else "+fleet.DefaultRemoteDir+")")
 	fl.IntVar(&ff.concurrency, "concurrency", fleet.DefaultConcurrency, "with --direct: servers asked at once")
 	fl.BoolVarP(&ff.verbose, "verbose", "v", false, "with --direct: log SSH and agent events to stderr")
 	fl.DurationVar(&timeout, "timeout", 15*time.Second, "with --direct: time allowed per server")

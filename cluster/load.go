@@ -256,6 +256,17 @@ func (p *parser) parse(data []byte) *Inventory {
 						sshOpts.MaxSessions = i
 					}
 				},
+				"remote_dir": func(f string, v *yaml.Node) {
+					s, ok := p.Str(v, f)
+					if !ok {
+						return
+					}
+					if strings.TrimSpace(s) == "" || strings.ContainsAny(s, "\x00\n") {
+						p.Errf(v, f, "want a directory path (\"~\" and \"{server}\" allowed), got %q", s)
+						return
+					}
+					sshOpts.RemoteDir = s
+				},
 				"jump_host": func(f string, v *yaml.Node) {
 					s, ok := p.Str(v, f)
 					if !ok {

@@ -195,12 +195,13 @@ func TestParseProblems(t *testing.T) {
 		},
 		{
 			"bad durations and counts",
-			good + "ssh:\n  connect_timeout: soon\n  keepalive: -1s\n  max_sessions: 0\n  jump_host: 'a:b:c'\n",
+			good + "ssh:\n  connect_timeout: soon\n  keepalive: -1s\n  max_sessions: 0\n  jump_host: 'a:b:c'\n  remote_dir: ' '\n",
 			[]string{
 				`x.yaml:21: ssh.connect_timeout: want a duration like "10s", got "soon"`,
 				`x.yaml:22: ssh.keepalive: must be positive, got -1s`,
 				`x.yaml:23: ssh.max_sessions: must be positive, got 0`,
 				`x.yaml:24: ssh.jump_host: want host or host:port, got "a:b:c"`,
+				`x.yaml:25: ssh.remote_dir: want a directory path ("~" and "{server}" allowed), got " "`,
 			},
 		},
 		{

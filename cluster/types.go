@@ -95,6 +95,10 @@ type SSHOptions struct {
 	Keepalive      time.Duration // interval of keepalive@openssh.com requests
 	MaxSessions    int           // concurrent sessions per server
 	JumpHost       string        // optional host:port of a bastion; empty when none
+	// RemoteDir is the agent's directory on every server, as deploy,
+	// nodes --direct and the daemon use it ("~" and "{server}" allowed);
+	// empty: fleet.DefaultRemoteDir. A --remote-dir flag overrides it.
+	RemoteDir string
 }
 
 // Defaults for the ssh block when a field is absent.
