@@ -620,7 +620,14 @@ func (d *Daemon) requeueChange(js *jobState, why string, countFailure bool) (job
 		rec.Failures++
 	}
 	if rec.Failures > d.cfg.MaxRestarts {
-		rec.State, rec.Reason, rec.FinishedAt = StateFailed, why+fmt.Sprintf(" (failed %d times, restart limit %d)", rec.Failures, d.cfg.MaxRestarts), d.now()
+		// The cause, without the restart the caller's reason announces:
+		// this job is not restarted.
+		for _, next := range []string{"; restarting from checkpoint", "; back to the queue from checkpoint"} {
+			if i := strings.LastIndex(why, next); i >= 0 {
+				why = why[:i]
+			}
+		}
+		rec.State, rec.Reason, rec.FinishedAt = StateFailed, why+fmt.Sprintf("; not restarted: failed %d times, restart limit %d", rec.Failures, d.cfg.MaxRestarts), d.now()
 		return jobUpdate{js, rec, "failed: " + why}, d.ev("fail", rec.ID, "", rec.Reason, nil), true
 	}
 	rec.State, rec.Reason = StatePreempted, why

@@ -219,6 +219,11 @@ func TestDaemonRestartsFailedJobsThenFails(t *testing.T) {
 	if rec.State != StateFailed || !strings.Contains(rec.Reason, "restart limit 3") || rec.Failures != 4 {
 		t.Fatalf("after too many failures: state %s reason %q failures %d", rec.State, rec.Reason, rec.Failures)
 	}
+	// Issue 28: the final reason said "restarting from checkpoint 10 (failed
+	// 4 times, restart limit 3)" of a job that will not restart.
+	if want := "exited with code 1; not restarted: failed 4 times, restart limit 3"; rec.Reason != want {
+		t.Errorf("final reason %q, want %q", rec.Reason, want)
+	}
 	d.Round(ctx)
 	if len(ex.starts) != 4 || !ex.starts[1].Resume {
 		t.Errorf("starts %d, resume %v", len(ex.starts), ex.starts[1].Resume)
