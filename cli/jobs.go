@@ -409,7 +409,7 @@ func measured(tp control.Throughput) string {
 	if tp.MeasuredSPS <= 0 {
 		return "none yet"
 	}
-	return fmt.Sprintf("%.2f samples/s (%+.0f%%)", tp.MeasuredSPS, 100*(tp.MeasuredSPS-tp.PredictedSPS)/tp.PredictedSPS)
+	return fmt.Sprintf("%.2f samples/s (the prediction is %+.0f%% off)", tp.MeasuredSPS, 100*(tp.PredictedSPS-tp.MeasuredSPS)/tp.MeasuredSPS)
 }
 
 func newLinksCmd(stdout, stderr io.Writer) *cobra.Command {

@@ -210,7 +210,7 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 		// makes the policy build a curve or enumerate plans beyond what
 		// the cluster can give.
 		req := min(js.spec.Request.GPUs, total)
-		sj := sched.Job{ID: id, Tenant: js.spec.Tenant, Model: d.snapModel(js.spec.Arch, js.spec.Framework), ReqGPUs: req, ReqCPUs: min(js.spec.Request.CPUs, totalCPUs),
+		sj := sched.Job{ID: id, Tenant: js.spec.Tenant, Model: d.snapModel(js.spec), ReqGPUs: req, ReqCPUs: min(js.spec.Request.CPUs, totalCPUs),
 			ReqPlan: js.spec.Request.Plan, Submit: float64(js.rec.SubmittedAt.UnixNano()) / 1e9,
 			ItersDone: float64(js.iters), ItersTotal: float64(js.spec.Iterations), Restarts: js.rec.Restarts}
 		pinJob(&sj, js.spec) // pins.go

@@ -256,7 +256,7 @@ func (d *Daemon) promised(js *jobState) float64 {
 	if !js.spec.Request.HasPlan {
 		return 0
 	}
-	o := d.model(js.spec.Arch)
+	o := d.model(js.spec)
 	per := 8
 	if len(d.cfg.Servers) > 0 {
 		per = max(d.cfg.Servers[0].GPUs, 1)
@@ -279,7 +279,7 @@ func (d *Daemon) Curve(ctx context.Context, id string, maxGPUs int) ([]perf.Curv
 	var m perf.Model
 	if js != nil {
 		spec = js.spec
-		m = d.model(js.spec.Arch).Model
+		m = d.model(js.spec).Model
 	}
 	d.mu.Unlock()
 	if spec == nil {
@@ -293,7 +293,7 @@ func (d *Daemon) Curve(ctx context.Context, id string, maxGPUs int) ([]perf.Curv
 		}
 		spec = &sp
 		d.mu.Lock()
-		m = d.model(sp.Arch).Model
+		m = d.model(&sp).Model
 		d.mu.Unlock()
 	}
 	m.Space = frameworkSpace(spec.Framework)
