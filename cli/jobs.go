@@ -260,6 +260,9 @@ func newJobCmd(stdout, stderr io.Writer) *cobra.Command {
 				if tp := d.Throughput; tp.PredictedSPS > 0 {
 					fmt.Fprintf(w, "throughput: predicted %.2f samples/s, measured %s\n", tp.PredictedSPS, measured(tp))
 				}
+				if c := d.Checkpointing; c != nil {
+					fmt.Fprintf(w, "checkpoint: %s\n", checkpointWords(*c))
+				}
 				fmt.Fprintln(w, "\nhistory:")
 				for _, h := range d.History {
 					fmt.Fprintf(w, "  %s  %s -> %s  %s\n", h.At.Format(time.DateTime), h.From, h.To, clean(h.Reason))
@@ -403,6 +406,29 @@ func newLogsCmd(stdout, stderr io.Writer) *cobra.Command {
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the log")
 	cmd.Flags().IntVar(&tail, "tail", 100, "lines from the end to start with")
 	return cmd
+}
+
+// checkpointWords says how often a job checkpoints and why.
+func checkpointWords(c control.CheckpointInfo) string {
+	every := fmt.Sprintf("every %s", iterationsWord(c.IntervalIters))
+	if c.IntervalS > 0 {
+		every += fmt.Sprintf(" (~%s)", age(c.IntervalS))
+	}
+	if c.Source == "args" {
+		return every + ", the job's own interval (its args)"
+	}
+	how := "estimated from the model's size"
+	if c.CostMeasured {
+		how = "measured"
+	}
+	return fmt.Sprintf("%s: Young/Daly from a %.1f s checkpoint (%s) and a %s MTBF", every, c.CostS, how, age(c.MTBFS))
+}
+
+func iterationsWord(n int) string {
+	if n == 1 {
+		return "iteration"
+	}
+	return fmt.Sprintf("%d iterations", n)
 }
 
 func measured(tp control.Throughput) string {

@@ -153,6 +153,7 @@ type Daemon struct {
 	eta         etaState          // background start estimates (eta.go)
 	telemetry   map[int][]GPUStat // per server: its GPUs as last observed (telemetry.go)
 	enc         encCache          // encoded reads (readcache.go)
+	fails       failureStats      // failures observed (checkpoint.go); guarded by mu
 }
 
 type jobState struct {
@@ -190,6 +191,9 @@ type jobState struct {
 	launched  time.Time
 	// measAt is when measSPS and iters were last observed together.
 	measAt time.Time
+
+	// ckptInfo is how often the current launch checkpoints (checkpoint.go).
+	ckptInfo CheckpointInfo
 }
 
 type nodeState struct {
@@ -294,6 +298,9 @@ func (d *Daemon) adopt(ctx context.Context) error {
 			// The policy's prediction was not stored: the model's for the
 			// plan and placement it runs with, until a round decides again.
 			js.predSPS = d.predictRunning(js)
+			// Nor was its checkpoint interval: chosen again as at a
+			// launch (the job's own, or from today's figures).
+			js.ckptInfo = d.chooseCheckpoint(js, len(js.servers), js.predSPS)
 			continue
 		}
 		if err := d.requeue(ctx, js, fmt.Sprintf("not running after the daemon restarted; back to the queue from checkpoint %d", js.rec.Checkpoint), false); err != nil {

@@ -29,6 +29,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	}
 	var stops []stopReq
 	d.mu.Lock()
+	d.noteFailures(obs) // checkpoint.go
 	for _, n := range obs.Nodes {
 		i, ok := d.srvIdx[n.Name]
 		if !ok {

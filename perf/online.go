@@ -17,6 +17,10 @@ type Online struct {
 	MaxSamples int `json:"max_samples"`
 	// Refits counts the refits Observe made.
 	Refits int `json:"refits"`
+	// CheckpointS is the measured cost of a checkpoint of the type in
+	// seconds (0: not measured yet): the checkpoint interval is chosen
+	// from it (SaveInterval).
+	CheckpointS float64 `json:"checkpoint_s,omitempty"`
 }
 
 // Trusted reports whether the model has enough samples of the right kinds
