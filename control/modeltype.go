@@ -41,6 +41,17 @@ func newModelType(a perf.Arch, fw jobspec.Framework) ModelType {
 	return ModelType{Name: a.Name, GlobalBatch: a.GlobalBatch, Framework: fw}
 }
 
+// snapModelType is the type of a model the daemon made for its type
+// (Daemon.model, snapModel): its architecture's name and global batch, and
+// the framework its plan space is (perf.MegatronSpace: Megatron).
+func snapModelType(m *perf.Model) ModelType {
+	fw := jobspec.DeepSpeed
+	if m.Space == perf.MegatronSpace {
+		fw = jobspec.Megatron
+	}
+	return newModelType(m.Arch, fw)
+}
+
 // String is the store's key: "name/global_batch/framework".
 func (t ModelType) String() string {
 	return fmt.Sprintf("%s/%d/%s", t.Name, t.GlobalBatch, t.Framework)

@@ -390,3 +390,57 @@ func TestParseModelType(t *testing.T) {
 		}
 	}
 }
+
+// TestStartEstimatesUseEachTypesModel: the start-time estimator keeps its
+// own copies of the models, one per model type, and its policy (whose
+// caches are keyed by the copies) while no model changes. Copies were kept
+// per architecture name: two types of one architecture (another global
+// batch, another framework) replaced each other's copy at every estimate,
+// which threw the estimator's policy and its caches away every time.
+func TestStartEstimatesUseEachTypesModel(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	d, _ := newDaemon(t, st, &recorder{}, "static")
+	specs := map[string]*jobspec.Spec{}
+	for i, fw := range []jobspec.Framework{jobspec.DeepSpeed, jobspec.Megatron, jobspec.DeepSpeed} {
+		sp := frameworkSpec(t, "j", 8, fw) // no round: they wait
+		if i == 2 {
+			sp.GlobalBatch, sp.Arch.GlobalBatch = 32, 32
+		}
+		rec, err := d.Submit(ctx, sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs[rec.ID] = sp
+	}
+	d.mu.Lock()
+	d.eta.mu.Lock()
+	d.eta.newPolicy = func() sched.Policy { p, _ := sched.New("static"); return p } // no background estimates
+	d.eta.mu.Unlock()
+	in := d.etaInputLocked()
+	d.mu.Unlock()
+	d.eta.mu.Lock()
+	first := d.eta.policy
+	d.eta.mu.Unlock()
+	d.mu.Lock()
+	in = d.etaInputLocked()
+	d.mu.Unlock()
+	d.eta.mu.Lock()
+	again := d.eta.policy
+	d.eta.mu.Unlock()
+	if again != first {
+		t.Error("a second estimate with no model changed made a new policy (its caches lost)")
+	}
+	if len(in.snap.Jobs) != 3 {
+		t.Fatalf("%d jobs in the estimator's snapshot", len(in.snap.Jobs))
+	}
+	for _, sj := range in.snap.Jobs {
+		sp := specs[sj.ID]
+		if sj.Model == nil || sj.Model.Arch.GlobalBatch != sp.GlobalBatch || sj.Model.Space != frameworkSpace(sp.Framework) {
+			t.Errorf("%s (%s, batch %d): the estimator's model has batch %d and space %+v", sj.ID, sp.Framework, sp.GlobalBatch, sj.Model.Arch.GlobalBatch, sj.Model.Space)
+		}
+		if got := snapModelType(sj.Model); got != modelTypeOf(sp) {
+			t.Errorf("%s: the model's type reads %s, the job's is %s", sj.ID, got, modelTypeOf(sp))
+		}
+	}
+}
