@@ -260,6 +260,9 @@ func newJobCmd(stdout, stderr io.Writer) *cobra.Command {
 				if tp := d.Throughput; tp.PredictedSPS > 0 {
 					fmt.Fprintf(w, "throughput: predicted %.2f samples/s, measured %s\n", tp.PredictedSPS, measured(tp))
 				}
+				if c := d.Checkpointing; c != nil {
+					fmt.Fprintf(w, "checkpoint: %s\n", checkpointWords(*c))
+				}
 				fmt.Fprintln(w, "\nhistory:")
 				for _, h := range d.History {
 					fmt.Fprintf(w, "  %s  %s -> %s  %s\n", h.At.Format(time.DateTime), h.From, h.To, clean(h.Reason))
@@ -405,11 +408,34 @@ func newLogsCmd(stdout, stderr io.Writer) *cobra.Command {
 	return cmd
 }
 
+// checkpointWords says how often a job checkpoints and why.
+func checkpointWords(c control.CheckpointInfo) string {
+	every := fmt.Sprintf("every %s", iterationsWord(c.IntervalIters))
+	if c.IntervalS > 0 {
+		every += fmt.Sprintf(" (~%s)", age(c.IntervalS))
+	}
+	if c.Source == "args" {
+		return every + ", the job's own interval (its args)"
+	}
+	how := "estimated from the model's size"
+	if c.CostMeasured {
+		how = "measured"
+	}
+	return fmt.Sprintf("%s: Young/Daly from a %.1f s checkpoint (%s) and a %s MTBF", every, c.CostS, how, age(c.MTBFS))
+}
+
+func iterationsWord(n int) string {
+	if n == 1 {
+		return "iteration"
+	}
+	return fmt.Sprintf("%d iterations", n)
+}
+
 func measured(tp control.Throughput) string {
 	if tp.MeasuredSPS <= 0 {
 		return "none yet"
 	}
-	return fmt.Sprintf("%.2f samples/s (%+.0f%%)", tp.MeasuredSPS, 100*(tp.MeasuredSPS-tp.PredictedSPS)/tp.PredictedSPS)
+	return fmt.Sprintf("%.2f samples/s (the prediction is %+.0f%% off)", tp.MeasuredSPS, 100*(tp.PredictedSPS-tp.MeasuredSPS)/tp.MeasuredSPS)
 }
 
 func newLinksCmd(stdout, stderr io.Writer) *cobra.Command {

@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/replan/replan/control"
+	"github.com/replan/replan/internal/waitfor"
 	"github.com/replan/replan/sched"
 )
 
@@ -116,5 +119,61 @@ func TestQueueShowsUnschedulable(t *testing.T) {
 	Run(ctx, []string{"queue", "--socket", sock}, &out, &errb)
 	if !strings.Contains(out.String(), "needs at least 1 GPUs, the servers in service have 0 (drained: a, b)") {
 		t.Errorf("queue reason:\n%s", out.String())
+	}
+}
+
+// `replan job ID` of a running job shows its predicted and measured
+// throughput with the prediction's error, and how often it checkpoints
+// (the interval replan chose and why); --json carries the same.
+func TestJobShowsThroughputErrorAndCheckpointInterval(t *testing.T) {
+	sock, d := serveControl(t)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "j.yaml")
+	spec := strings.NewReplacer("TENANT", "research", "MODEL", "gpt2", "REQUEST", "{gpus: 8}", "iterations: 50", "iterations: 1000000").Replace(cliSpec)
+	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, "submit", file, "--socket", sock, "--json")
+	if err != nil {
+		t.Fatalf("submit: %v\n%s", err, out)
+	}
+	var rec control.JobRecord
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The simulated job reports a throughput once it has run a little.
+	// (The policy gives it both servers: a one-day MTBF per server is
+	// 12 h for the job.)
+	waitfor.T(t, ctx, "a measured throughput", waitfor.Options{}, func() error {
+		if err := d.Observe(ctx); err != nil {
+			return err
+		}
+		if tp := d.JobThroughput(rec.ID); tp.MeasuredSPS <= 0 {
+			return fmt.Errorf("throughput %+v", tp)
+		}
+		return nil
+	})
+	out, err = runCLI(t, "job", rec.ID, "--socket", sock)
+	if err != nil {
+		t.Fatalf("job: %v\n%s", err, out)
+	}
+	for _, want := range []string{"throughput: predicted ", "(the prediction is ", "% off)", "checkpoint: every ", "Young/Daly from a ", "(estimated from the model's size) and a 12h0m0s MTBF"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("replan job lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = runCLI(t, "job", rec.ID, "--socket", sock, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jd control.JobDetail
+	if err := json.Unmarshal([]byte(out), &jd); err != nil {
+		t.Fatal(err)
+	}
+	if c := jd.Checkpointing; c == nil || c.IntervalIters <= 0 || c.Source != "replan" || c.CostS <= 0 || c.MTBFS <= 0 || c.IntervalS < 60 {
+		t.Errorf("--json checkpointing %+v", jd.Checkpointing)
 	}
 }

@@ -50,10 +50,12 @@ type ProblemJSON struct {
 
 // JobDetail is GET /v1/jobs/{id}.
 type JobDetail struct {
-	Job        JobRecord        `json:"job"`
-	Throughput Throughput       `json:"throughput"`
-	History    []Transition     `json:"history"`
-	Decisions  []DecisionRecord `json:"decisions"`
+	Job        JobRecord  `json:"job"`
+	Throughput Throughput `json:"throughput"`
+	// Checkpointing is how often the job checkpoints while it runs.
+	Checkpointing *CheckpointInfo  `json:"checkpointing,omitempty"`
+	History       []Transition     `json:"history"`
+	Decisions     []DecisionRecord `json:"decisions"`
 }
 
 // HistoryEntry is a finished job, like sacct's line.
@@ -336,7 +338,11 @@ func (a *API) job(w http.ResponseWriter, r *http.Request) {
 	}
 	h, _ := a.D.cfg.Store.History(r.Context(), id)
 	ds, _ := a.D.cfg.Store.Decisions(r.Context(), id, 100)
-	writeJSON(w, http.StatusOK, JobDetail{Job: j, Throughput: a.D.JobThroughput(id), History: h, Decisions: ds})
+	jd := JobDetail{Job: j, Throughput: a.D.JobThroughput(id), History: h, Decisions: ds}
+	if c, ok := a.D.JobCheckpointing(id); ok {
+		jd.Checkpointing = &c
+	}
+	writeJSON(w, http.StatusOK, jd)
 }
 
 func (a *API) jobOp(w http.ResponseWriter, r *http.Request) {

@@ -210,7 +210,7 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 		// makes the policy build a curve or enumerate plans beyond what
 		// the cluster can give.
 		req := min(js.spec.Request.GPUs, total)
-		sj := sched.Job{ID: id, Tenant: js.spec.Tenant, Model: d.snapModel(js.spec.Arch, js.spec.Framework), ReqGPUs: req, ReqCPUs: min(js.spec.Request.CPUs, totalCPUs),
+		sj := sched.Job{ID: id, Tenant: js.spec.Tenant, Model: d.snapModel(js.spec), ReqGPUs: req, ReqCPUs: min(js.spec.Request.CPUs, totalCPUs),
 			ReqPlan: js.spec.Request.Plan, Submit: float64(js.rec.SubmittedAt.UnixNano()) / 1e9,
 			ItersDone: float64(js.iters), ItersTotal: float64(js.spec.Iterations), Restarts: js.rec.Restarts}
 		pinJob(&sj, js.spec) // pins.go
@@ -532,7 +532,11 @@ func (d *Daemon) prepare(a sched.Decision, seen seenJob, pinned map[string]strin
 		p.dec = DecisionRecord{JobID: id, Kind: a.Kind.String(), Detail: detail, Reason: a.Why, At: d.now()}
 		p.ev = d.ev(a.Kind.String(), id, "", fmt.Sprintf("%s on %s with %s (%.2f samples/s predicted); %s", js.spec.Name, placementWords(servers), a.Plan, a.Throughput, a.Why),
 			map[string]any{"plan": a.Plan.String(), "placement": placementWords(servers)})
+		ck := d.chooseCheckpoint(js, len(servers), a.Throughput)
 		p.next = Launch{JobID: id, Spec: js.spec, Plan: a.Plan, Servers: servers, Attempt: rec.Attempt - 1, Resume: resume, From: rec.Checkpoint, Shift: a.Shift}
+		if ck.Source == "replan" {
+			p.next.SaveInterval = ck.IntervalIters
+		}
 		if resume && js.ckPlan != a.Plan {
 			p.next.CheckpointPlan = js.ckPlan
 		}
@@ -551,6 +555,7 @@ func (d *Daemon) prepare(a sched.Decision, seen seenJob, pinned map[string]strin
 			}
 			js.phase = d.now().Add(time.Duration(a.Shift * float64(time.Second)))
 			js.predSPS, js.measSPS, js.shift = a.Throughput, 0, a.Shift
+			js.ckptInfo = ck
 			delete(d.waits, id)
 		}
 		return p
@@ -656,7 +661,9 @@ func (d *Daemon) afterRequeue(js *jobState, final, keepDevices bool) {
 // stores a newer checkpoint. It takes d.mu; the caller must not hold it.
 func (d *Daemon) stopAndRelease(ctx context.Context, js *jobState, id string, checkpoint bool) error {
 	js.exec.Lock()
+	from := d.now()
 	ckpt, err := d.cfg.Exec.Stop(ctx, id, checkpoint)
+	took := d.now().Sub(from)
 	js.exec.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -665,6 +672,13 @@ func (d *Daemon) stopAndRelease(ctx context.Context, js *jobState, id string, ch
 	js.stopping = false
 	if err != nil {
 		return fmt.Errorf("stop %s: %w", id, err)
+	}
+	if checkpoint && ckpt > 0 {
+		// A stop with a checkpoint is what a checkpoint costs (and the
+		// processes' exit): the next intervals are chosen from it.
+		if err := d.noteCheckpointCost(ctx, js, took); err != nil {
+			d.log.Warn("checkpoint cost", "job", id, "err", err)
+		}
 	}
 	if checkpoint && ckpt > js.rec.Checkpoint && d.jobs[id] == js && js.rec.State != StateRunning {
 		rec := js.rec

@@ -98,7 +98,7 @@ type Daemon struct {
 	srvIdx    map[string]int
 	owner     []serverDevices // per server: which job holds each GPU / CPU core
 	nodes     []nodeState
-	models    map[string]*perf.Online
+	models    map[ModelType]*perf.Online
 	waits     map[string]string // job → why it waits (last round)
 	lastRound RoundStats
 	notify    notifier
@@ -133,7 +133,10 @@ type Daemon struct {
 	// snapModels are immutable copies of d.models given to the policy
 	// (replaced when a model is refitted, so the policy's caches keyed by
 	// the pointer stay valid between rounds).
-	snapModels map[string]*perf.Model
+	snapModels map[ModelType]*perf.Model
+	// modelSaved is when each model type was last stored (samples that do
+	// not refit are stored at most every ProgressEvery).
+	modelSaved map[ModelType]time.Time
 	// pending holds observations whose store write failed (a finish seen
 	// during a full disk): they are applied again at the next Observe.
 	pending map[string]JobObservation
@@ -150,6 +153,7 @@ type Daemon struct {
 	eta         etaState          // background start estimates (eta.go)
 	telemetry   map[int][]GPUStat // per server: its GPUs as last observed (telemetry.go)
 	enc         encCache          // encoded reads (readcache.go)
+	fails       failureStats      // failures observed (checkpoint.go); guarded by mu
 }
 
 type jobState struct {
@@ -187,6 +191,9 @@ type jobState struct {
 	launched  time.Time
 	// measAt is when measSPS and iters were last observed together.
 	measAt time.Time
+
+	// ckptInfo is how often the current launch checkpoints (checkpoint.go).
+	ckptInfo CheckpointInfo
 }
 
 type nodeState struct {
@@ -249,8 +256,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.LaunchBackoff <= 0 {
 		cfg.LaunchBackoff = 30 * time.Second
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[string]*perf.Online{}, waits: map[string]string{}, timers: map[string]sched.JobTimers{},
-		snapModels: map[string]*perf.Model{}, pending: map[string]JobObservation{}, requeues: map[string]pendingRequeue{}, checked: map[string]time.Time{}, launchFails: map[string][]launchFailure{}}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[ModelType]*perf.Online{}, waits: map[string]string{}, timers: map[string]sched.JobTimers{},
+		snapModels: map[ModelType]*perf.Model{}, modelSaved: map[ModelType]time.Time{}, pending: map[string]JobObservation{}, requeues: map[string]pendingRequeue{}, checked: map[string]time.Time{}, launchFails: map[string][]launchFailure{}}
 	for i, s := range cfg.Servers {
 		if _, dup := d.srvIdx[s.Name]; dup {
 			return nil, fmt.Errorf("control: server %s twice", s.Name)
@@ -291,6 +298,9 @@ func (d *Daemon) adopt(ctx context.Context) error {
 			// The policy's prediction was not stored: the model's for the
 			// plan and placement it runs with, until a round decides again.
 			js.predSPS = d.predictRunning(js)
+			// Nor was its checkpoint interval: chosen again as at a
+			// launch (the job's own, or from today's figures).
+			js.ckptInfo = d.chooseCheckpoint(js, len(js.servers), js.predSPS)
 			continue
 		}
 		if err := d.requeue(ctx, js, fmt.Sprintf("not running after the daemon restarted; back to the queue from checkpoint %d", js.rec.Checkpoint), false); err != nil {
@@ -303,7 +313,22 @@ func (d *Daemon) adopt(ctx context.Context) error {
 // predictRunning is the throughput the model of js's type predicts for the
 // plan and placement it runs with (0 when it cannot say).
 func (d *Daemon) predictRunning(js *jobState) float64 {
-	var pl perf.Placement
+	r, ok := d.runningResources(js)
+	if !ok || js.spec.GlobalBatch <= 0 {
+		return 0
+	}
+	b, err := d.model(js.spec).Model.Predict(js.plan, r)
+	if err != nil || b.Iter <= 0 {
+		return 0
+	}
+	return float64(js.spec.GlobalBatch) / b.Iter
+}
+
+// runningResources are the resources js runs on: its placement (fullest
+// server first), whether it spans racks and its CPU cores per GPU; false
+// when it holds no GPU.
+func (d *Daemon) runningResources(js *jobState) (perf.Resources, bool) {
+	pl := make(perf.Placement, 0, len(js.servers))
 	gpus, cpus := 0, 0
 	racks := map[string]bool{}
 	for _, s := range js.servers {
@@ -314,14 +339,11 @@ func (d *Daemon) predictRunning(js *jobState) float64 {
 			racks[d.cfg.Servers[i].Rack] = true
 		}
 	}
-	if gpus == 0 || js.spec.GlobalBatch <= 0 {
-		return 0
+	if gpus == 0 {
+		return perf.Resources{}, false
 	}
-	b, err := d.model(js.spec.Arch).Model.Predict(js.plan, perf.Resources{Placement: pl, CrossRack: len(racks) > 1, CPUsPerGPU: float64(cpus) / float64(gpus)})
-	if err != nil || b.Iter <= 0 {
-		return 0
-	}
-	return float64(js.spec.GlobalBatch) / b.Iter
+	slices.SortFunc(pl, func(a, b int) int { return b - a })
+	return perf.Resources{Placement: pl, CrossRack: len(racks) > 1, CPUsPerGPU: float64(cpus) / float64(gpus)}, true
 }
 
 func (d *Daemon) recover(ctx context.Context) error {
@@ -329,12 +351,7 @@ func (d *Daemon) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recover models: %w", err)
 	}
-	for typ, raw := range stored {
-		var o perf.Online
-		if err := json.Unmarshal(raw, &o); err == nil {
-			d.models[typ] = &o
-		}
-	}
+	d.recoverModels(stored)
 	waits, err := d.cfg.Store.TimerWaits(ctx, d.now().Add(-d.cfg.TimerWindow))
 	if err != nil {
 		return fmt.Errorf("recover timer history: %w", err)
@@ -383,22 +400,16 @@ func (d *Daemon) recover(ctx context.Context) error {
 
 func (d *Daemon) now() time.Time { return d.cfg.Clock().UTC() }
 
-// modelKey names a model type.
-func modelKey(a perf.Arch) string { return fmt.Sprintf("%s/%d", a.Name, a.GlobalBatch) }
-
-// snapModel is the immutable copy of a model type's model the policy gets.
-func (d *Daemon) snapModel(a perf.Arch, fw jobspec.Framework) *perf.Model {
-	key := modelKey(a)
-	sp := frameworkSpace(fw)
-	if sp != (perf.Space{}) {
-		key += "\x00" + string(fw) // its own pointer: the policy's caches are keyed by it
-	}
-	if m, ok := d.snapModels[key]; ok {
+// snapModel is the immutable copy of the model of a job's type the
+// policy gets (one pointer per type: the policy's caches are keyed by it;
+// a refit drops it).
+func (d *Daemon) snapModel(s *jobspec.Spec) *perf.Model {
+	t := modelTypeOf(s)
+	if m, ok := d.snapModels[t]; ok {
 		return m
 	}
-	m := d.model(a).Model
-	m.Space = sp
-	d.snapModels[key] = &m
+	m := d.model(s).Model
+	d.snapModels[t] = &m
 	return &m
 }
 
@@ -410,15 +421,17 @@ func frameworkSpace(fw jobspec.Framework) perf.Space {
 	return perf.Space{}
 }
 
-// model returns the online model of a model type, creating it.
-func (d *Daemon) model(a perf.Arch) *perf.Online {
-	key := modelKey(a)
-	if o, ok := d.models[key]; ok {
+// model returns the online model of a job's type, creating it from the
+// starting model (Config.Model) with the framework's plan space.
+func (d *Daemon) model(s *jobspec.Spec) *perf.Online {
+	t := modelTypeOf(s)
+	if o, ok := d.models[t]; ok {
 		return o
 	}
-	o := &perf.Online{Model: d.cfg.Model(a)}
-	o.Model.Arch = a
-	d.models[key] = o
+	o := &perf.Online{Model: d.cfg.Model(s.Arch)}
+	o.Model.Arch = s.Arch
+	o.Model.Space = t.Space()
+	d.models[t] = o
 	return o
 }
 

@@ -33,7 +33,7 @@ type etaState struct {
 	why       map[string]string    // why a waiting job has no estimate
 	first     map[string]time.Time // the first estimate each job got
 	firstAsOf map[string]time.Time // when the state of that estimate was taken
-	models    map[string]*perf.Model
+	models    map[ModelType]*perf.Model
 	runs      int
 	// recent are the jobs submitted within the last ETAWindow (as the
 	// policy saw them when first seen, by ID): with ETAWindow > 0 the
@@ -115,20 +115,20 @@ func (d *Daemon) etaInputLocked() etaInput {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.models == nil {
-		e.models = map[string]*perf.Model{}
+		e.models = map[ModelType]*perf.Model{}
 	}
 	changed := false
 	for i := range in.snap.Jobs {
 		sj := &in.snap.Jobs[i]
 		js := d.jobs[sj.ID]
 		if sj.Model != nil {
-			name := sj.Model.Arch.Name
-			if c := e.models[name]; c == nil || *c != *sj.Model {
+			typ := snapModelType(sj.Model)
+			if c := e.models[typ]; c == nil || *c != *sj.Model {
 				m := *sj.Model
-				e.models[name] = &m
+				e.models[typ] = &m
 				changed = true
 			}
-			sj.Model = e.models[name]
+			sj.Model = e.models[typ]
 		}
 		if js == nil || len(sj.Alloc) == 0 {
 			continue
@@ -189,7 +189,7 @@ func (e *etaState) expectedLocked(snap sched.Snapshot) []sched.Job {
 			continue
 		}
 		if sj.Model != nil {
-			sj.Model = e.models[sj.Model.Arch.Name]
+			sj.Model = e.models[snapModelType(sj.Model)]
 		}
 		if sj.Model == nil {
 			continue

@@ -24,6 +24,10 @@ type Launch struct {
 	// differs from Plan (a job requeued and started with another plan):
 	// DeepSpeed checkpoints are converted to the universal format first.
 	CheckpointPlan perf.Plan `json:"checkpoint_plan,omitzero"`
+	// SaveInterval is the checkpoint interval in iterations replan chose
+	// (launch.Input.SaveInterval; 0: the job's args set their own, or
+	// none was chosen).
+	SaveInterval int `json:"save_interval,omitempty"`
 }
 
 // JobObservation is what an executor saw of a job since the last Observe.

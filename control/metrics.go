@@ -76,7 +76,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if n := len(o.Samples); n > 0 {
 			s := o.Samples[n-1]
 			if b, err := o.Model.Predict(s.Plan, s.Resources); err == nil && s.IterS > 0 {
-				ch <- prometheus.MustNewConstMetric(descThroughput, prometheus.GaugeValue, b.Iter/s.IterS, key)
+				ch <- prometheus.MustNewConstMetric(descThroughput, prometheus.GaugeValue, b.Iter/s.IterS, key.String())
 			}
 		}
 	}

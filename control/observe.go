@@ -29,6 +29,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	}
 	var stops []stopReq
 	d.mu.Lock()
+	d.noteFailures(obs) // checkpoint.go
 	for _, n := range obs.Nodes {
 		i, ok := d.srvIdx[n.Name]
 		if !ok {
@@ -202,28 +203,38 @@ func (d *Daemon) Observe(ctx context.Context) error {
 }
 
 // refit feeds a measured throughput to the job's model type; a refitted
-// model is stored before it replaces the one in memory. The caller holds
+// model is stored before it replaces the one in memory, and the running
+// jobs of the type then show its predictions. A refit is told (a "refit"
+// event) only when it moved the predictions by more than perf.RefitMoved;
+// samples that do not refit are stored with the model at most every
+// ProgressEvery, so models and samples survive a restart. The caller holds
 // d.mu.
 func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) error {
-	o := d.model(js.spec.Arch)
-	pl := make(perf.Placement, 0, len(js.servers))
-	cpus, gpus := 0, 0
-	for _, s := range js.servers {
-		pl = append(pl, len(s.GPUs))
-		cpus += len(s.CPUs)
-		gpus += len(s.GPUs)
-	}
-	if gpus == 0 {
+	typ := modelTypeOf(js.spec)
+	o := d.model(js.spec)
+	r, ok := d.runningResources(js)
+	if !ok {
 		return nil
 	}
-	slices.SortFunc(pl, func(a, b int) int { return b - a })
-	sample := perf.Sample{Plan: js.plan, Resources: perf.Resources{Placement: pl, CPUsPerGPU: float64(cpus) / float64(gpus)}, IterS: float64(js.spec.GlobalBatch) / sps}
-	// Most samples only join the history (no refit, nothing to store):
-	// those go straight to the model; a sample that will refit it works
+	sample := perf.Sample{Plan: js.plan, Resources: r, IterS: float64(js.spec.GlobalBatch) / sps}
+	// Most samples only join the history (no refit): those go straight to
+	// the model, stored now and then; a sample that will refit it works
 	// on a copy, installed once the refitted model is stored.
 	if b, err := o.Model.Predict(sample.Plan, sample.Resources); err != nil || !perf.NeedsRefit(b.Iter, sample.IterS) || len(o.Samples)+1 < perf.MinSamples {
 		if _, err := o.Observe(sample); err != nil {
 			d.log.Warn("refit", "job", js.rec.ID, "err", err)
+			return nil
+		}
+		if d.now().Sub(d.modelSaved[typ]) < d.cfg.ProgressEvery {
+			return nil
+		}
+		raw, err := json.Marshal(o)
+		if err != nil {
+			return fmt.Errorf("store model %s: %w", typ, err)
+		}
+		at := d.now()
+		if err := d.write(ctx, nil, Batch{Models: []ModelWrite{{Type: typ.String(), Data: raw, At: at}}}, func() { d.modelSaved[typ] = at }); err != nil {
+			return fmt.Errorf("store model %s: %w", typ, err)
 		}
 		return nil
 	}
@@ -240,15 +251,26 @@ func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) error {
 	}
 	raw, err := json.Marshal(&c)
 	if err != nil {
-		return fmt.Errorf("refit %s: %w", js.spec.Arch.Name, err)
+		return fmt.Errorf("refit %s: %w", typ, err)
 	}
-	b := Batch{Models: []ModelWrite{{Type: js.spec.Arch.Name, Data: raw, At: d.now()}},
-		Events: []Event{d.ev("refit", js.rec.ID, "", fmt.Sprintf("model %s refitted (measured %.2f samples/s)", js.spec.Arch.Name, sps), nil)}}
+	at := d.now()
+	b := Batch{Models: []ModelWrite{{Type: typ.String(), Data: raw, At: at}}}
+	if moved := perf.PredictionShift(o.Model, c.Model, c.Samples); moved > perf.RefitMoved {
+		b.Events = []Event{d.ev("refit", js.rec.ID, "", fmt.Sprintf("model %s refitted on %d samples (measured %.2f samples/s): predictions moved up to %.0f%%", typ, len(c.Samples), sps, 100*moved), nil)}
+	}
 	if err := d.write(ctx, nil, b, func() {
 		*o = c
-		delete(d.snapModels, modelKey(js.spec.Arch))
+		d.modelSaved[typ] = at
+		delete(d.snapModels, typ)
+		for _, other := range d.jobs {
+			if other.rec.State == StateRunning && len(other.servers) > 0 && modelTypeOf(other.spec) == typ {
+				if p := d.predictRunning(other); p > 0 {
+					other.predSPS = p
+				}
+			}
+		}
 	}); err != nil {
-		return fmt.Errorf("refit %s: %w", js.spec.Arch.Name, err)
+		return fmt.Errorf("refit %s: %w", typ, err)
 	}
 	return nil
 }

@@ -18,7 +18,10 @@ func TestSnapshotModelHasTheFrameworkSpace(t *testing.T) {
 	a, _ := perf.Builtin("gpt2")
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	mg, ds := d.snapModel(a, jobspec.Megatron), d.snapModel(a, jobspec.DeepSpeed)
+	of := func(fw jobspec.Framework) *jobspec.Spec {
+		return &jobspec.Spec{Arch: a, GlobalBatch: a.GlobalBatch, Framework: fw}
+	}
+	mg, ds := d.snapModel(of(jobspec.Megatron)), d.snapModel(of(jobspec.DeepSpeed))
 	if mg.Space != perf.MegatronSpace {
 		t.Errorf("megatron job's model space %+v, want %+v", mg.Space, perf.MegatronSpace)
 	}
@@ -28,7 +31,7 @@ func TestSnapshotModelHasTheFrameworkSpace(t *testing.T) {
 	if mg == ds {
 		t.Error("one model pointer for both frameworks")
 	}
-	if again := d.snapModel(a, jobspec.Megatron); again != mg {
+	if again := d.snapModel(of(jobspec.Megatron)); again != mg {
 		t.Error("a second megatron job of the type got another pointer")
 	}
 }

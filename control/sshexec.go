@@ -243,7 +243,7 @@ func (e *SSHExecutor) Start(ctx context.Context, l Launch) error {
 		e.stopAll(ctx, old, e.opt.KillGrace)
 		e.forget(l.JobID, old)
 	}
-	in := launch.Input{Job: l.Spec, Plan: l.Plan, Servers: l.Servers, UsedPorts: e.usedPorts(l.JobID), Attempt: l.Attempt, Resume: l.Resume}
+	in := launch.Input{Job: l.Spec, Plan: l.Plan, Servers: l.Servers, UsedPorts: e.usedPorts(l.JobID), Attempt: l.Attempt, Resume: l.Resume, SaveInterval: l.SaveInterval}
 	if l.Resume && l.CheckpointPlan.DP > 0 && launch.NeedsUniversal(launch.Input{Job: l.Spec, Plan: l.CheckpointPlan}, in) {
 		// Requeued and started with another plan: convert the checkpoint
 		// as a reconfiguration would.
@@ -769,7 +769,7 @@ func (e *SSHExecutor) Reconfigure(ctx context.Context, from, to Launch, last int
 		old = j.l
 	}
 	attempt := max(to.Attempt, old.Attempt+1)
-	next := launch.Input{Job: to.Spec, Plan: to.Plan, Servers: to.Servers, UsedPorts: e.usedPorts(to.JobID), Attempt: attempt, Resume: true}
+	next := launch.Input{Job: to.Spec, Plan: to.Plan, Servers: to.Servers, UsedPorts: e.usedPorts(to.JobID), Attempt: attempt, Resume: true, SaveInterval: to.SaveInterval}
 	steps, err := launch.Reconfigure(launch.Input{Job: old.Spec, Plan: old.Plan, Servers: old.Servers, Attempt: old.Attempt}, next, last)
 	if err != nil {
 		if j != nil {

@@ -72,13 +72,13 @@ const tinyModel = `{name: tinygpt, params: 134912, layers: 2, hidden: 64, heads:
 const forwardS = "0.015"
 
 // profileForward measures the trainer's forward pass on one device
-// (testdata/torchtrainer/profile.py) and fits perf's Forward to it with
+// (testdata/torchtrainer/devprofile.py) and fits perf's Forward to it with
 // perf.FitForward, as replan fits the Morphling models' profiles: the
 // daemon's starting model of the type. Samples of n per-GPU samples are
 // priced as DP global/n.
 func profileForward(t *testing.T, ctx context.Context, dir string, a perf.Arch) (perf.Forward, []float64) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, torchPython, filepath.Join(dir, "profile.py"), "--num-layers", fmt.Sprint(a.Layers),
+	cmd := exec.CommandContext(ctx, torchPython, filepath.Join(dir, "devprofile.py"), "--num-layers", fmt.Sprint(a.Layers),
 		"--hidden-size", fmt.Sprint(a.Hidden), "--num-attention-heads", fmt.Sprint(a.Heads), "--seq-length", fmt.Sprint(a.SeqLen), "--vocab-size", fmt.Sprint(a.Vocab))
 	cmd.Env = append(os.Environ(), "TRAINER_FORWARD_S="+forwardS)
 	out, err := cmd.Output()
@@ -245,7 +245,7 @@ request: {gpus: 4, cpus: 4, plan: "dp=4,tp=1,pp=1,mb=2,ga=2"}
 	// The trainer's forward pass on one device, profiled before the
 	// reference run loads the machine: the daemon's model of its type.
 	fwd, profiled := profileForward(t, ctx, filepath.Dir(trainer), refSpec.Arch)
-	t.Logf("forward pass on one device (profile.py, 1/2/4/8/16 samples: %.1f/%.1f/%.1f/%.1f/%.1f ms): alpha %.2f ms + beta %.2f ms per sample (emulated device %s s)",
+	t.Logf("forward pass on one device (devprofile.py, 1/2/4/8/16 samples: %.1f/%.1f/%.1f/%.1f/%.1f ms): alpha %.2f ms + beta %.2f ms per sample (emulated device %s s)",
 		profiled[0]*1e3, profiled[1]*1e3, profiled[2]*1e3, profiled[3]*1e3, profiled[4]*1e3, fwd.Alpha*1e3, fwd.Beta*1e3, forwardS)
 	refSpec.Env["TRAINER_LOSS_LOG"], refSpec.Env["TRAINER_FORWARD_S"] = refLoss, "0"
 	used := usedPorts(t)

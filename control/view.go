@@ -51,6 +51,9 @@ type readView struct {
 	// the one before by appending one submitted job (publishAdded); seq
 	// itself for a rebuilt view.
 	chain uint64
+
+	// checkpointing is how often each running job checkpoints.
+	checkpointing map[string]CheckpointInfo
 }
 
 // RunningJob is a running job with what the daemon knows of its speed:
@@ -157,7 +160,7 @@ func (d *Daemon) publish() {
 	d.publishedAt = time.Now()
 	d.stale.Store(false)
 	jobs := d.sortedJobIDs()
-	v := &readView{jobs: jobs, queue: d.queueLocked(jobs), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, links: d.links, at: d.now()}
+	v := &readView{jobs: jobs, queue: d.queueLocked(jobs), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, checkpointing: map[string]CheckpointInfo{}, links: d.links, at: d.now()}
 	v.seq = 1
 	if old := d.published.Load(); old != nil {
 		v.seq = old.seq + 1
@@ -172,6 +175,9 @@ func (d *Daemon) publish() {
 		if js.rec.State == StateRunning {
 			tp := Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
 			v.throughput[id] = tp
+			if js.ckptInfo.IntervalIters > 0 {
+				v.checkpointing[id] = js.ckptInfo
+			}
 			r := RunningJob{Job: js.rec, Throughput: tp, ShiftS: js.shift, RestartLeftS: d.restartLeft(js, v.at), AsOf: v.at}
 			r.Job.Iterations, r.Job.Checkpoint = max(js.iters, js.rec.Iterations), max(js.ckpt, js.rec.Checkpoint)
 			if js.spec.Class == jobspec.Guaranteed {
@@ -256,7 +262,7 @@ func (d *Daemon) promised(js *jobState) float64 {
 	if !js.spec.Request.HasPlan {
 		return 0
 	}
-	o := d.model(js.spec.Arch)
+	o := d.model(js.spec)
 	per := 8
 	if len(d.cfg.Servers) > 0 {
 		per = max(d.cfg.Servers[0].GPUs, 1)
@@ -279,7 +285,7 @@ func (d *Daemon) Curve(ctx context.Context, id string, maxGPUs int) ([]perf.Curv
 	var m perf.Model
 	if js != nil {
 		spec = js.spec
-		m = d.model(js.spec.Arch).Model
+		m = d.model(js.spec).Model
 	}
 	d.mu.Unlock()
 	if spec == nil {
@@ -293,7 +299,7 @@ func (d *Daemon) Curve(ctx context.Context, id string, maxGPUs int) ([]perf.Curv
 		}
 		spec = &sp
 		d.mu.Lock()
-		m = d.model(sp.Arch).Model
+		m = d.model(&sp).Model
 		d.mu.Unlock()
 	}
 	m.Space = frameworkSpace(spec.Framework)

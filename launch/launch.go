@@ -47,6 +47,11 @@ type Input struct {
 	// Resume loads the latest checkpoint; Universal loads it through
 	// DeepSpeed's universal checkpoint (after ds_to_universal).
 	Resume, Universal bool
+	// SaveInterval is the periodic checkpoint interval in iterations that
+	// replan chose (perf.SaveInterval); 0: MegatronSaveInterval. An
+	// interval in the job's own args (UserSaveInterval) always wins: it is
+	// rendered as the user wrote it and replan adds none.
+	SaveInterval int
 }
 
 // BasePort is the first master port tried.
@@ -189,6 +194,11 @@ func env(in Input, s Server, port int, extra map[string]string) map[string]strin
 	e["REPLAN_ATTEMPT"] = itoa(in.Attempt)
 	e["REPLAN_CHECKPOINT_DIR"] = j.CheckpointDir
 	e["REPLAN_ITERATIONS"] = itoa(j.Iterations)
+	// The checkpoint interval in force, for scripts that take it from
+	// the environment: the job's own when its args give one.
+	if n := SaveIntervalOf(in); n > 0 {
+		e["REPLAN_SAVE_INTERVAL"] = itoa(n)
+	}
 	if in.Resume {
 		e["REPLAN_RESUME"] = "1"
 	}
@@ -275,9 +285,60 @@ func deepSpeed(in Input, rank int, s Server, port int, runDir string) ServerLaun
 }
 
 // MegatronSaveInterval is the periodic checkpoint interval replan passes to
-// Megatron; reconfiguration does not wait for it (SIGTERM saves at once
+// Megatron when it was given none (Input.SaveInterval 0, e.g. `replan
+// launch`); reconfiguration does not wait for it (SIGTERM saves at once
 // with --exit-signal-handler).
 const MegatronSaveInterval = 1000
+
+// SaveIntervalFlags are the flags by which a job's args set its own
+// checkpoint interval: Megatron-LM's and Megatron-DeepSpeed's
+// --save-interval, its underscore spelling (argparse scripts of
+// DeepSpeed's examples), and the Hugging Face Trainer's --save_steps.
+var SaveIntervalFlags = []string{"--save-interval", "--save_interval", "--save-steps", "--save_steps"}
+
+// UserSaveInterval is the checkpoint interval the job's args give
+// (SaveIntervalFlags, as "--flag N" or "--flag=N", the last one winning as
+// in argparse): ok is false when they give none. n is 0 when the value is
+// not a positive integer (the script's own parser will say so).
+func UserSaveInterval(args []string) (n int, ok bool) {
+	for i, a := range args {
+		for _, f := range SaveIntervalFlags {
+			v, found := "", false
+			if a == f {
+				found = true
+				if i+1 < len(args) {
+					v = args[i+1]
+				}
+			} else if rest, cut := strings.CutPrefix(a, f+"="); cut {
+				v, found = rest, true
+			}
+			if found {
+				ok = true
+				n = 0
+				if x, err := strconv.Atoi(v); err == nil && x > 0 {
+					n = x
+				}
+			}
+		}
+	}
+	return n, ok
+}
+
+// SaveIntervalOf is the checkpoint interval in force for in: the job's
+// own (UserSaveInterval), else in.SaveInterval, else, for Megatron,
+// MegatronSaveInterval; 0 when none is known.
+func SaveIntervalOf(in Input) int {
+	if n, ok := UserSaveInterval(in.Job.Args); ok {
+		return n
+	}
+	if in.SaveInterval > 0 {
+		return in.SaveInterval
+	}
+	if in.Job.Framework == jobspec.Megatron {
+		return MegatronSaveInterval
+	}
+	return 0
+}
 
 // TorchrunFlags are the flags replan gives torchrun, in the underscore
 // forms every torch from 1.13 on accepts (1.13's torchrun knows no
@@ -309,8 +370,13 @@ func megatron(in Input, rank int, s Server, port int) ServerLaunch {
 		"--global-batch-size", itoa(j.GlobalBatch),
 		"--train-iters", itoa(j.Iterations),
 		"--save", j.CheckpointDir,
-		"--load", j.CheckpointDir,
-		"--save-interval", itoa(MegatronSaveInterval),
+		"--load", j.CheckpointDir)
+	// The user's own interval is in their args already; replan's would
+	// come after it and win (argparse keeps the last).
+	if _, own := UserSaveInterval(j.Args); !own {
+		argv = append(argv, "--save-interval", itoa(SaveIntervalOf(in)))
+	}
+	argv = append(argv,
 		"--ckpt-format", "torch_dist", // resharded on load when TP/PP/DP change
 		"--exit-signal-handler",
 		"--log-interval", "1",

@@ -206,3 +206,70 @@ func TestReconfigureSteps(t *testing.T) {
 		t.Error("reconfigure changed the global batch")
 	}
 }
+
+// TestRenderKeepsTheUserSaveInterval: a checkpoint interval in the job's
+// own args is the one the script sees: replan renders none after it (it
+// rendered --save-interval 1000 after the user's args, and argparse keeps
+// the last). Without one, replan's chosen interval is rendered; both are
+// in REPLAN_SAVE_INTERVAL.
+func TestRenderKeepsTheUserSaveInterval(t *testing.T) {
+	p := perf.Plan{DP: 2, TP: 1, PP: 1, MicroBatch: 2, GA: 4}
+	// lastValue is what argparse makes of argv: the last --save-interval
+	// or --save_interval given, in either form.
+	lastValue := func(argv []string) (string, int) {
+		v, n := "", 0
+		for i, a := range argv {
+			for _, f := range []string{"--save-interval", "--save_interval"} {
+				if a == f && i+1 < len(argv) {
+					v, n = argv[i+1], n+1
+				} else if rest, ok := strings.CutPrefix(a, f+"="); ok {
+					v, n = rest, n+1
+				}
+			}
+		}
+		return v, n
+	}
+	for _, own := range [][]string{{"--save-interval", "50"}, {"--save-interval=50"}, {"--save_interval", "50"}} {
+		j := job(t, jobspec.Megatron, "gpt2", 16)
+		j.Args = append(j.Args, own...)
+		r, err := Render(Input{Job: j, Plan: p, Servers: servers(2), SaveInterval: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := r.Servers[0].Argv
+		if v, n := lastValue(a); v != "50" || n != 1 {
+			t.Errorf("args %v: the script's interval is %q (%d given), want the user's 50 only: %v", own, v, n, a)
+		}
+		if e := r.Servers[0].Env["REPLAN_SAVE_INTERVAL"]; e != "50" {
+			t.Errorf("args %v: REPLAN_SAVE_INTERVAL %q, want 50", own, e)
+		}
+	}
+	j := job(t, jobspec.Megatron, "gpt2", 16)
+	r, err := Render(Input{Job: j, Plan: p, Servers: servers(2), SaveInterval: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, n := lastValue(r.Servers[0].Argv); v != "7" || n != 1 || r.Servers[0].Env["REPLAN_SAVE_INTERVAL"] != "7" {
+		t.Errorf("replan's interval 7: argv gives %q (%d times), env %q", v, n, r.Servers[0].Env["REPLAN_SAVE_INTERVAL"])
+	}
+	if r, _ := Render(Input{Job: j, Plan: p, Servers: servers(2)}); r.Servers[0].Env["REPLAN_SAVE_INTERVAL"] != strconv.Itoa(MegatronSaveInterval) {
+		t.Errorf("no interval chosen: env %q, want Megatron's default", r.Servers[0].Env["REPLAN_SAVE_INTERVAL"])
+	}
+	// DeepSpeed scripts get it in the environment only (their flags are
+	// their own), the user's when their args give one.
+	ds := job(t, jobspec.DeepSpeed, "gpt2", 16)
+	r, err = Render(Input{Job: ds, Plan: p, Servers: servers(2), SaveInterval: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, n := lastValue(r.Servers[0].Argv); n != 0 || r.Servers[0].Env["REPLAN_SAVE_INTERVAL"] != "7" {
+		t.Errorf("deepspeed: %d interval flags rendered, env %q; want none and 7", n, r.Servers[0].Env["REPLAN_SAVE_INTERVAL"])
+	}
+	ds.Args = append(ds.Args, "--save_steps=20")
+	if r, _ := Render(Input{Job: ds, Plan: p, Servers: servers(2), SaveInterval: 7}); r.Servers[0].Env["REPLAN_SAVE_INTERVAL"] != "20" {
+		t.Errorf("deepspeed with --save_steps=20: env %q, want 20", r.Servers[0].Env["REPLAN_SAVE_INTERVAL"])
+	}
+	if n, ok := UserSaveInterval([]string{"--save-interval", "x"}); !ok || n != 0 {
+		t.Errorf("a non-numeric interval: %d %v, want 0 true", n, ok)
+	}
+}

@@ -1,6 +1,9 @@
 package perf
 
-import "errors"
+import (
+	"errors"
+	"math"
+)
 
 // Online is a model type's fitted model together with the samples it was
 // fitted on. Observe adds measurements from running jobs and refits when a
@@ -14,6 +17,10 @@ type Online struct {
 	MaxSamples int `json:"max_samples"`
 	// Refits counts the refits Observe made.
 	Refits int `json:"refits"`
+	// CheckpointS is the measured cost of a checkpoint of the type in
+	// seconds (0: not measured yet): the checkpoint interval is chosen
+	// from it (SaveInterval).
+	CheckpointS float64 `json:"checkpoint_s,omitempty"`
 }
 
 // Trusted reports whether the model has enough samples of the right kinds
@@ -81,4 +88,31 @@ func (m Model) CPUCurve(pl Placement, maxCPUsPerGPU int) []CurvePoint {
 		pts = append(pts, pt)
 	}
 	return pts
+}
+
+// RefitMoved is how far a refit must move a model's predictions (the
+// largest relative change of a predicted iteration time over the samples
+// it was fitted on, PredictionShift) to be worth telling: smaller refits
+// are kept quietly. 5 %: below the run-to-run noise of measured iteration
+// times, and far below the 10 % miss (RefitThreshold) that starts a refit.
+const RefitMoved = 0.05
+
+// PredictionShift is the largest relative change, over samples, of the
+// iteration time predicted by before and by after: |after − before| /
+// before. Samples that either model cannot price are ignored; 0 when
+// none can be priced.
+func PredictionShift(before, after Model, samples []Sample) float64 {
+	worst := 0.0
+	for _, s := range samples {
+		a, err := before.Predict(s.Plan, s.Resources)
+		if err != nil || a.Iter <= 0 {
+			continue
+		}
+		b, err := after.Predict(s.Plan, s.Resources)
+		if err != nil || b.Iter <= 0 {
+			continue
+		}
+		worst = max(worst, math.Abs(b.Iter-a.Iter)/a.Iter)
+	}
+	return worst
 }

@@ -754,3 +754,46 @@ func serverLadder(t testing.TB, m Model, batch int, scale func(i int) float64) [
 	}
 	return out
 }
+
+// TestSaveIntervalYoungDaly: the interval is sqrt(2·C·M) in iterations,
+// floored at MinSaveIntervalS and one iteration, capped at the job's
+// length, and shrinks as failures are observed.
+func TestSaveIntervalYoungDaly(t *testing.T) {
+	// 30 s checkpoints, a 1-server job with the default MTBF (1 day),
+	// 2 s iterations: sqrt(2·30·86400) = 2276.8 s = 1138 iterations.
+	n, s := SaveInterval(30, MTBF(0, 0, 1), 2, 0)
+	if n != 1138 || math.Abs(s-2276) > 1 {
+		t.Errorf("C 30 s, M 1 day, 2 s/iteration: %d iterations (%.0f s), want 1138 (2276 s)", n, s)
+	}
+	// Four servers fail four times as often: half the interval.
+	if n4, _ := SaveInterval(30, MTBF(0, 0, 4), 2, 0); n4 != 569 {
+		t.Errorf("4 servers: %d iterations, want 569", n4)
+	}
+	// Observed failures shorten it: 3 failures over a day of one server.
+	if m := MTBF(3, 86400, 1); math.Abs(m-43200) > 1e-6 {
+		t.Errorf("MTBF after 3 failures in a day: %.0f s, want 43200", m)
+	}
+	// The floor: a tiny checkpoint still waits MinSaveIntervalS.
+	if n, s := SaveInterval(0.001, 3600, 0.5, 0); n != 120 || s != MinSaveIntervalS {
+		t.Errorf("tiny checkpoint: %d iterations (%.0f s), want 120 (%.0f s)", n, s, MinSaveIntervalS)
+	}
+	// At least one iteration, at most the job.
+	if n, _ := SaveInterval(30, 86400, 5000, 0); n != 1 {
+		t.Errorf("iterations longer than the interval: %d, want 1", n)
+	}
+	if n, _ := SaveInterval(30, 86400, 2, 100); n != 100 {
+		t.Errorf("a 100-iteration job: %d, want 100", n)
+	}
+	for _, bad := range [][3]float64{{0, 1, 1}, {1, 0, 1}, {1, 1, 0}, {math.NaN(), 1, 1}, {math.Inf(1), 1, 1}} {
+		if n, s := SaveInterval(bad[0], bad[1], bad[2], 0); n != 0 || s != 0 {
+			t.Errorf("SaveInterval%v = %d, %v: want 0, 0", bad, n, s)
+		}
+	}
+	// A 1.5B-parameter model's unmeasured checkpoint: 24 GB at 1 GB/s.
+	if c := CheckpointCostEstimate(1.5e9); math.Abs(c-24) > 1e-9 {
+		t.Errorf("checkpoint of 1.5e9 parameters: %.1f s, want 24", c)
+	}
+	if c := CheckpointCostEstimate(134912); c != MinCheckpointS {
+		t.Errorf("checkpoint of a tiny model: %.3f s, want %.0f", c, MinCheckpointS)
+	}
+}

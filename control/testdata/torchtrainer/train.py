@@ -33,7 +33,7 @@ time, its backward twice that (a transformer's backward is about twice its
 forward: perf's k_bwd = 2), waited for the way a host thread waits for its
 GPU. Device time runs in parallel across ranks, so throughput grows with DP
 however few cores the machine has; the CPU math alone would not (the test
-machine has two cores for all its ranks). profile.py measures a forward
+machine has two cores for all its ranks). devprofile.py measures a forward
 pass of this device the way a profiler measures a GPU's.
 
 Environment (for tests only, none changes the math):

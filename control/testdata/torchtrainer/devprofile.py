@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""profile.py [architecture flags]: the forward pass of the trainer's model
+"""devprofile.py [architecture flags]: the forward pass of the trainer's model
 on one of its devices (one process, see train.py), as a profiler measures a
 GPU's: for n = 1, 2, 4, 8, 16 samples per pass, the median wall time of a
 few forward passes (math on the CPU plus the emulated device time of
