@@ -321,7 +321,13 @@ func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, statusOf(err), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, a.D.enc.redact.records(jobs))
+	jobs = a.D.enc.redact.records(jobs) // a copy
+	for i := range jobs {
+		if it, ck, ok := a.D.liveProgress(jobs[i].ID); ok && jobs[i].State == StateRunning {
+			jobs[i].Iterations, jobs[i].Checkpoint = max(it, jobs[i].Iterations), max(ck, jobs[i].Checkpoint)
+		}
+	}
+	writeJSON(w, http.StatusOK, jobs)
 }
 
 func (a *API) job(w http.ResponseWriter, r *http.Request) {
@@ -335,6 +341,9 @@ func (a *API) job(w http.ResponseWriter, r *http.Request) {
 		// Not its owner, its tenant's admin or an admin (or the owner
 		// could not be read): the env's keys only.
 		j.Spec = redactSpec(j.Spec)
+	}
+	if it, ck, ok := a.D.liveProgress(id); ok && j.State == StateRunning {
+		j.Iterations, j.Checkpoint = max(it, j.Iterations), max(ck, j.Checkpoint)
 	}
 	h, _ := a.D.cfg.Store.History(r.Context(), id)
 	ds, _ := a.D.cfg.Store.Decisions(r.Context(), id, 100)

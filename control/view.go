@@ -31,10 +31,13 @@ type readView struct {
 	recs       []JobRecord
 	round      RoundStats
 	throughput map[string]Throughput
-	running    []RunningJob
-	links      sched.LinkReport
-	at         time.Time // the daemon's clock when it was built (the API's as_of)
-	seq        uint64    // grows with every view published
+	// progress is each running job's [iterations, checkpoint] as last
+	// observed.
+	progress map[string][2]int
+	running  []RunningJob
+	links    sched.LinkReport
+	at       time.Time // the daemon's clock when it was built (the API's as_of)
+	seq      uint64    // grows with every view published
 	// ops is the daemon's clientOps when the view was built: every client
 	// operation up to it is in the view.
 	ops uint64
@@ -160,7 +163,7 @@ func (d *Daemon) publish() {
 	d.publishedAt = time.Now()
 	d.stale.Store(false)
 	jobs := d.sortedJobIDs()
-	v := &readView{jobs: jobs, queue: d.queueLocked(jobs), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, checkpointing: map[string]CheckpointInfo{}, links: d.links, at: d.now()}
+	v := &readView{jobs: jobs, queue: d.queueLocked(jobs), nodes: d.nodesLocked(), round: d.lastRound, throughput: map[string]Throughput{}, progress: map[string][2]int{}, checkpointing: map[string]CheckpointInfo{}, links: d.links, at: d.now()}
 	v.seq = 1
 	if old := d.published.Load(); old != nil {
 		v.seq = old.seq + 1
@@ -173,13 +176,17 @@ func (d *Daemon) publish() {
 		js := d.jobs[id]
 		v.recs[i] = js.rec
 		if js.rec.State == StateRunning {
+			// Progress as last observed, not as last stored (the store
+			// is written every ProgressEvery at most): jobs, job and
+			// queue lag one publish, not 4 × ProgressEvery.
+			v.recs[i].Iterations, v.recs[i].Checkpoint = max(js.iters, js.rec.Iterations), max(js.ckpt, js.rec.Checkpoint)
+			v.progress[id] = [2]int{v.recs[i].Iterations, v.recs[i].Checkpoint}
 			tp := Throughput{PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS}
 			v.throughput[id] = tp
 			if js.ckptInfo.IntervalIters > 0 {
 				v.checkpointing[id] = js.ckptInfo
 			}
-			r := RunningJob{Job: js.rec, Throughput: tp, ShiftS: js.shift, RestartLeftS: d.restartLeft(js, v.at), AsOf: v.at}
-			r.Job.Iterations, r.Job.Checkpoint = max(js.iters, js.rec.Iterations), max(js.ckpt, js.rec.Checkpoint)
+			r := RunningJob{Job: v.recs[i], Throughput: tp, ShiftS: js.shift, RestartLeftS: d.restartLeft(js, v.at), AsOf: v.at}
 			if js.spec.Class == jobspec.Guaranteed {
 				r.PromisedSPS = d.promised(js)
 				got := tp.MeasuredSPS
@@ -248,6 +255,13 @@ type Throughput struct {
 
 // JobThroughput reports a job's predicted and measured throughput.
 func (d *Daemon) JobThroughput(id string) Throughput { return d.view().throughput[id] }
+
+// liveProgress is a running job's iterations and checkpoint as last
+// observed (the published view), when it runs.
+func (d *Daemon) liveProgress(id string) (iters, ckpt int, ok bool) {
+	p, ok := d.view().progress[id]
+	return p[0], p[1], ok
+}
 
 // Links reports the links jobs share, their compatibility and the jobs'
 // time-shifts, as of the last round (network-aware policies).
