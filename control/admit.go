@@ -147,11 +147,14 @@ func (d *Daemon) Admit(ctx context.Context, spec *jobspec.Spec, acc *Access) err
 			add("request.plan", "%v", err)
 		}
 	}
-	minG := minFeasible(arch, env, frameworkSpace(spec.Framework), cpusPerGPU(spec), per, all.gpus)
+	minG := minFeasible(arch, env, jobSpace(spec), cpusPerGPU(spec), per, all.gpus)
 	if minG == 0 && all.gpus > 0 {
 		fw := ""
 		if frameworkSpace(spec.Framework) != (perf.Space{}) {
 			fw = " that " + string(spec.Framework) + " runs (ZeRO-0/1 without offload, the same GPU count on every server)"
+		}
+		if spec.Supports != nil {
+			fw += " within the entrypoint's supports"
 		}
 		add("model", "no plan of %s%s fits in GPU and host memory on any GPU count up to the cluster's %d (see replan plan --model %s)", arch.Name, fw, all.gpus, arch.Name)
 	}
@@ -251,7 +254,7 @@ func (d *Daemon) unschedulableWhy(js *jobState, all, now capacity) string {
 	arch := js.spec.Arch
 	arch.GlobalBatch = js.spec.GlobalBatch
 	env := d.cfg.Model(arch).Env
-	minG := minFeasible(arch, env, frameworkSpace(js.spec.Framework), cpusPerGPU(js.spec), max(all.perServer, 1), all.gpus)
+	minG := minFeasible(arch, env, jobSpace(js.spec), cpusPerGPU(js.spec), max(all.perServer, 1), all.gpus)
 	need := max(pinNeed(js.spec, minG), 1)
 	if minG == 0 {
 		return fmt.Sprintf("no plan of %s fits in memory on up to %d GPUs", arch.Name, all.gpus)

@@ -133,7 +133,7 @@ type Daemon struct {
 	// snapModels are immutable copies of d.models given to the policy
 	// (replaced when a model is refitted, so the policy's caches keyed by
 	// the pointer stay valid between rounds).
-	snapModels map[ModelType]*perf.Model
+	snapModels map[snapKey]*perf.Model
 	// modelSaved is when each model type was last stored (samples that do
 	// not refit are stored at most every ProgressEvery).
 	modelSaved map[ModelType]time.Time
@@ -257,7 +257,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.LaunchBackoff = 30 * time.Second
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[ModelType]*perf.Online{}, waits: map[string]string{}, timers: map[string]sched.JobTimers{},
-		snapModels: map[ModelType]*perf.Model{}, modelSaved: map[ModelType]time.Time{}, pending: map[string]JobObservation{}, requeues: map[string]pendingRequeue{}, checked: map[string]time.Time{}, launchFails: map[string][]launchFailure{}}
+		snapModels: map[snapKey]*perf.Model{}, modelSaved: map[ModelType]time.Time{}, pending: map[string]JobObservation{}, requeues: map[string]pendingRequeue{}, checked: map[string]time.Time{}, launchFails: map[string][]launchFailure{}}
 	for i, s := range cfg.Servers {
 		if _, dup := d.srvIdx[s.Name]; dup {
 			return nil, fmt.Errorf("control: server %s twice", s.Name)
@@ -404,12 +404,13 @@ func (d *Daemon) now() time.Time { return d.cfg.Clock().UTC() }
 // policy gets (one pointer per type: the policy's caches are keyed by it;
 // a refit drops it).
 func (d *Daemon) snapModel(s *jobspec.Spec) *perf.Model {
-	t := modelTypeOf(s)
-	if m, ok := d.snapModels[t]; ok {
+	k := snapKey{modelTypeOf(s), jobSpace(s)}
+	if m, ok := d.snapModels[k]; ok {
 		return m
 	}
 	m := d.model(s).Model
-	d.snapModels[t] = &m
+	m.Space = k.Space
+	d.snapModels[k] = &m
 	return &m
 }
 

@@ -33,7 +33,7 @@ type etaState struct {
 	why       map[string]string    // why a waiting job has no estimate
 	first     map[string]time.Time // the first estimate each job got
 	firstAsOf map[string]time.Time // when the state of that estimate was taken
-	models    map[ModelType]*perf.Model
+	models    map[snapKey]*perf.Model
 	runs      int
 	// recent are the jobs submitted within the last ETAWindow (as the
 	// policy saw them when first seen, by ID): with ETAWindow > 0 the
@@ -115,14 +115,14 @@ func (d *Daemon) etaInputLocked() etaInput {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.models == nil {
-		e.models = map[ModelType]*perf.Model{}
+		e.models = map[snapKey]*perf.Model{}
 	}
 	changed := false
 	for i := range in.snap.Jobs {
 		sj := &in.snap.Jobs[i]
 		js := d.jobs[sj.ID]
 		if sj.Model != nil {
-			typ := snapModelType(sj.Model)
+			typ := snapKeyOf(sj.Model)
 			if c := e.models[typ]; c == nil || *c != *sj.Model {
 				m := *sj.Model
 				e.models[typ] = &m
@@ -189,7 +189,7 @@ func (e *etaState) expectedLocked(snap sched.Snapshot) []sched.Job {
 			continue
 		}
 		if sj.Model != nil {
-			sj.Model = e.models[snapModelType(sj.Model)]
+			sj.Model = e.models[snapKeyOf(sj.Model)]
 		}
 		if sj.Model == nil {
 			continue

@@ -46,10 +46,28 @@ func newModelType(a perf.Arch, fw jobspec.Framework) ModelType {
 // the framework its plan space is (perf.MegatronSpace: Megatron).
 func snapModelType(m *perf.Model) ModelType {
 	fw := jobspec.DeepSpeed
-	if m.Space == perf.MegatronSpace {
+	if m.Space.ZeRO01 && m.Space.EvenServers { // perf.MegatronSpace, maybe narrowed by a spec's supports
 		fw = jobspec.Megatron
 	}
 	return newModelType(m.Arch, fw)
+}
+
+// snapKey keys the daemon's snapshot models: a model type and the plan
+// space of the jobs it is given to (the framework's, narrowed by a spec's
+// supports), so jobs whose entrypoints run different plans share the
+// type's fitted parameters but not its plans.
+type snapKey struct {
+	Type  ModelType
+	Space perf.Space
+}
+
+// snapKeyOf is the key of a snapshot model.
+func snapKeyOf(m *perf.Model) snapKey { return snapKey{snapModelType(m), m.Space} }
+
+// jobSpace is the plans job spec s can run: its framework's, narrowed by
+// what its entrypoint supports.
+func jobSpace(s *jobspec.Spec) perf.Space {
+	return frameworkSpace(s.Framework).Narrow(s.Supports.Space())
 }
 
 // String is the store's key: "name/global_batch/framework".

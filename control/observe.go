@@ -261,7 +261,11 @@ func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) error {
 	if err := d.write(ctx, nil, b, func() {
 		*o = c
 		d.modelSaved[typ] = at
-		delete(d.snapModels, typ)
+		for k := range d.snapModels {
+			if k.Type == typ {
+				delete(d.snapModels, k)
+			}
+		}
 		for _, other := range d.jobs {
 			if other.rec.State == StateRunning && len(other.servers) > 0 && modelTypeOf(other.spec) == typ {
 				if p := d.predictRunning(other); p > 0 {

@@ -316,7 +316,7 @@ func (d *Daemon) Curve(ctx context.Context, id string, maxGPUs int) ([]perf.Curv
 		m = d.model(&sp).Model
 		d.mu.Unlock()
 	}
-	m.Space = frameworkSpace(spec.Framework)
+	m.Space = jobSpace(spec)
 	cpg := float64(spec.Request.CPUs) / float64(max(spec.Request.GPUs, 1))
 	return d.curves.Get(m, min(max(maxGPUs, 1), 1024, d.clusterGPUs()), max(cpg, 1)), nil
 }

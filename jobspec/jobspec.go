@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -54,6 +55,28 @@ type Request struct {
 	HasPlan  bool      `json:"has_plan"`
 }
 
+// Supports is what the job's entrypoint can run (spec field supports):
+// every policy chooses only plans inside it, as inside the framework's
+// space. A nil Supports (the field absent) is the framework's defaults.
+type Supports struct {
+	TP      bool  `json:"tp"`      // tensor parallelism
+	PP      bool  `json:"pp"`      // pipeline parallelism
+	Offload bool  `json:"offload"` // ZeRO-Offload of the optimizer
+	ZeRO    []int `json:"zero"`    // the ZeRO stages it runs
+}
+
+// Space is the plans s allows, as a perf.Space (nil: every plan).
+func (s *Supports) Space() perf.Space {
+	if s == nil {
+		return perf.Space{}
+	}
+	sp := perf.Space{NoTP: !s.TP, NoPP: !s.PP, NoOffload: !s.Offload}
+	for _, z := range s.ZeRO {
+		sp.ZeROStages |= 1 << z
+	}
+	return sp
+}
+
 // Pin restricts what the scheduler may change.
 type Pin struct {
 	Plan  bool        `json:"plan"`  // never change the plan (resources may still change)
@@ -77,6 +100,7 @@ type Spec struct {
 	CheckpointDir string            `json:"checkpoint_dir"`
 	Request       Request           `json:"request"`
 	Pin           Pin               `json:"pin"`
+	Supports      *Supports         `json:"supports,omitempty"`
 
 	// File is the name the spec was parsed under and Lines the line of
 	// each field ("tenant", "request.gpus", "pin.tiers", ...), so checks
@@ -247,6 +271,36 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 				},
 			})
 		},
+		"supports": func(f string, v *yaml.Node) {
+			line(f, v)
+			sup := &Supports{TP: true, PP: true, Offload: true, ZeRO: []int{0, 1, 2, 3}}
+			w.Mapping(v, f, map[string]func(string, *yaml.Node){
+				"tp":      func(f string, v *yaml.Node) { sup.TP, _ = w.Bool(v, f) },
+				"pp":      func(f string, v *yaml.Node) { sup.PP, _ = w.Bool(v, f) },
+				"offload": func(f string, v *yaml.Node) { sup.Offload, _ = w.Bool(v, f) },
+				"zero": func(f string, v *yaml.Node) {
+					line(f, v)
+					sup.ZeRO = []int{}
+					w.List(v, f, func(i int, p string, item *yaml.Node) {
+						z, ok := w.Int(item, p)
+						switch {
+						case !ok:
+						case z < 0 || z > 3:
+							w.Errf(item, p, "want a ZeRO stage 0, 1, 2 or 3, got %d", z)
+						case slices.Contains(sup.ZeRO, z):
+							w.Errf(item, p, "ZeRO stage %d listed twice", z)
+						default:
+							sup.ZeRO = append(sup.ZeRO, z)
+						}
+					})
+					if len(sup.ZeRO) == 0 && v.Kind == yaml.SequenceNode && len(v.Content) == 0 {
+						w.Errf(v, f, "an empty list allows no plan: list the ZeRO stages the entrypoint runs (0 when it has no ZeRO)")
+					}
+					slices.Sort(sup.ZeRO)
+				},
+			})
+			s.Supports = sup
+		},
 		"pin": func(f string, v *yaml.Node) {
 			w.Mapping(v, f, map[string]func(string, *yaml.Node){
 				"plan": func(f string, v *yaml.Node) { line(f, v); s.Pin.Plan, _ = w.Bool(v, f) },
@@ -325,6 +379,11 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 	}
 	if s.Request.Plan.Offload && s.Request.CPUs < s.Request.GPUs {
 		w.Errf(planNode, "request.cpus", "optimizer offload needs at least one CPU per GPU, asked for %d CPUs for %d GPUs", s.Request.CPUs, s.Request.GPUs)
+	}
+	if s.Supports != nil && s.Request.HasPlan {
+		if err := s.Supports.Space().Check(s.Request.Plan, perf.Placement{max(s.Request.GPUs, 1)}); err != nil {
+			w.Errf(planNode, "request.plan", "%v", strings.TrimPrefix(err.Error(), "framework: "))
+		}
 	}
 	if s.Framework == Megatron && s.Request.HasPlan && (s.Request.Plan.ZeRO > 1 || s.Request.Plan.Offload) {
 		w.Errf(planNode, "request.plan", "megatron runs ZeRO-0 or ZeRO-1 (distributed optimizer) without offload; use framework: deepspeed for ZeRO-%d%s", s.Request.Plan.ZeRO, map[bool]string{true: " with offload"}[s.Request.Plan.Offload])

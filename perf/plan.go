@@ -306,6 +306,48 @@ type Space struct {
 	// EvenServers allows only placements whose servers hold the same
 	// GPU count.
 	EvenServers bool `json:"even_servers,omitempty"`
+	// What the job's own entrypoint runs (its spec's supports): NoTP and
+	// NoPP forbid tensor and pipeline parallelism, NoOffload optimizer
+	// offload, and ZeROStages, when not 0, is the set of ZeRO stages it
+	// runs (bit s: stage s).
+	NoTP       bool  `json:"no_tp,omitempty"`
+	NoPP       bool  `json:"no_pp,omitempty"`
+	NoOffload  bool  `json:"no_offload,omitempty"`
+	ZeROStages uint8 `json:"zero_stages,omitempty"`
+}
+
+// Narrow is s with the limits of o added (the plans both allow).
+func (s Space) Narrow(o Space) Space {
+	s.ZeRO01 = s.ZeRO01 || o.ZeRO01
+	s.EvenServers = s.EvenServers || o.EvenServers
+	s.NoTP = s.NoTP || o.NoTP
+	s.NoPP = s.NoPP || o.NoPP
+	s.NoOffload = s.NoOffload || o.NoOffload
+	switch {
+	case s.ZeROStages == 0:
+		s.ZeROStages = o.ZeROStages
+	case o.ZeROStages != 0:
+		s.ZeROStages &= o.ZeROStages
+		if s.ZeROStages == 0 {
+			s.ZeROStages = 1 << 7 // nothing in common: no stage (0..3) is allowed
+		}
+	}
+	return s
+}
+
+// entrypoint is the rule of the job's own limits p breaks ("" if none).
+func (s Space) entrypoint(p Plan) string {
+	switch {
+	case s.NoTP && p.TP > 1:
+		return fmt.Sprintf("the job's entrypoint does not run tensor parallelism (supports.tp: false), plan is %s", p)
+	case s.NoPP && p.PP > 1:
+		return fmt.Sprintf("the job's entrypoint does not run pipeline parallelism (supports.pp: false), plan is %s", p)
+	case s.NoOffload && p.Offload:
+		return fmt.Sprintf("the job's entrypoint does not run optimizer offload (supports.offload: false), plan is %s", p)
+	case s.ZeROStages != 0 && (p.ZeRO < 0 || p.ZeRO > 7 || s.ZeROStages&(1<<p.ZeRO) == 0):
+		return fmt.Sprintf("the job's entrypoint does not run ZeRO-%d (supports.zero), plan is %s", p.ZeRO, p)
+	}
+	return ""
 }
 
 // MegatronSpace is the Space of a Megatron-LM job.
@@ -315,6 +357,9 @@ var MegatronSpace = Space{ZeRO01: true, EvenServers: true}
 func (s Space) Check(p Plan, pl Placement) error {
 	if s.ZeRO01 && (p.ZeRO > 1 || p.Offload) {
 		return &RuleError{RuleFramework, fmt.Sprintf("the framework runs ZeRO-0/1 without offload, plan is %s", p)}
+	}
+	if why := s.entrypoint(p); why != "" {
+		return &RuleError{RuleFramework, why}
 	}
 	if s.EvenServers {
 		for _, g := range pl {
@@ -329,6 +374,12 @@ func (s Space) Check(p Plan, pl Placement) error {
 // allows is Check without the reason.
 func (s Space) allows(p Plan, pl Placement) bool {
 	if s.ZeRO01 && (p.ZeRO > 1 || p.Offload) {
+		return false
+	}
+	if (s.NoTP && p.TP > 1) || (s.NoPP && p.PP > 1) || (s.NoOffload && p.Offload) {
+		return false
+	}
+	if s.ZeROStages != 0 && (p.ZeRO < 0 || p.ZeRO > 7 || s.ZeROStages&(1<<p.ZeRO) == 0) {
 		return false
 	}
 	if s.EvenServers {
