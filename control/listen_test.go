@@ -361,3 +361,45 @@ func TestTLSHandshakeFloodDoesNotStallTokenHolders(t *testing.T) {
 		t.Fatalf("pending %d over the pool of %d, or alice's connection not counted as hers: %+v", s.Pending, lim.MaxPending, s)
 	}
 }
+
+// A user at its share whose connections are idle keep-alives (a client's
+// pool) is not refused: the oldest idle one is closed to make room.
+func TestUserAtShareReusesIdleConnections(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	l, err := ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := DefaultLimits
+	lim.MaxConnsPerUser, lim.ClaimWait = 2, time.Minute
+	tr := serveForTest(ctx, l, (&API{D: queueDaemon(t, 1), Version: "test"}).Handler(), lim)
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 2; i++ {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+		fmt.Fprintf(c, "GET /v1/whoami HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%v %v", resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	if _, err := NewUnixClient(sock).WhoAmI(rctx); err != nil {
+		t.Fatalf("a third connection of a user whose two are idle: %v (%+v)", err, tr.stats())
+	}
+	if s := tr.stats(); s.Claimed != 2 {
+		t.Fatalf("want 2 connections claimed (an idle one closed for the new one): %+v", s)
+	}
+}
