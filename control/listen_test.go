@@ -15,6 +15,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -402,4 +403,93 @@ func TestUserAtShareReusesIdleConnections(t *testing.T) {
 	if s := tr.stats(); s.Claimed != 2 {
 		t.Fatalf("want 2 connections claimed (an idle one closed for the new one): %+v", s)
 	}
+}
+
+// Issue 24 item 6 over TLS: one token holder's 300 unread requests for
+// /v1/queue made the API unusable for 26 minutes. The holder is known by
+// its token: it gets its share, and the admin and another user are
+// answered at once. (The write timeout itself is
+// TestSlowReadersDoNotLockOutAdminsOrOthers': loopback TCP buffers
+// would take 200 MB to fill here.)
+func TestTokenHolderSlowReadersOverTLS(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	cert, _, err := LoadOrCreateCert(filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), []string{"head"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := map[string][sha256.Size]byte{"alice": sha256.Sum256([]byte("alice-token")), "bob": sha256.Sum256([]byte("bob-token"))}
+	acc := &Access{DaemonUID: os.Getuid(), Tokens: toks, Tenants: []TenantAccess{{Name: "research", Users: []string{"alice", "bob"}}}}
+	d := queueDaemon(t, 600)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := DefaultLimits
+	lim.WriteTimeout, lim.ClaimWait = 2*time.Second, time.Second
+	api := &API{D: d, Version: "test", Access: acc, Token: "admin-token"} // --token-file: the daemon's user, an admin
+	tr := serveForTest(ctx, tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), api.Handler(), lim)
+	base, fp := "https://"+l.Addr().String(), Fingerprint(cert.Certificate[0])
+
+	// alice's 300 connections are opened at once (a dial waiting for a
+	// slot must not delay the rest of the test).
+	var (
+		mu   sync.Mutex
+		slow []*tls.Conn
+		wg   sync.WaitGroup
+	)
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range slow {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 300; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Minute}, "tcp", l.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			slow = append(slow, c)
+			mu.Unlock()
+			fmt.Fprintf(c, "GET /v1/queue HTTP/1.1\r\nHost: head\r\nAuthorization: Bearer alice-token\r\n\r\n")
+		}()
+	}
+	waitfor.T(t, ctx, "alice's connections reach the server", waitfor.Options{Stall: 30 * time.Second}, func() error {
+		if s := tr.stats(); s.Users["alice"] < lim.MaxConnsPerUser {
+			return fmt.Errorf("%+v", s)
+		}
+		return nil
+	})
+	for _, who := range []string{"admin-token", "bob-token"} {
+		cl, err := NewTLSClient(base, who, fp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		w, err := cl.WhoAmI(rctx)
+		rcancel()
+		if err != nil {
+			t.Fatalf("%s was not answered while alice's slow readers were stuck: %v (%+v)", who, err, tr.stats())
+		}
+		t.Logf("%s answered as %s (%s)", who, w.User, w.Role)
+	}
+	wg.Wait()
+	if len(slow) != 300 {
+		t.Fatalf("only %d of alice's 300 connections were made", len(slow))
+	}
+	// Every one of alice's requests is served (over loopback TCP the
+	// kernel buffers take the answer whole) or refused 503; she never
+	// holds more than her share.
+	waitfor.T(t, ctx, "alice's requests are all served or refused", waitfor.Options{Stall: 30 * time.Second}, func() error {
+		if s := tr.stats(); s.Users["alice"] > lim.MaxConnsPerUser || s.Pending > 0 {
+			return fmt.Errorf("%+v", s)
+		}
+		return nil
+	})
 }
