@@ -21,6 +21,7 @@ import (
 type clientOptions struct {
 	socket, server, tokenFile, fingerprint string
 	asJSON                                 bool
+	timeout                                time.Duration
 	cmd                                    *cobra.Command
 	closers                                []func()
 }
@@ -32,6 +33,7 @@ func (o *clientOptions) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "bearer token for --server")
 	cmd.Flags().StringVar(&o.fingerprint, "tls-fingerprint", "", "SHA-256 fingerprint of the daemon's TLS certificate for --server (as the daemon printed it); empty: verify against the system's CAs")
 	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print JSON (stable schema, docs/cli.md)")
+	cmd.Flags().DurationVar(&o.timeout, "daemon-timeout", control.DefaultTimeout, "how long to wait for the daemon's answer (logs -f, events -f: for it to start); 0: for ever")
 }
 
 // close releases what client opened (an SSH connection for --remote).
@@ -43,6 +45,18 @@ func (o *clientOptions) close() {
 }
 
 func (o *clientOptions) client() (*control.Client, error) {
+	c, err := o.newClient()
+	if err != nil {
+		return nil, err
+	}
+	c.Timeout = o.timeout
+	if o.timeout == 0 {
+		c.Timeout = -1 // none
+	}
+	return c, nil
+}
+
+func (o *clientOptions) newClient() (*control.Client, error) {
 	if r := remoteOf(o.cmd); r != "" {
 		if o.server != "" {
 			return nil, fmt.Errorf("--remote and --server: choose one")
@@ -68,6 +82,9 @@ func (o *clientOptions) client() (*control.Client, error) {
 			return nil, err
 		}
 		tok = strings.TrimSpace(string(b))
+	}
+	if err := control.CheckServerURL(o.server, tok); err != nil {
+		return nil, err // a token never goes over plain http
 	}
 	if strings.HasPrefix(o.server, "https://") {
 		return control.NewTLSClient(o.server, tok, o.fingerprint)

@@ -79,7 +79,7 @@ func remoteClient(remote, socket string) (*control.Client, func(), error) {
 	if socket == "" {
 		socket = DefaultRemoteSocket
 	}
-	return &control.Client{HTTP: pool.HTTPClient(h, socket), Base: "http://replan"}, func() { pool.Close() }, nil
+	return control.NewLocalClient(pool.HTTPClient(h, socket), socket+" on "+remote+" (--remote)"), func() { pool.Close() }, nil
 }
 
 func fileExists(p string) bool {

@@ -1,7 +1,6 @@
 package control
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -518,86 +516,4 @@ func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 		return nil, err
 	}
 	return l, nil
-}
-
-// Limits of every API listener: a slow or idle client cannot hold a
-// connection for long, and at most MaxConns are open at once (the others
-// wait in the kernel's backlog), so nobody can lock others out. There is
-// no write timeout: `logs -f` and long-polled events stream for minutes.
-const (
-	ReadHeaderTimeout = 10 * time.Second
-	ReadTimeout       = 30 * time.Second
-	IdleTimeout       = 2 * time.Minute
-	MaxConns          = 256
-	// UnixSendBuffer is the send buffer asked for on each Unix socket
-	// connection (SO_SNDBUF).
-	UnixSendBuffer = 4 << 20
-)
-
-// Serve serves h on l until ctx ends, with the limits above.
-func Serve(ctx context.Context, l net.Listener, h http.Handler) error {
-	l = limitListener(l, MaxConns)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout, IdleTimeout: IdleTimeout,
-		MaxHeaderBytes: 64 << 10, ConnContext: connContext}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-	}()
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-// limitListener accepts at most n connections at once (netutil's
-// LimitListener): Accept waits for a slot.
-func limitListener(l net.Listener, n int) net.Listener {
-	return &limited{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
-}
-
-type limited struct {
-	net.Listener
-	sem       chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-}
-
-func (l *limited) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	if uc, ok := c.(*net.UnixConn); ok {
-		// A large answer (the queue of 5,000 jobs is 6.5 MB) goes out
-		// in a few writes instead of one per default buffer (208 KB),
-		// each waiting for the client to be scheduled and drain it.
-		// The kernel caps it at net.core.wmem_max; best effort.
-		uc.SetWriteBuffer(UnixSendBuffer)
-	}
-	return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
-}
-
-func (l *limited) Close() error {
-	l.closeOnce.Do(func() { close(l.done) })
-	return l.Listener.Close()
-}
-
-type limitedConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
 }

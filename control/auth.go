@@ -293,6 +293,14 @@ func (a *API) authorize(next http.Handler) http.Handler {
 			writeErr(w, http.StatusUnauthorized, err)
 			return
 		}
+		// The connection is now the caller's (listen.go): it counts
+		// against the caller's share, or waits for a slot.
+		if err := claimConn(r.Context(), id.User, a.Access.isAdmin(id)); err != nil {
+			w.Header().Set("Connection", "close")
+			w.Header().Set("Retry-After", "1")
+			writeErr(w, http.StatusServiceUnavailable, err)
+			return
+		}
 		next.ServeHTTP(w, r.WithContext(withCaller(r.Context(), id)))
 	})
 }

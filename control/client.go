@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/replan/replan/perf"
@@ -25,7 +26,19 @@ type Client struct {
 	HTTP  *http.Client
 	Base  string // "http://replan" for a unix socket
 	Token string
+	// Timeout bounds each request, answer included (0: DefaultTimeout;
+	// negative: none). A long poll (Events) gets its wait on top; a
+	// followed log (Logs) is bounded only until its answer starts.
+	Timeout time.Duration
+	// Addr names the daemon in errors ("" : Base).
+	Addr string
+	// local: the transport is a unix socket (or an SSH channel to one), so
+	// a token may go over http://.
+	local bool
 }
+
+// DefaultTimeout is how long a client waits for the daemon's answer.
+const DefaultTimeout = 30 * time.Second
 
 // NewUnixClient is a client of the daemon listening on socket.
 func NewUnixClient(socket string) *Client {
@@ -33,12 +46,99 @@ func NewUnixClient(socket string) *Client {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
 	}}
-	return &Client{HTTP: &http.Client{Transport: tr}, Base: "http://replan"}
+	return &Client{HTTP: &http.Client{Transport: tr}, Base: "http://replan", Addr: socket, local: true}
+}
+
+// NewLocalClient is a client over hc, whose transport reaches the
+// daemon's unix socket some other way (an SSH channel); addr names it in
+// errors.
+func NewLocalClient(hc *http.Client, addr string) *Client {
+	return &Client{HTTP: hc, Base: "http://replan", Addr: addr, local: true}
 }
 
 // NewTCPClient is a client of a daemon's TCP listener with a bearer token.
+// A token goes only over https: with http:// every request fails
+// (ErrCleartextToken).
 func NewTCPClient(base, token string) *Client {
 	return &Client{HTTP: &http.Client{}, Base: strings.TrimSuffix(base, "/"), Token: token}
+}
+
+// ErrCleartextToken is a bearer token that would go over plain HTTP.
+var ErrCleartextToken = errors.New("a bearer token goes only over https:// (http:// would send it in cleartext)")
+
+// CheckServerURL refuses a daemon URL a token may not go to: with a token,
+// only https://.
+func CheckServerURL(base, token string) error {
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("--server %q: want https://HOST:PORT", base)
+	}
+	if token != "" && u.Scheme != "https" {
+		return fmt.Errorf("--server %s: %w; use https://%s (the daemon's --listen serves TLS)", base, ErrCleartextToken, u.Host)
+	}
+	return nil
+}
+
+func (c *Client) checkToken() error {
+	if c.Token == "" || c.local {
+		return nil
+	}
+	return CheckServerURL(c.Base, c.Token)
+}
+
+func (c *Client) timeout() time.Duration {
+	switch {
+	case c.Timeout == 0:
+		return DefaultTimeout
+	case c.Timeout < 0:
+		return 0
+	}
+	return c.Timeout
+}
+
+func (c *Client) addr() string {
+	if c.Addr != "" {
+		return c.Addr
+	}
+	return c.Base
+}
+
+// TimeoutError is a daemon that did not answer in time: it accepts
+// connections (the kernel does that) but its process does not answer,
+// e.g. stopped (SIGSTOP) or hung.
+type TimeoutError struct {
+	Addr  string
+	After time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("the daemon at %s did not answer within %s; is `replan daemon` running (and not stopped)?", e.Addr, e.After)
+}
+
+// Timeout says so to net.Error-style checks.
+func (e *TimeoutError) Timeout() bool { return true }
+
+// withTimeout is ctx bounded by the client's timeout plus extra, and the
+// error that names the daemon when that bound is what ended a request.
+func (c *Client) withTimeout(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
+	to := c.timeout()
+	if to <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeoutCause(ctx, to+extra, &TimeoutError{Addr: c.addr(), After: to + extra})
+}
+
+// failed is the error of a request that got no answer: the timeout named,
+// or a daemon that is not there.
+func (c *Client) failed(ctx context.Context, err error) error {
+	var te *TimeoutError
+	if cause := context.Cause(ctx); errors.As(cause, &te) && ctx.Err() != nil {
+		return te
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("daemon: no daemon listens at %s (%w); is `replan daemon` running?", c.addr(), err)
+	}
+	return fmt.Errorf("daemon: %w", err)
 }
 
 // RemoteError is an error the daemon answered with.
@@ -66,6 +166,16 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 }
 
 func (c *Client) doH(ctx context.Context, method, path string, hdr http.Header, body, out any) error {
+	return c.doWait(ctx, method, path, hdr, body, out, 0)
+}
+
+// doWait is doH for a request the daemon may hold for wait (a long poll).
+func (c *Client) doWait(ctx context.Context, method, path string, hdr http.Header, body, out any, wait time.Duration) error {
+	if err := c.checkToken(); err != nil {
+		return err
+	}
+	ctx, cancel := c.withTimeout(ctx, wait)
+	defer cancel()
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -89,7 +199,7 @@ func (c *Client) doH(ctx context.Context, method, path string, hdr http.Header, 
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return fmt.Errorf("daemon: %w", err)
+		return c.failed(ctx, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
@@ -102,7 +212,13 @@ func (c *Client) doH(ctx context.Context, method, path string, hdr http.Header, 
 	if out == nil {
 		return nil
 	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		if ctx.Err() != nil {
+			return c.failed(ctx, err)
+		}
+		return err
+	}
+	return nil
 }
 
 // Status is GET /v1/status.
@@ -216,7 +332,7 @@ func (c *Client) History(ctx context.Context) ([]HistoryEntry, error) {
 // Events returns events after id, waiting up to wait for the first.
 func (c *Client) Events(ctx context.Context, after int64, wait time.Duration) ([]Event, error) {
 	var r []Event
-	return r, c.do(ctx, "GET", "/v1/events?after="+strconv.FormatInt(after, 10)+"&wait="+wait.String(), nil, &r)
+	return r, c.doWait(ctx, "GET", "/v1/events?after="+strconv.FormatInt(after, 10)+"&wait="+wait.String(), nil, nil, &r, min(wait, 60*time.Second))
 }
 
 // Running lists the running jobs with their throughput, promise and shift.

@@ -67,6 +67,9 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	fl, _ := w.(http.Flusher)
+	if fl != nil {
+		fl.Flush() // the answer starts (a client's timeout ends) before the first line
+	}
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := rc.Read(buf)
@@ -85,13 +88,24 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) {
 }
 
 // Logs reads a job's log from the daemon (follow streams until ctx ends).
+// The client's timeout bounds the wait for the answer to start, and
+// without follow the whole read.
 func (c *Client) Logs(ctx context.Context, id string, tail int, follow bool) (io.ReadCloser, error) {
+	if err := c.checkToken(); err != nil {
+		return nil, err
+	}
 	q := "?tail=" + strconv.Itoa(tail)
 	if follow {
 		q += "&follow=1"
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	var timer *time.Timer
+	if to := c.timeout(); to > 0 {
+		timer = time.AfterFunc(to, func() { cancel(&TimeoutError{Addr: c.addr(), After: to}) })
+	}
 	req, err := http.NewRequestWithContext(ctx, "GET", c.Base+"/v1/jobs/"+id+"/logs"+q, nil)
 	if err != nil {
+		cancel(nil)
 		return nil, err
 	}
 	if c.Token != "" {
@@ -99,9 +113,15 @@ func (c *Client) Logs(ctx context.Context, id string, tail int, follow bool) (io
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("daemon: %w", err)
+		err = c.failed(ctx, err)
+		cancel(nil)
+		return nil, err
+	}
+	if follow && timer != nil {
+		timer.Stop() // the stream lasts as long as the caller reads
 	}
 	if resp.StatusCode != http.StatusOK {
+		defer cancel(nil)
 		defer resp.Body.Close()
 		re := &RemoteError{Status: resp.StatusCode}
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
@@ -112,7 +132,30 @@ func (c *Client) Logs(ctx context.Context, id string, tail int, follow bool) (io
 		}
 		return nil, re
 	}
-	return resp.Body, nil
+	return &logBody{ReadCloser: resp.Body, ctx: ctx, c: c, cancel: cancel}, nil
+}
+
+// logBody is a log's answer: closing it ends its request, and a read cut
+// by the client's timeout says so.
+type logBody struct {
+	io.ReadCloser
+	ctx    context.Context
+	c      *Client
+	cancel context.CancelCauseFunc
+}
+
+func (b *logBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && b.ctx.Err() != nil {
+		err = b.c.failed(b.ctx, err)
+	}
+	return n, err
+}
+
+func (b *logBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
 }
 
 // simLog renders the DeepSpeed ThroughputTimer lines a simulated job

@@ -13,20 +13,21 @@ import (
 // for ever. The server now drops a client that never finishes its request
 // headers, and caps open connections.
 func TestServeDropsSlowClientsAndCapsConnections(t *testing.T) {
-	if ReadHeaderTimeout > 10*time.Second || ReadTimeout == 0 || IdleTimeout == 0 || MaxConns == 0 {
-		t.Fatalf("limits %v %v %v %d", ReadHeaderTimeout, ReadTimeout, IdleTimeout, MaxConns)
+	if ReadHeaderTimeout > 10*time.Second || ReadTimeout == 0 || IdleTimeout == 0 || MaxConns == 0 || WriteTimeout == 0 || HandshakeTimeout == 0 ||
+		MaxConnsPerUser >= MaxConns-AdminConns || AdminConns < MaxConnsPerUser || MaxPending == 0 {
+		t.Fatalf("limits %+v: want every timeout set, and one user's share below what non-admins may hold, admins keeping at least a share", DefaultLimits)
 	}
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := limitListener(l, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }), ReadHeaderTimeout: 300 * time.Millisecond}
-	go srv.Serve(lim)
-	go func() { <-ctx.Done(); srv.Close() }()
+	lim := DefaultLimits
+	lim.ReadHeaderTimeout = 300 * time.Millisecond
+	lim.MaxPending = 2
+	serveForTest(ctx, l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }), lim)
 	// Two silent clients hold both slots...
 	var silent []net.Conn
 	for i := 0; i < 2; i++ {
@@ -58,41 +59,4 @@ func TestServeDropsSlowClientsAndCapsConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-}
-
-func TestLimitListenerCaps(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "s.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim := limitListener(l, 1)
-	defer lim.Close()
-	a, _ := net.Dial("unix", sock)
-	defer a.Close()
-	first, err := lim.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := net.Dial("unix", sock)
-	defer b.Close()
-	got := make(chan net.Conn, 1)
-	go func() {
-		c, err := lim.Accept()
-		if err == nil {
-			got <- c
-		}
-	}()
-	select {
-	case <-got:
-		t.Fatal("a second connection was accepted over the cap of 1")
-	case <-time.After(200 * time.Millisecond):
-	}
-	first.Close()
-	select {
-	case c := <-got:
-		c.Close()
-	case <-time.After(5 * time.Second):
-		t.Fatal("the slot was not released by Close")
-	}
 }

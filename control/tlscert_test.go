@@ -85,7 +85,9 @@ func TestTLSListenerPerUserTokens(t *testing.T) {
 	if _, err := noTok.Status(ctx); err == nil || !strings.Contains(err.Error(), "missing bearer token") {
 		t.Errorf("no token: %v", err)
 	}
-	if _, err := NewTCPClient("http://"+l.Addr().String(), "alice-token").Status(ctx); err == nil {
+	plain, _ := http.NewRequest("GET", "http://"+l.Addr().String()+"/v1/status", nil)
+	plain.Header.Set("Authorization", "Bearer alice-token")
+	if resp, err := http.DefaultClient.Do(plain); err == nil && resp.StatusCode == 200 {
 		t.Error("plain HTTP answered on the TLS listener")
 	}
 	resp, err := http.Get("http://" + ml.Addr().String() + "/metrics")
