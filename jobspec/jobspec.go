@@ -13,9 +13,11 @@ import (
 	"regexp"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/replan/replan/internal/termtext"
 	"github.com/replan/replan/internal/yamlcheck"
 	"github.com/replan/replan/perf"
 )
@@ -425,10 +427,17 @@ func absPath(w *yamlcheck.Walker, v *yaml.Node, f string) string {
 // noControl refuses control characters (newlines, escapes, DEL, C1
 // codes) in a name, path or argument: they break the shell commands and
 // files replan renders from it, and they rewrite the terminal of whoever
-// lists the job.
+// lists the job. It refuses invisible format characters too
+// (termtext.IsFormat: a right-to-left override U+202E, a zero-width space
+// U+200B, any of category Cf): they make a name or an argument read other
+// than it is.
 func noControl(w *yamlcheck.Walker, v *yaml.Node, f, s string) {
 	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
 		w.Errf(v, f, "control character %q at byte %d is not allowed", string([]rune(s[i:])[0]), i)
+	}
+	if i := strings.IndexFunc(s, termtext.IsFormat); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		w.Errf(v, f, "invisible format character U+%04X at byte %d is not allowed", r, i)
 	}
 }
 

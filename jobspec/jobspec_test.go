@@ -288,3 +288,46 @@ func TestParseAuthorizedAsksFirst(t *testing.T) {
 		t.Errorf("allowed: %v", err)
 	}
 }
+
+// Issue 24: invisible format characters (a right-to-left override, a
+// zero-width space, any of Unicode's category Cf) in args and model.name
+// were accepted, so a job could be listed as something it is not. Every
+// name, path, argument and env value refuses them, naming file, line and
+// field.
+func TestParseRefusesFormatCharacters(t *testing.T) {
+	base := `version: 1
+name: x
+tenant: %s
+class: best-effort
+model: {name: %s, params: 1.3e9, layers: 24, hidden: 2048, heads: 16, seq_len: 2048, vocab: 50000}
+framework: deepspeed
+workdir: %s
+entrypoint: %s
+args: ["--lr", %s]
+env: {A: %s}
+global_batch: 16
+iterations: 10
+checkpoint_dir: %s
+request: {gpus: 1}
+`
+	ok := []string{"t", "mine", "/w", "train.py", "--x", "v", "/ckpt/x"}
+	fields := []string{"tenant", "model.name", "workdir", "entrypoint", "args[1]", "env.A", "checkpoint_dir"}
+	lines := []int{3, 5, 7, 8, 9, 10, 13}
+	bads := []string{"\"re\u202Esearch\"", "\"gpt\u200B2\"", "\"/w\u2066\"", "\"train\uFEFF.py\"", "\"--out=\u202Efdp.exe\"", "\"a\u00ADb\"", "\"/ckpt/\u2028x\""}
+	s, err := Parse("f.yaml", []byte(fmt.Sprintf(base, "t", "mine", "/w", "train.py", "--x", "v", "/ckpt/x")), nil)
+	if err != nil || s.Arch.Name != "mine" {
+		t.Fatalf("the clean spec: %v", err)
+	}
+	for i, bad := range bads {
+		args := make([]any, len(ok))
+		for k, v := range ok {
+			args[k] = v
+		}
+		args[i] = bad
+		_, err := Parse("f.yaml", []byte(fmt.Sprintf(base, args...)), nil)
+		want := fmt.Sprintf("f.yaml:%d: %s: invisible format character U+", lines[i], fields[i])
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s = %s: %v (want %q)", fields[i], bad, err, want)
+		}
+	}
+}
