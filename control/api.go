@@ -252,7 +252,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	if key != "" {
-		ctx = withIdempotencyKey(ctx, key, req.Spec)
+		ctx = withIdempotencyKey(ctx, key, req.Spec, a.D.idemExpired())
 	}
 	rec, err := a.D.Submit(ctx, spec)
 	if err != nil && key != "" && errors.Is(err, ErrExists) {

@@ -242,7 +242,7 @@ func (d *Daemon) queueLocked(sorted []string) []QueueEntry {
 		if reason == "" {
 			reason = "not scheduled yet"
 		}
-		out = append(out, QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: reason, WaitingS: now.Sub(js.rec.SubmittedAt).Seconds()})
+		out = append(out, QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: reason, WaitingS: waitedS(now, js.rec.SubmittedAt)})
 		if t, ok := d.timers[id]; ok && js.rec.State != StateHeld {
 			out[len(out)-1].Timers = &t
 		}
@@ -252,6 +252,11 @@ func (d *Daemon) queueLocked(sorted []string) []QueueEntry {
 	}
 	return out
 }
+
+// waitedS is how long a job submitted at sub has waited by now, in
+// seconds; never negative, so a wall clock stepped back (NTP, an operator)
+// reads as no wait rather than a negative one.
+func waitedS(now, sub time.Time) float64 { return max(now.Sub(sub).Seconds(), 0) }
 
 // NodeView is a server with what the daemon knows of it.
 type NodeView struct {
