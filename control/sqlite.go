@@ -111,6 +111,16 @@ var migrations = []string{
 // durable (synchronous=FULL) before the call returns. Reads go through a
 // small pool of read-only connections, so they never wait for a write
 // (WAL readers see the last committed state).
+//
+// The database is opened with SQLite's unix-excl VFS: this process holds
+// an exclusive lock on the database file while it is open (no other
+// process can read or write it), and the WAL index lives in this
+// process's heap instead of a mmapped -shm file. A page fault on a mapped
+// file of a stalled disk (fsfreeze) blocks its thread where Go's
+// garbage collector cannot stop it, which froze the whole daemon; reads
+// and writes are system calls, which block only the goroutine that makes
+// them. Memory-mapped I/O of the database is off (mmap_size 0) for the
+// same reason.
 type SQLite struct {
 	db *sql.DB // writes (and the reads of a write's transaction)
 	rd *sql.DB // reads
@@ -126,9 +136,10 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 		}
 	}
 	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(1)"} {
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(1)", "mmap_size(0)"} {
 		q.Add("_pragma", p)
 	}
+	q.Set("vfs", storeVFS)
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
@@ -141,9 +152,10 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 	}
 	if !strings.HasPrefix(path, ":memory:") {
 		rq := url.Values{}
-		for _, p := range []string{"busy_timeout(10000)", "query_only(1)"} {
+		for _, p := range []string{"busy_timeout(10000)", "query_only(1)", "mmap_size(0)"} {
 			rq.Add("_pragma", p)
 		}
+		rq.Set("vfs", storeVFS)
 		rd, err := sql.Open("sqlite", "file:"+path+"?"+rq.Encode())
 		if err != nil {
 			db.Close()
@@ -154,6 +166,10 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 	}
 	return s, nil
 }
+
+// storeVFS is the SQLite VFS of the store: an exclusive lock on the
+// database for this process and a WAL index in heap memory (see SQLite).
+const storeVFS = "unix-excl"
 
 // SchemaVersion is the number of migrations this build knows.
 func SchemaVersion() int { return len(migrations) }
