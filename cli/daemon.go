@@ -169,7 +169,7 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	}
 	d.EnableETA(func() sched.Policy { p, _ := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds()); return p }, o.restartCost, o.tick) // start estimates (control/eta.go)
 	api := &control.API{D: d, Version: version}
-	errc := make(chan error, 5)
+	errc := make(chan error, 8)
 	if err := setupAuth(ctx, o, inv, api, log, stderr, errc); err != nil { // daemon_auth.go: users, TLS and metrics listeners
 		l.Close()
 		return err
@@ -177,6 +177,9 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	go func() { errc <- control.Serve(ctx, l, api.Handler()) }()
 	log.Info("replan daemon", "socket", o.socket, "db", o.db, "policy", o.policy, "executor", o.executor, "servers", len(servers))
 	go func() { errc <- d.Run(ctx, o.tick) }()
+	// The lock and the store are files, not paths: a deleted or replaced
+	// database directory stops the daemon (control/lock.go).
+	go func() { errc <- control.WatchDB(ctx, o.tick, lock, st) }()
 	select {
 	case <-ctx.Done():
 		return nil

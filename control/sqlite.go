@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -124,6 +125,11 @@ var migrations = []string{
 type SQLite struct {
 	db *sql.DB // writes (and the reads of a write's transaction)
 	rd *sql.DB // reads
+	// path and id are the database file as opened (zero id: in memory):
+	// a write is acknowledged only while path still names that file
+	// (CheckFile, lock.go).
+	path string
+	id   fileID
 }
 
 // OpenSQLite opens (creating if needed) the database at path and brings its
@@ -145,10 +151,20 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
-	s := &SQLite{db: db, rd: db}
+	s := &SQLite{db: db, rd: db, path: path}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if !strings.HasPrefix(path, ":memory:") && !strings.HasPrefix(path, "file:") {
+		// The file SQLite has open (it holds it from the first
+		// statement on; the migration above was one).
+		fi, err := os.Stat(path)
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open store %s: %w", path, err)
+		}
+		s.id = idOf(fi)
 	}
 	if !strings.HasPrefix(path, ":memory:") {
 		rq := url.Values{}
@@ -170,6 +186,18 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 // storeVFS is the SQLite VFS of the store: an exclusive lock on the
 // database for this process and a WAL index in heap memory (see SQLite).
 const storeVFS = "unix-excl"
+
+// CheckFile reports whether the store's path still names the database
+// file it has open: an error wrapping ErrStoreReplaced when the file (or
+// its directory) was deleted, moved or replaced, since every write would
+// then be lost at restart. Every write checks it before it is
+// acknowledged.
+func (s *SQLite) CheckFile() error {
+	if s == nil || s.id == (fileID{}) {
+		return nil
+	}
+	return samePath("database", s.path, s.id, "writes to it would be lost at restart; nothing more is acknowledged")
+}
 
 // SchemaVersion is the number of migrations this build knows.
 func SchemaVersion() int { return len(migrations) }
@@ -290,6 +318,9 @@ func createJob(ctx context.Context, tx execer, j JobRecord) error {
 
 // Commit implements Store: one transaction for the whole batch.
 func (s *SQLite) Commit(ctx context.Context, b Batch) ([]int64, error) {
+	if err := s.CheckFile(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("commit: begin: %w", err)
@@ -340,6 +371,10 @@ func (s *SQLite) Commit(ctx context.Context, b Batch) ([]int64, error) {
 		}
 	}
 	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	if err := s.CheckFile(); err != nil {
+		// Stored in a file the path no longer names: lost at restart.
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return vers, nil
@@ -449,6 +484,9 @@ func (s *SQLite) NextJobID(ctx context.Context) (string, error) {
 		ON CONFLICT(name) DO UPDATE SET value = value + 1 RETURNING value`).Scan(&v)
 	if err != nil {
 		return "", err
+	}
+	if err := s.CheckFile(); err != nil {
+		return "", fmt.Errorf("next job id: %w", err)
 	}
 	return fmt.Sprintf("j-%06d", v), nil
 }
