@@ -38,7 +38,7 @@ func defaultSocket() string {
 type daemonOptions struct {
 	inventory, db, socket, policy, executor, data, listen, tokenFile string
 	remoteDir                                                        string // agent directory on every server (ssh executor)
-	tick, restartCost                                                time.Duration
+	tick, restartCost, idemRetention                                 time.Duration
 	auth                                                             authOptions // daemon_auth.go
 }
 
@@ -84,12 +84,16 @@ See docs/control.md.`,
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding one bearer token of the TCP listener, which acts as the daemon's own user")
 	f.DurationVar(&o.tick, "tick", 5*time.Second, "observe and schedule at least this often")
 	f.DurationVar(&o.restartCost, "restart-cost", 260*time.Second, "simulated checkpoint-restart cost (sim executor)")
+	f.DurationVar(&o.idemRetention, "idempotency-retention", control.DefaultIdempotencyRetention, "how long a submission's Idempotency-Key is kept (a retry within it gets the job the key created)")
 	addAuthFlags(f, &o.auth) // daemon_auth.go
 	return cmd
 }
 
 func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if o.idemRetention <= 0 {
+		return fmt.Errorf("daemon: --idempotency-retention %v: want a positive duration", o.idemRetention)
+	}
 	if o.db == "" {
 		home, _ := os.UserHomeDir()
 		o.db = filepath.Join(home, ".replan", "replan.db")
@@ -160,13 +164,13 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		return err
 	}
 	defer l.Close()
-	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine})
+	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine, IdempotencyRetention: o.idemRetention})
 	if err != nil {
 		return err
 	}
 	d.EnableETA(func() sched.Policy { p, _ := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds()); return p }, o.restartCost, o.tick) // start estimates (control/eta.go)
 	api := &control.API{D: d, Version: version}
-	errc := make(chan error, 5)
+	errc := make(chan error, 8)
 	if err := setupAuth(ctx, o, inv, api, log, stderr, errc); err != nil { // daemon_auth.go: users, TLS and metrics listeners
 		l.Close()
 		return err
@@ -174,6 +178,9 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	go func() { errc <- control.Serve(ctx, l, api.Handler()) }()
 	log.Info("replan daemon", "socket", o.socket, "db", o.db, "policy", o.policy, "executor", o.executor, "servers", len(servers))
 	go func() { errc <- d.Run(ctx, o.tick) }()
+	// The lock and the store are files, not paths: a deleted or replaced
+	// database directory stops the daemon (control/lock.go).
+	go func() { errc <- control.WatchDB(ctx, o.tick, lock, st) }()
 	select {
 	case <-ctx.Done():
 		return nil

@@ -115,7 +115,10 @@ func TestDaemonFilesArePrivateAndSocketFilesKept(t *testing.T) {
 	if fi, err := os.Stat(filepath.Dir(db)); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("database directory: %v %v (want 0700)", fi.Mode().Perm(), err)
 	}
-	for _, p := range []string{db, db + "-wal", db + "-shm"} {
+	if _, err := os.Stat(db + "-shm"); err == nil {
+		t.Errorf("%s-shm exists: the WAL index should live in the daemon's heap", db)
+	}
+	for _, p := range []string{db, db + "-wal"} {
 		fi, err := os.Stat(p)
 		if err != nil {
 			t.Errorf("%s: %v", p, err)
@@ -124,5 +127,42 @@ func TestDaemonFilesArePrivateAndSocketFilesKept(t *testing.T) {
 		if fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s is %v (want 0600)", p, fi.Mode().Perm())
 		}
+	}
+}
+
+// Issue 24: after the database's directory was deleted, the daemon kept
+// acknowledging writes that were lost at restart, and a second daemon
+// could start on the same path. Now it refuses the writes (503) and
+// stops with an error naming the database.
+func TestDaemonStopsWhenItsDatabaseIsDeleted(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "inv.yaml"), []byte(smokeInventory), 0o644)
+	state := filepath.Join(dir, "state")
+	spec := "version: 1\nname: lost\ntenant: research\nclass: best-effort\nmodel: bert\nframework: deepspeed\nworkdir: /w\nentrypoint: train.py\nglobal_batch: 32\niterations: 100\ncheckpoint_dir: /ckpt/l\nrequest: {gpus: 8}\n"
+	os.WriteFile(filepath.Join(dir, "j.yaml"), []byte(spec), 0o644)
+	d := startDaemon(t, dir, "--db", filepath.Join(state, "r.db"))
+	if out, err := runCLI(t, "submit", filepath.Join(dir, "j.yaml"), "--socket", filepath.Join(dir, "s.sock"), "--json"); err != nil {
+		t.Fatalf("submit: %v\n%s", err, out)
+	}
+	if err := os.RemoveAll(state); err != nil {
+		t.Fatal(err)
+	}
+	// A submit now is not acknowledged (refused, or the daemon is gone).
+	if out, err := runCLI(t, "submit", filepath.Join(dir, "j.yaml"), "--socket", filepath.Join(dir, "s.sock"), "--json"); err == nil {
+		t.Errorf("a submit after the database was deleted was acknowledged:\n%s", out)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- d.Wait() }()
+	select {
+	case err := <-exited:
+		if err == nil {
+			t.Error("the daemon exited 0")
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the daemon still runs two minutes after its database was deleted")
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "daemon.log"))
+	if !strings.Contains(string(log), "deleted or replaced while the daemon had it open") || !strings.Contains(string(log), state) {
+		t.Errorf("the daemon's last words do not name the deleted database:\n%s", log)
 	}
 }

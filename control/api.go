@@ -224,9 +224,19 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		a.replayed(w, rec, err)
 		return
 	}
-	spec, err := jobspec.Parse(req.File, []byte(req.Spec), perf.NewCatalog())
+	// Authorization first: the spec's tenant is read as soon as the YAML
+	// is decoded, and a caller who may not submit under it is refused
+	// before the spec is validated.
+	caller := callerOf(r.Context())
+	spec, err := jobspec.ParseAuthorized(req.File, []byte(req.Spec), perf.NewCatalog(), func(tenant string) error {
+		return a.Access.canSubmit(caller, tenant)
+	})
+	if forbidden := (*Forbidden)(nil); errors.As(err, &forbidden) {
+		writeErr(w, http.StatusForbidden, err)
+		return
+	}
 	if err == nil {
-		if err := a.Access.canSubmit(callerOf(r.Context()), spec.Tenant); err != nil {
+		if err := a.Access.canSubmit(caller, spec.Tenant); err != nil {
 			writeErr(w, http.StatusForbidden, err)
 			return
 		}
@@ -246,7 +256,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	if key != "" {
-		ctx = withIdempotencyKey(ctx, key, req.Spec)
+		ctx = withIdempotencyKey(ctx, key, req.Spec, a.D.idemExpired())
 	}
 	rec, err := a.D.Submit(ctx, spec)
 	if err != nil && key != "" && errors.Is(err, ErrExists) {

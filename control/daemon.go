@@ -75,6 +75,10 @@ type Config struct {
 	// server it failed on is offered to other jobs and the job is placed
 	// elsewhere (default 30 s of the daemon's clock).
 	LaunchBackoff time.Duration
+	// IdempotencyRetention is how long a submission's Idempotency-Key is
+	// kept, of the daemon's clock (default 24 h): a retry within it gets
+	// the job the key created, a later one creates a new job (idem.go).
+	IdempotencyRetention time.Duration
 }
 
 // HealthChecker is implemented by executors that can check a server
@@ -154,6 +158,9 @@ type Daemon struct {
 	telemetry   map[int][]GPUStat // per server: its GPUs as last observed (telemetry.go)
 	enc         encCache          // encoded reads (readcache.go)
 	fails       failureStats      // failures observed (checkpoint.go); guarded by mu
+	// idemPurged is when the loop last deleted expired idempotency keys
+	// (idem.go; only the loop's goroutine touches it).
+	idemPurged time.Time
 }
 
 type jobState struct {

@@ -481,3 +481,61 @@ func TestStartEventSaysWhy(t *testing.T) {
 	}
 	t.Fatalf("no start event in %+v", evs)
 }
+
+// The drain event names every job the drain moves, in its message and its
+// data, so `replan events` says what happened to them.
+func TestDrainEventNamesMovedJobs(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	ex := &recorder{}
+	d, _ := newDaemon(t, st, ex, "static")
+	a, _ := d.Submit(ctx, spec(t, "a", 4, jobspec.BestEffort))
+	b, _ := d.Submit(ctx, spec(t, "b", 4, jobspec.BestEffort))
+	d.Round(ctx)
+	on := map[string][]string{}
+	for _, l := range ex.starts {
+		on[l.Servers[0].Name] = append(on[l.Servers[0].Name], l.JobID)
+	}
+	server := ex.starts[0].Servers[0].Name
+	moved, err := d.Drain(ctx, server)
+	if err != nil || strings.Join(moved, ",") != strings.Join(on[server], ",") {
+		t.Fatalf("drain of %s moved %v, want %v: %v", server, moved, on[server], err)
+	}
+	if len(moved) == 0 {
+		t.Fatalf("test setup: nothing ran on %s (%v, jobs %s %s)", server, on, a.ID, b.ID)
+	}
+	evs, err := st.Events(ctx, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drain *Event
+	for i := range evs {
+		if evs[i].Kind == "drain" {
+			drain = &evs[i]
+		}
+	}
+	if drain == nil {
+		t.Fatalf("no drain event in %+v", evs)
+	}
+	want := server + " drained: moving " + strings.Join(moved, ", ")
+	if !strings.HasPrefix(drain.Msg, want) {
+		t.Errorf("drain event says %q, want it to start %q", drain.Msg, want)
+	}
+	if got := string(drain.Data); got != `{"jobs":["`+strings.Join(moved, `","`)+`"]}` {
+		t.Errorf("drain event data %s", got)
+	}
+	// A server with nothing on it says so.
+	other := "a"
+	if server == "a" {
+		other = "b"
+	}
+	if len(on[other]) == 0 {
+		if _, err := d.Drain(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		evs, _ = st.Events(ctx, drain.ID, 10)
+		if len(evs) == 0 || evs[len(evs)-1].Msg != other+" drained: no jobs to move" {
+			t.Errorf("empty drain events %+v", evs)
+		}
+	}
+}

@@ -3,7 +3,10 @@ package control
 // Idempotent submissions: `replan submit` sends a key of its own making in
 // the Idempotency-Key header; the first submission with a key stores the
 // key with the job it creates, in the job's own transaction, and every
-// retry with that key gets that job back instead of a second one.
+// retry with that key gets that job back instead of a second one. A key
+// is kept for Config.IdempotencyRetention (24 h by default) of the
+// daemon's clock: after that it is forgotten (a retry creates a new job)
+// and the daemon's loop deletes it.
 
 import (
 	"context"
@@ -13,22 +16,63 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // MaxIdempotencyKey bounds the header's length.
 const MaxIdempotencyKey = 200
+
+// DefaultIdempotencyRetention is how long an Idempotency-Key is kept when
+// Config.IdempotencyRetention is 0.
+const DefaultIdempotencyRetention = 24 * time.Hour
 
 // ErrIdempotencyReuse is a key sent again with another spec.
 var ErrIdempotencyReuse = errors.New("this Idempotency-Key was sent before with a different spec")
 
 type idemKey struct{}
 
-type idemVal struct{ key, specHash string }
+type idemVal struct {
+	key, specHash string
+	// expired: a key stored before this has expired (it is replaced).
+	expired time.Time
+}
 
 // withIdempotencyKey makes the CreateJob called with ctx store key (scoped
-// by the caller's user) with the job, atomically.
-func withIdempotencyKey(ctx context.Context, key, spec string) context.Context {
-	return context.WithValue(ctx, idemKey{}, idemVal{key, specHash(spec)})
+// by the caller's user) with the job, atomically; the same key stored
+// before expired is replaced.
+func withIdempotencyKey(ctx context.Context, key, spec string, expired time.Time) context.Context {
+	return context.WithValue(ctx, idemKey{}, idemVal{key, specHash(spec), expired})
+}
+
+// idemRetention is how long keys are kept.
+func (d *Daemon) idemRetention() time.Duration {
+	if d.cfg.IdempotencyRetention > 0 {
+		return d.cfg.IdempotencyRetention
+	}
+	return DefaultIdempotencyRetention
+}
+
+// idemExpired is the time before which a stored key has expired.
+func (d *Daemon) idemExpired() time.Time { return d.now().Add(-d.idemRetention()) }
+
+// expireIdempotencyKeys deletes the expired keys, at most once per
+// twenty-fourth of the retention (an hour by default); the loop calls it.
+func (d *Daemon) expireIdempotencyKeys(ctx context.Context) {
+	is, ok := d.cfg.Store.(idempotencyStore)
+	if !ok {
+		return
+	}
+	now := d.now()
+	if last := d.idemPurged; !last.IsZero() && now.Sub(last) < d.idemRetention()/24 && !now.Before(last) {
+		return
+	}
+	d.idemPurged = now
+	n, err := is.ExpireIdempotencyKeys(ctx, d.idemExpired())
+	if err != nil {
+		d.log.Warn("expire idempotency keys", "err", err)
+	} else if n > 0 {
+		d.log.Info("expired idempotency keys", "keys", n, "retention", d.idemRetention())
+	}
 }
 
 func specHash(spec string) string {
@@ -60,6 +104,9 @@ func createJobExtras(ctx context.Context, tx execer, j JobRecord) error {
 	if !ok || v.key == "" {
 		return nil
 	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM idempotency WHERE key = ? AND at < ?`, v.key, ns(v.expired)); err != nil {
+		return fmt.Errorf("idempotency key: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO idempotency(key, job_id, spec_sha256, at) VALUES (?,?,?,?)`, v.key, j.ID, v.specHash, ns(j.SubmittedAt)); err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") || strings.Contains(err.Error(), "PRIMARY KEY") {
 			return fmt.Errorf("idempotency key: %w", ErrExists)
@@ -69,20 +116,31 @@ func createJobExtras(ctx context.Context, tx execer, j JobRecord) error {
 	return nil
 }
 
-// idempotencyStore finds the job a key created.
+// idempotencyStore finds the job a key created and forgets expired keys.
 type idempotencyStore interface {
-	JobByIdempotencyKey(ctx context.Context, key string) (jobID, specSHA256 string, err error)
+	JobByIdempotencyKey(ctx context.Context, key string, expired time.Time) (jobID, specSHA256 string, err error)
+	ExpireIdempotencyKeys(ctx context.Context, expired time.Time) (int64, error)
 }
 
 // JobByIdempotencyKey returns the job the key created and the hash of its
-// spec; ErrNotFound when the key is new.
-func (s *SQLite) JobByIdempotencyKey(ctx context.Context, key string) (string, string, error) {
+// spec; ErrNotFound when the key is new or was stored before expired.
+func (s *SQLite) JobByIdempotencyKey(ctx context.Context, key string, expired time.Time) (string, string, error) {
 	var id, h string
-	err := s.db.QueryRowContext(ctx, `SELECT job_id, spec_sha256 FROM idempotency WHERE key = ?`, key).Scan(&id, &h)
+	err := s.db.QueryRowContext(ctx, `SELECT job_id, spec_sha256 FROM idempotency WHERE key = ? AND at >= ?`, key, ns(expired)).Scan(&id, &h)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", fmt.Errorf("idempotency key: %w", ErrNotFound)
 	}
 	return id, h, err
+}
+
+// ExpireIdempotencyKeys deletes the keys stored before expired and says
+// how many there were.
+func (s *SQLite) ExpireIdempotencyKeys(ctx context.Context, expired time.Time) (int64, error) {
+	r, err := s.db.ExecContext(ctx, `DELETE FROM idempotency WHERE at < ?`, ns(expired))
+	if err != nil {
+		return 0, fmt.Errorf("expire idempotency keys: %w", err)
+	}
+	return r.RowsAffected()
 }
 
 // replay returns the job an earlier submission with the same key created
@@ -93,7 +151,7 @@ func (a *API) replay(ctx context.Context, key, spec string) (JobRecord, bool, er
 	if !can || key == "" {
 		return JobRecord{}, false, nil
 	}
-	id, h, err := is.JobByIdempotencyKey(ctx, key)
+	id, h, err := is.JobByIdempotencyKey(ctx, key, a.D.idemExpired())
 	if errors.Is(err, ErrNotFound) {
 		return JobRecord{}, false, nil
 	}

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replan/replan/internal/waitfor"
 	"github.com/replan/replan/sched"
 )
 
@@ -97,5 +99,90 @@ func TestAPISubmitIdempotencyKey(t *testing.T) {
 	jobs, _ := cl2.Jobs(ctx)
 	if len(jobs) != 3 {
 		t.Errorf("%d jobs, want 3", len(jobs))
+	}
+}
+
+// Issue 24: idempotency keys were kept forever. A key is kept for the
+// retention of the daemon's clock: a retry within it gets the first job,
+// a retry after it creates a new job (the key now names that one), and
+// the loop deletes expired keys from the store. After the clock steps
+// back, the queue's waiting_s is 0, never negative.
+func TestIdempotencyKeysExpireAndWaitNeverNegative(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	p, _ := sched.New("morphling")
+	d, err := New(ctx, Config{Store: st, Exec: &recorder{}, Policy: p, Clock: c.now, IdempotencyRetention: 2 * time.Hour,
+		Servers: []ServerInfo{{Name: "a", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}},
+		Tenants: []TenantInfo{{Name: "research", QuotaGPUs: 8}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	l, err := ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go Serve(sctx, l, (&API{D: d, Version: "test"}).Handler())
+	cl := NewUnixClient(sock)
+	// Each takes the cluster's one server: one runs once the loop runs,
+	// the others wait.
+	spec := []byte(strings.Replace(admitSpec(nil), "gpus: 4", "gpus: 8", 1))
+	first, err := cl.SubmitWithKey(ctx, "a.yaml", spec, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := func() int {
+		var n int
+		if err := st.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM idempotency`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	c.advance(2*time.Hour - time.Second)
+	if r, err := cl.SubmitWithKey(ctx, "a.yaml", spec, "k"); err != nil || r.ID != first.ID {
+		t.Fatalf("retry within the retention: %s %v, want %s", r.ID, err, first.ID)
+	}
+	c.advance(2 * time.Second)
+	second, err := cl.SubmitWithKey(ctx, "a.yaml", spec, "k")
+	if err != nil || second.ID == first.ID {
+		t.Fatalf("retry after the retention: %s %v, want a new job", second.ID, err)
+	}
+	if r, err := cl.SubmitWithKey(ctx, "a.yaml", spec, "k"); err != nil || r.ID != second.ID {
+		t.Fatalf("the renewed key: %s %v, want %s", r.ID, err, second.ID)
+	}
+	// Another key, then past both retentions: the loop's purge deletes them.
+	third, err := cl.SubmitWithKey(ctx, "a.yaml", spec, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := keys(); n != 2 {
+		t.Fatalf("%d keys stored, want 2", n)
+	}
+	c.advance(2*time.Hour + time.Second)
+	go d.Run(sctx, 20*time.Millisecond)
+	waitfor.T(t, ctx, "the loop deletes the expired keys", waitfor.Options{}, func() error {
+		if n := keys(); n != 0 {
+			return fmt.Errorf("%d keys stored after the retention", n)
+		}
+		return nil
+	})
+
+	// The clock steps back before every submission (then an operation
+	// publishes a new view): nobody has waited a negative time.
+	c.advance(-5 * time.Hour)
+	if _, err := cl.JobOp(ctx, third.ID, "hold"); err != nil {
+		t.Fatal(err)
+	}
+	q, err := cl.Queue(ctx)
+	if err != nil || len(q) == 0 {
+		t.Fatalf("queue %v %v", q, err)
+	}
+	for _, e := range q {
+		if e.WaitingS < 0 {
+			t.Errorf("%s waiting_s %v after the clock stepped back", e.Job.ID, e.WaitingS)
+		}
 	}
 }

@@ -84,7 +84,7 @@ func sharedDir(t *testing.T) string {
 
 // asUser is a command run as the local user u (setpriv: the test runs as
 // root, and the daemon knows callers by their uid).
-func asUser(t *testing.T, u string, args ...string) *exec.Cmd {
+func asUserCmd(t *testing.T, u string, args ...string) *exec.Cmd {
 	t.Helper()
 	if os.Getuid() != 0 {
 		t.Fatalf("this test runs other users' clients through setpriv and needs root (uid %d)", os.Getuid())
@@ -189,7 +189,7 @@ func TestSlowReadersDoNotLockOutAdminsOrOthers(t *testing.T) {
 	script := filepath.Join(dir, "slow.py")
 	os.WriteFile(script, []byte(slowReader), 0o644)
 	os.WriteFile(filepath.Join(dir, "one.py"), []byte(oneRequest), 0o644)
-	slow := asUser(t, "nobody", script, sock, "300")
+	slow := asUserCmd(t, "nobody", script, sock, "300")
 	stdin, _ := slow.StdinPipe()
 	stdout, _ := slow.StdoutPipe()
 	slow.Stderr = os.Stderr
@@ -222,7 +222,7 @@ func TestSlowReadersDoNotLockOutAdminsOrOthers(t *testing.T) {
 		t.Fatalf("the admin's queue: %v", err)
 	}
 	t.Logf("admin answered in %s with %+v", time.Since(a0), tr.stats())
-	other, err := asUser(t, "daemon", filepath.Join(dir, "one.py"), sock, "/v1/whoami").Output()
+	other, err := asUserCmd(t, "daemon", filepath.Join(dir, "one.py"), sock, "/v1/whoami").Output()
 	if err != nil || !strings.Contains(string(other), " 200 ") {
 		t.Fatalf("user daemon was not answered while nobody's slow readers were stuck: %q %v", other, err)
 	}

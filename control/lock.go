@@ -1,9 +1,17 @@
 package control
 
 // One daemon per database: an exclusive flock on <db>.lock, held for the
-// daemon's life, taken before the database is opened or read.
+// daemon's life, taken before the database is opened or read. A flock is
+// on a file, not a path: when the database's directory is deleted or its
+// files replaced, the lock and the open database are files nobody can
+// reach by their paths any more (another daemon could start there, and
+// every write is lost at restart). So the daemon checks that each path
+// still names the file it holds (device and inode): the store before
+// acknowledging each write, WatchDB periodically, and it stops with
+// ErrStoreReplaced when they differ.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,7 +19,38 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
+
+// ErrStoreReplaced is returned when the database or its lock file is no
+// longer the file at its path (deleted, moved or replaced while open).
+var ErrStoreReplaced = errors.New("deleted or replaced while the daemon had it open")
+
+// fileID identifies a file: its device and inode.
+type fileID struct{ dev, ino uint64 }
+
+func (f fileID) String() string { return fmt.Sprintf("device %d inode %d", f.dev, f.ino) }
+
+func idOf(fi os.FileInfo) fileID {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return fileID{uint64(st.Dev), uint64(st.Ino)}
+	}
+	return fileID{}
+}
+
+// samePath reports nil when path still names the file held (identified
+// by held), or an error wrapping ErrStoreReplaced that names what it
+// finds and why it matters.
+func samePath(what, path string, held fileID, why string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w (held: %s; the path: %v): %s", what, path, ErrStoreReplaced, held, err, why)
+	}
+	if now := idOf(fi); now != held {
+		return fmt.Errorf("%s %s: %w (held: %s; the path now: %s): %s", what, path, ErrStoreReplaced, held, now, why)
+	}
+	return nil
+}
 
 // ErrLocked is returned by LockDB when another process holds the lock.
 var ErrLocked = errors.New("database in use by another daemon")
@@ -21,6 +60,7 @@ var ErrLocked = errors.New("database in use by another daemon")
 type DBLock struct {
 	f    *os.File
 	path string
+	id   fileID // the lock file held
 }
 
 // LockPath is the lock file of the database at db.
@@ -66,7 +106,43 @@ func LockDB(db string) (*DBLock, error) {
 		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 		f.Sync()
 	}
-	return &DBLock{f: f, path: p}, nil
+	l := &DBLock{f: f, path: p}
+	if fi, err := f.Stat(); err == nil {
+		l.id = idOf(fi)
+	}
+	return l, nil
+}
+
+// Check reports whether the lock file's path still names the file this
+// lock holds: an error wrapping ErrStoreReplaced when it was deleted (with
+// the database's directory) or replaced, since another daemon could then
+// take a lock of its own there.
+func (l *DBLock) Check() error {
+	if l == nil || l.f == nil || l.id == (fileID{}) {
+		return nil
+	}
+	return samePath("lock", l.path, l.id, "another daemon could lock the database; stopping")
+}
+
+// WatchDB checks every interval that the lock's and the store's paths
+// still name the files the daemon holds; it returns the first error (the
+// daemon stops with it) or nil when ctx ends.
+func WatchDB(ctx context.Context, every time.Duration, l *DBLock, s *SQLite) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := l.Check(); err != nil {
+			return err
+		}
+		if err := s.CheckFile(); err != nil {
+			return err
+		}
+	}
 }
 
 // Release gives the lock back.

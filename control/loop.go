@@ -59,6 +59,7 @@ func (d *Daemon) Run(ctx context.Context, tick time.Duration) error {
 		if err := d.Observe(ctx); err != nil {
 			d.log.Warn("observe", "err", err)
 		}
+		d.expireIdempotencyKeys(ctx) // idem.go: hourly by default
 		if st, err := d.Round(ctx); err != nil {
 			d.log.Warn("round", "err", err)
 		} else if st.Actions > 0 {

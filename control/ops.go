@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/replan/replan/sched"
@@ -122,7 +123,6 @@ func (d *Daemon) Drain(ctx context.Context, server string) ([]string, error) {
 	ctx = context.WithoutCancel(ctx)
 	node := d.nodeRecord(i)
 	node.Drained = true
-	b := Batch{Nodes: []NodeRecord{node}, Events: []Event{d.ev("drain", "", server, server+" drained", nil)}}
 	var ups []jobUpdate
 	jobs := d.jobsOn(server)
 	ids := make([]string, len(jobs))
@@ -133,6 +133,7 @@ func (d *Daemon) Drain(ctx context.Context, server string) ([]string, error) {
 		ups = append(ups, jobUpdate{js, rec, "drain " + server})
 		ids[k] = js.rec.ID
 	}
+	b := Batch{Nodes: []NodeRecord{node}, Events: []Event{d.ev("drain", "", server, drainMsg(server, ids), drainData{Jobs: ids})}}
 	err := d.write(ctx, ups, b, func() {
 		d.nodes[i].drained = true
 		for _, js := range jobs {
@@ -157,6 +158,20 @@ func (d *Daemon) Drain(ctx context.Context, server string) ([]string, error) {
 	}
 	d.publishNow()
 	return moved, errors.Join(errs...)
+}
+
+// drainData is a drain event's data: the jobs it moves off the server.
+type drainData struct {
+	Jobs []string `json:"jobs"`
+}
+
+// drainMsg is a drain event's message; it names the jobs the drain moves
+// (each is checkpointed, stopped and requeued).
+func drainMsg(server string, ids []string) string {
+	if len(ids) == 0 {
+		return server + " drained: no jobs to move"
+	}
+	return fmt.Sprintf("%s drained: moving %s (checkpoint, stop, requeue)", server, strings.Join(ids, ", "))
 }
 
 // Undrain lets the scheduler use a server again; it also clears a
@@ -227,7 +242,7 @@ func (d *Daemon) queueLocked(sorted []string) []QueueEntry {
 		if reason == "" {
 			reason = "not scheduled yet"
 		}
-		out = append(out, QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: reason, WaitingS: now.Sub(js.rec.SubmittedAt).Seconds()})
+		out = append(out, QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: reason, WaitingS: waitedS(now, js.rec.SubmittedAt)})
 		if t, ok := d.timers[id]; ok && js.rec.State != StateHeld {
 			out[len(out)-1].Timers = &t
 		}
@@ -237,6 +252,11 @@ func (d *Daemon) queueLocked(sorted []string) []QueueEntry {
 	}
 	return out
 }
+
+// waitedS is how long a job submitted at sub has waited by now, in
+// seconds; never negative, so a wall clock stepped back (NTP, an operator)
+// reads as no wait rather than a negative one.
+func waitedS(now, sub time.Time) float64 { return max(now.Sub(sub).Seconds(), 0) }
 
 // NodeView is a server with what the daemon knows of it.
 type NodeView struct {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -111,9 +112,24 @@ var migrations = []string{
 // durable (synchronous=FULL) before the call returns. Reads go through a
 // small pool of read-only connections, so they never wait for a write
 // (WAL readers see the last committed state).
+//
+// The database is opened with SQLite's unix-excl VFS: this process holds
+// an exclusive lock on the database file while it is open (no other
+// process can read or write it), and the WAL index lives in this
+// process's heap instead of a mmapped -shm file. A page fault on a mapped
+// file of a stalled disk (fsfreeze) blocks its thread where Go's
+// garbage collector cannot stop it, which froze the whole daemon; reads
+// and writes are system calls, which block only the goroutine that makes
+// them. Memory-mapped I/O of the database is off (mmap_size 0) for the
+// same reason.
 type SQLite struct {
 	db *sql.DB // writes (and the reads of a write's transaction)
 	rd *sql.DB // reads
+	// path and id are the database file as opened (zero id: in memory):
+	// a write is acknowledged only while path still names that file
+	// (CheckFile, lock.go).
+	path string
+	id   fileID
 }
 
 // OpenSQLite opens (creating if needed) the database at path and brings its
@@ -126,24 +142,36 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 		}
 	}
 	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(1)"} {
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(1)", "mmap_size(0)"} {
 		q.Add("_pragma", p)
 	}
+	q.Set("vfs", storeVFS)
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
-	s := &SQLite{db: db, rd: db}
+	s := &SQLite{db: db, rd: db, path: path}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	if !strings.HasPrefix(path, ":memory:") && !strings.HasPrefix(path, "file:") {
+		// The file SQLite has open (it holds it from the first
+		// statement on; the migration above was one).
+		fi, err := os.Stat(path)
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open store %s: %w", path, err)
+		}
+		s.id = idOf(fi)
+	}
 	if !strings.HasPrefix(path, ":memory:") {
 		rq := url.Values{}
-		for _, p := range []string{"busy_timeout(10000)", "query_only(1)"} {
+		for _, p := range []string{"busy_timeout(10000)", "query_only(1)", "mmap_size(0)"} {
 			rq.Add("_pragma", p)
 		}
+		rq.Set("vfs", storeVFS)
 		rd, err := sql.Open("sqlite", "file:"+path+"?"+rq.Encode())
 		if err != nil {
 			db.Close()
@@ -153,6 +181,22 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 		s.rd = rd
 	}
 	return s, nil
+}
+
+// storeVFS is the SQLite VFS of the store: an exclusive lock on the
+// database for this process and a WAL index in heap memory (see SQLite).
+const storeVFS = "unix-excl"
+
+// CheckFile reports whether the store's path still names the database
+// file it has open: an error wrapping ErrStoreReplaced when the file (or
+// its directory) was deleted, moved or replaced, since every write would
+// then be lost at restart. Every write checks it before it is
+// acknowledged.
+func (s *SQLite) CheckFile() error {
+	if s == nil || s.id == (fileID{}) {
+		return nil
+	}
+	return samePath("database", s.path, s.id, "writes to it would be lost at restart; nothing more is acknowledged")
 }
 
 // SchemaVersion is the number of migrations this build knows.
@@ -274,6 +318,9 @@ func createJob(ctx context.Context, tx execer, j JobRecord) error {
 
 // Commit implements Store: one transaction for the whole batch.
 func (s *SQLite) Commit(ctx context.Context, b Batch) ([]int64, error) {
+	if err := s.CheckFile(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("commit: begin: %w", err)
@@ -324,6 +371,10 @@ func (s *SQLite) Commit(ctx context.Context, b Batch) ([]int64, error) {
 		}
 	}
 	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	if err := s.CheckFile(); err != nil {
+		// Stored in a file the path no longer names: lost at restart.
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return vers, nil
@@ -433,6 +484,9 @@ func (s *SQLite) NextJobID(ctx context.Context) (string, error) {
 		ON CONFLICT(name) DO UPDATE SET value = value + 1 RETURNING value`).Scan(&v)
 	if err != nil {
 		return "", err
+	}
+	if err := s.CheckFile(); err != nil {
+		return "", fmt.Errorf("next job id: %w", err)
 	}
 	return fmt.Sprintf("j-%06d", v), nil
 }

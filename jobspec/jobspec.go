@@ -14,9 +14,11 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/replan/replan/internal/termtext"
 	"github.com/replan/replan/internal/yamlcheck"
 	"github.com/replan/replan/perf"
 )
@@ -137,6 +139,16 @@ func Load(file string, cat perf.Catalog) (*Spec, error) {
 // Parse validates data (named name in problems) against the model
 // catalog cat (nil: the built-in models).
 func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
+	return ParseAuthorized(name, data, cat, nil)
+}
+
+// ParseAuthorized is Parse that asks authorize about the spec's tenant as
+// soon as the YAML is decoded, before any check: when authorize refuses,
+// its error is returned as it is and the spec is not validated, so a
+// caller who may not submit under the tenant costs no more than the
+// decoding. A spec whose tenant cannot be read (missing, not a string) is
+// validated without asking: it fails validation. nil authorize: Parse.
+func ParseAuthorized(name string, data []byte, cat perf.Catalog, authorize func(tenant string) error) (*Spec, error) {
 	if cat == nil {
 		cat = perf.NewCatalog()
 	}
@@ -144,6 +156,13 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 	root := w.Document(data, "a job spec", `a mapping starting with "version: 1"`)
 	if root == nil {
 		return nil, w.Err()
+	}
+	if authorize != nil {
+		if tenant, ok := topString(root, "tenant"); ok {
+			if err := authorize(tenant); err != nil {
+				return nil, err
+			}
+		}
 	}
 	s := &Spec{Class: BestEffort, File: name, Lines: map[string]int{"": root.Line}}
 	line := func(f string, v *yaml.Node) {
@@ -240,13 +259,7 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 		},
 		"env": func(f string, v *yaml.Node) {
 			s.Env = w.Labels(v, f)
-			for k := range s.Env {
-				if !envRE.MatchString(k) {
-					w.Errf(yamlcheck.FieldNode(v, k), f+"."+k, "not a valid environment variable name")
-				} else {
-					noControl(w, yamlcheck.FieldNode(v, k), f+"."+k, s.Env[k])
-				}
-			}
+			checkEnv(w, v, f, s.Env)
 		},
 		"global_batch": func(f string, v *yaml.Node) { s.GlobalBatch, _ = w.Count(v, f) },
 		"iterations":   func(f string, v *yaml.Node) { s.Iterations, _ = w.Count(v, f) },
@@ -397,6 +410,67 @@ func Parse(name string, data []byte, cat perf.Catalog) (*Spec, error) {
 	return s, nil
 }
 
+// checkEnv checks each variable of env (read by Labels from mapping v) once,
+// in the file's order, at its key's line. It is linear in the number of
+// variables: a 1 MiB spec holds tens of thousands, and looking each key's
+// node up again (FieldNode) made it quadratic.
+func checkEnv(w *yamlcheck.Walker, v *yaml.Node, f string, env map[string]string) {
+	if v.Kind != yaml.MappingNode {
+		return
+	}
+	done := make(map[string]bool, len(env))
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		kn := unalias(v.Content[i])
+		if kn == nil {
+			continue
+		}
+		k := kn.Value
+		val, ok := env[k]
+		if !ok || done[k] {
+			continue
+		}
+		done[k] = true
+		if !envRE.MatchString(k) {
+			w.Errf(kn, f+"."+k, "not a valid environment variable name")
+		} else {
+			noControl(w, kn, f+"."+k, val)
+		}
+	}
+}
+
+// topString is the string value of key in mapping root, read without
+// walking the document (false when the key is absent, repeated or not a
+// string, read as Walker.Str reads it).
+func topString(root *yaml.Node, key string) (string, bool) {
+	val, found := "", false
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if k := unalias(root.Content[i]); k == nil || k.Kind != yaml.ScalarNode || k.Value != key {
+			continue
+		}
+		if found {
+			return "", false
+		}
+		v := unalias(root.Content[i+1])
+		if v == nil || v.Kind != yaml.ScalarNode || v.Tag == "!!null" || v.Value == "" {
+			return "", false
+		}
+		val, found = v.Value, true
+	}
+	return val, found
+}
+
+// unalias follows aliases (nil past 100: the walker has refused the
+// document already).
+func unalias(n *yaml.Node) *yaml.Node {
+	for depth := 0; n != nil && n.Kind == yaml.AliasNode; depth++ {
+		if depth > 100 {
+			return nil
+		}
+		n = n.Alias
+	}
+	return n
+}
+
 // absPath reads a string field that must be an absolute path.
 func absPath(w *yamlcheck.Walker, v *yaml.Node, f string) string {
 	d, ok := w.Str(v, f)
@@ -412,10 +486,17 @@ func absPath(w *yamlcheck.Walker, v *yaml.Node, f string) string {
 // noControl refuses control characters (newlines, escapes, DEL, C1
 // codes) in a name, path or argument: they break the shell commands and
 // files replan renders from it, and they rewrite the terminal of whoever
-// lists the job.
+// lists the job. It refuses invisible format characters too
+// (termtext.IsFormat: a right-to-left override U+202E, a zero-width space
+// U+200B, any of category Cf): they make a name or an argument read other
+// than it is.
 func noControl(w *yamlcheck.Walker, v *yaml.Node, f, s string) {
 	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
 		w.Errf(v, f, "control character %q at byte %d is not allowed", string([]rune(s[i:])[0]), i)
+	}
+	if i := strings.IndexFunc(s, termtext.IsFormat); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		w.Errf(v, f, "invisible format character U+%04X at byte %d is not allowed", r, i)
 	}
 }
 

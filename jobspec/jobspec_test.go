@@ -1,10 +1,13 @@
 package jobspec
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/replan/replan/perf"
 )
@@ -203,5 +206,143 @@ request: {gpus: 1}
 	}
 	if s.File != "c.yaml" || s.Line("tenant") != 3 || s.Line("request.gpus") != 14 || s.Line("pin.tiers") == 0 {
 		t.Errorf("file %q lines %v", s.File, s.Lines)
+	}
+}
+
+// envSpec is a valid spec with n environment variables.
+func envSpec(n int) []byte {
+	var b strings.Builder
+	b.WriteString("version: 1\nname: many-env\ntenant: t\nclass: best-effort\nmodel: gpt2\nframework: deepspeed\nworkdir: /w\nentrypoint: train.py\nglobal_batch: 16\niterations: 10\ncheckpoint_dir: /c\nrequest: {gpus: 1}\nenv:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "  K%06d: v\n", i)
+	}
+	return []byte(b.String())
+}
+
+// argsSpec is a valid spec with n arguments: as many YAML nodes as
+// envSpec(n/2), each checked like an env value.
+func argsSpec(n int) []byte {
+	var b strings.Builder
+	b.WriteString("version: 1\nname: many-args\ntenant: t\nclass: best-effort\nmodel: gpt2\nframework: deepspeed\nworkdir: /w\nentrypoint: train.py\nglobal_batch: 16\niterations: 10\ncheckpoint_dir: /c\nrequest: {gpus: 1}\nargs:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "  - K%06d\n", i)
+	}
+	return []byte(b.String())
+}
+
+// Checking env is linear in the number of variables: each key's node was
+// looked up again by a scan of the mapping, 6.7 s of CPU for one 1 MiB
+// spec. A spec with 40,000 env variables is compared with one of the same
+// number of YAML nodes in args (each also checked, linearly): they take
+// about as long (the quadratic check took 60 times as long: 7.6 s against
+// 0.12 s). The best of several runs of each is compared, interleaved and
+// garbage collected before each, so a loaded machine slows both alike.
+func TestEnvCheckIsLinear(t *testing.T) {
+	const n = 40000 // keys: 2n nodes stay under the walker's node limit
+	env, args := envSpec(n), argsSpec(2*n)
+	if len(env) > 1<<20 || len(args) > 1<<20 {
+		t.Fatalf("test setup: %d and %d bytes, above the API's 1 MiB", len(env), len(args))
+	}
+	best := func(data []byte, prev time.Duration) time.Duration {
+		runtime.GC()
+		start := time.Now()
+		s, err := Parse("env.yaml", data, nil)
+		el := time.Since(start)
+		if err != nil || len(s.Env)+len(s.Args) == 0 {
+			t.Fatalf("parse: %v", err)
+		}
+		if prev == 0 || el < prev {
+			return el
+		}
+		return prev
+	}
+	var te, ta time.Duration
+	for range 5 {
+		te, ta = best(env, te), best(args, ta)
+	}
+	ratio := float64(te) / float64(ta)
+	t.Logf("%d env variables %v, %d args %v: ratio %.2f", n, te, 2*n, ta, ratio)
+	if ratio > 5 {
+		t.Errorf("%d env variables took %.1f× as long as %d args (%v against %v): the env check is not linear", n, ratio, 2*n, te, ta)
+	}
+}
+
+func BenchmarkParseEnv(b *testing.B) {
+	for _, n := range []int{10000, 20000, 40000} {
+		data := envSpec(n)
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				if _, err := Parse("env.yaml", data, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// ParseAuthorized asks about the tenant before validating: a refusal is
+// returned alone (none of the spec's problems), and a spec whose tenant
+// cannot be read is validated without asking.
+func TestParseAuthorizedAsksFirst(t *testing.T) {
+	refuse := errors.New("not yours")
+	var asked []string
+	auth := func(tenant string) error { asked = append(asked, tenant); return refuse }
+	bad := strings.Replace(string(envSpec(2)), "class: best-effort", "class: vip", 1) + "  \"1BAD\": x\n"
+	if _, err := ParseAuthorized("b.yaml", []byte(bad), nil, auth); err != refuse || strings.Join(asked, ",") != "t" {
+		t.Errorf("refused caller: %v (asked %v)", err, asked)
+	}
+	asked = nil
+	noTenant := strings.Replace(bad, "tenant: t\n", "", 1)
+	_, err := ParseAuthorized("b.yaml", []byte(noTenant), nil, auth)
+	if len(asked) != 0 || err == nil || !strings.Contains(err.Error(), "tenant: missing required field") || !strings.Contains(err.Error(), "class:") {
+		t.Errorf("spec without a tenant: asked %v, %v", asked, err)
+	}
+	ok := func(string) error { return nil }
+	if s, err := ParseAuthorized("g.yaml", envSpec(3), nil, ok); err != nil || len(s.Env) != 3 {
+		t.Errorf("allowed: %v", err)
+	}
+}
+
+// Issue 24: invisible format characters (a right-to-left override, a
+// zero-width space, any of Unicode's category Cf) in args and model.name
+// were accepted, so a job could be listed as something it is not. Every
+// name, path, argument and env value refuses them, naming file, line and
+// field.
+func TestParseRefusesFormatCharacters(t *testing.T) {
+	base := `version: 1
+name: x
+tenant: %s
+class: best-effort
+model: {name: %s, params: 1.3e9, layers: 24, hidden: 2048, heads: 16, seq_len: 2048, vocab: 50000}
+framework: deepspeed
+workdir: %s
+entrypoint: %s
+args: ["--lr", %s]
+env: {A: %s}
+global_batch: 16
+iterations: 10
+checkpoint_dir: %s
+request: {gpus: 1}
+`
+	ok := []string{"t", "mine", "/w", "train.py", "--x", "v", "/ckpt/x"}
+	fields := []string{"tenant", "model.name", "workdir", "entrypoint", "args[1]", "env.A", "checkpoint_dir"}
+	lines := []int{3, 5, 7, 8, 9, 10, 13}
+	bads := []string{"\"re\u202Esearch\"", "\"gpt\u200B2\"", "\"/w\u2066\"", "\"train\uFEFF.py\"", "\"--out=\u202Efdp.exe\"", "\"a\u00ADb\"", "\"/ckpt/\u2028x\""}
+	s, err := Parse("f.yaml", []byte(fmt.Sprintf(base, "t", "mine", "/w", "train.py", "--x", "v", "/ckpt/x")), nil)
+	if err != nil || s.Arch.Name != "mine" {
+		t.Fatalf("the clean spec: %v", err)
+	}
+	for i, bad := range bads {
+		args := make([]any, len(ok))
+		for k, v := range ok {
+			args[k] = v
+		}
+		args[i] = bad
+		_, err := Parse("f.yaml", []byte(fmt.Sprintf(base, args...)), nil)
+		want := fmt.Sprintf("f.yaml:%d: %s: invisible format character U+", lines[i], fields[i])
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s = %s: %v (want %q)", fields[i], bad, err, want)
+		}
 	}
 }

@@ -4,21 +4,35 @@
 package termtext
 
 import (
+	"fmt"
 	"strings"
 	"unicode"
 )
 
 // Clean removes terminal control sequences (CSI and OSC escapes, their C1
-// forms) and turns every other control character into a space, so nothing
-// a user submits can move the cursor, retitle the terminal or break a
-// table's columns.
+// forms), turns every other control character into a space and shows each
+// invisible format character as <U+XXXX> (IsFormat), so nothing a user
+// submits can move the cursor, retitle the terminal, break a table's
+// columns or make text read other than it is (a right-to-left override).
 func Clean(s string) string { return strip(s, false) }
 
 // CleanLine is Clean for a line of a log: tabs and the newline stay.
 func CleanLine(s string) string { return strip(s, true) }
 
+// IsFormat reports whether r is an invisible character that changes how
+// the text around it reads: Unicode's format characters (category Cf:
+// bidirectional overrides and isolates U+202A-U+202E, U+2066-U+2069,
+// zero-width spaces and joiners U+200B-U+200D, U+FEFF, the soft hyphen)
+// and the line and paragraph separators U+2028, U+2029.
+func IsFormat(r rune) bool {
+	return unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029'
+}
+
+// unsafe is a character Clean changes.
+func unsafe(r rune) bool { return unicode.IsControl(r) || IsFormat(r) }
+
 func strip(s string, keepLayout bool) string {
-	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+	if strings.IndexFunc(s, unsafe) < 0 {
 		return s
 	}
 	var b strings.Builder
@@ -58,6 +72,8 @@ func strip(s string, keepLayout bool) string {
 			if !keepLayout {
 				b.WriteByte(' ')
 			}
+		case IsFormat(r):
+			fmt.Fprintf(&b, "<U+%04X>", r)
 		default:
 			b.WriteRune(r)
 		}

@@ -131,6 +131,7 @@ func Job(j control.JobRecord) data.Job {
 		Iterations: j.Iterations, Restarts: j.Restarts, SubmittedAt: j.SubmittedAt, StartedAt: j.StartedAt}
 	var spec jobspec.Spec
 	if len(j.Spec) > 0 && json.Unmarshal(j.Spec, &spec) == nil {
+		spec.Arch.Name = termtext.Clean(spec.Arch.Name) // the spec's model.name, stored before it was checked
 		d.Arch, d.HasArch = spec.Arch, spec.Arch.Name != ""
 		d.TotalIterations, d.RequestGPUs = spec.Iterations, spec.Request.GPUs
 	}

@@ -197,6 +197,12 @@ func TestUserTextIsCleaned(t *testing.T) {
 	if j.Name != "ab" || j.Tenant != "t" || j.Reason != "xy " {
 		t.Fatalf("Job kept control sequences: name %q tenant %q reason %q", j.Name, j.Tenant, j.Reason)
 	}
+	// Issue 24: a model name with a right-to-left override (stored before
+	// job specs refused it) is shown with the override visible.
+	j = Job(control.JobRecord{ID: "j-3", Name: "m", Spec: []byte(`{"arch":{"name":"gpt\u202e2"}}`)})
+	if j.Arch.Name != "gpt<U+202E>2" {
+		t.Errorf("Job's model name %q", j.Arch.Name)
+	}
 	rows := QueueRows([]control.QueueEntry{{Job: control.JobRecord{ID: "j-2", Name: "n\x1b[H", Tenant: "t"}, Reason: "r\x1b[?1049h"}}, time.Now())
 	if rows[0].Name != "n" || rows[0].Reason != "r" {
 		t.Fatalf("queue row kept control sequences: %+v", rows[0])
