@@ -60,7 +60,7 @@ type JobDetail struct {
 type HistoryEntry struct {
 	Job    JobRecord `json:"job"`
 	JCTS   float64   `json:"jct_s"`   // submission to end
-	QueueS float64   `json:"queue_s"` // submission to first start
+	QueueS float64   `json:"queue_s"` // time it waited between submission and its end (every wait, not only the first)
 }
 
 // Status is GET /v1/status.
@@ -459,7 +459,11 @@ func (a *API) history(w http.ResponseWriter, r *http.Request) {
 		e := HistoryEntry{Job: j, JCTS: j.FinishedAt.Sub(j.SubmittedAt).Seconds()}
 		if !j.StartedAt.IsZero() {
 			e.QueueS = j.StartedAt.Sub(j.SubmittedAt).Seconds()
+			if h, err := a.D.cfg.Store.History(r.Context(), j.ID); err == nil && len(h) > 0 {
+				e.QueueS = waitedInAll(j, h)
+			}
 		}
+		e.JCTS, e.QueueS = max(e.JCTS, 0), max(e.QueueS, 0) // the clock may have stepped back
 		out = append(out, e)
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -386,6 +386,13 @@ func (d *Daemon) recover(ctx context.Context) error {
 			return fmt.Errorf("recover job %s: spec: %w", r.ID, err)
 		}
 		js := &jobState{rec: r, spec: &spec, iters: r.Iterations, ckpt: r.Checkpoint}
+		if r.State != StateRunning && !r.StartedAt.IsZero() {
+			// It ran before and waits again: since its last stop, as
+			// its history says (waiting_s counts from there).
+			if h, err := d.cfg.Store.History(ctx, r.ID); err == nil {
+				js.lastRun = lastStop(h)
+			}
+		}
 		if len(r.Plan) > 0 {
 			if err := json.Unmarshal(r.Plan, &js.plan); err != nil {
 				return fmt.Errorf("recover job %s: plan: %w", r.ID, err)

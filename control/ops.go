@@ -242,7 +242,7 @@ func (d *Daemon) queueLocked(sorted []string) []QueueEntry {
 		if reason == "" {
 			reason = "not scheduled yet"
 		}
-		out = append(out, QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: reason, WaitingS: waitedS(now, js.rec.SubmittedAt)})
+		out = append(out, QueueEntry{Job: js.rec, GPUs: js.spec.Request.GPUs, Reason: reason, WaitingS: waitedS(now, js.waitingSince())})
 		if t, ok := d.timers[id]; ok && js.rec.State != StateHeld {
 			out[len(out)-1].Timers = &t
 		}
@@ -251,6 +251,16 @@ func (d *Daemon) queueLocked(sorted []string) []QueueEntry {
 		return nil
 	}
 	return out
+}
+
+// waitingSince is when js began to wait this time: when it last stopped
+// holding resources (a preemption, a failure, a drain), else its
+// submission.
+func (js *jobState) waitingSince() time.Time {
+	if js.lastRun.After(js.rec.SubmittedAt) {
+		return js.lastRun
+	}
+	return js.rec.SubmittedAt
 }
 
 // waitedS is how long a job submitted at sub has waited by now, in
@@ -319,3 +329,36 @@ func (d *Daemon) nodesLocked() []NodeView {
 
 // LastRound reports the last scheduling round.
 func (d *Daemon) LastRound() RoundStats { return d.view().round }
+
+// lastStop is when a job's history last took it out of running (zero if
+// it never left it).
+func lastStop(h []Transition) time.Time {
+	var t time.Time
+	for _, tr := range h {
+		if tr.From == StateRunning && tr.To != StateRunning {
+			t = tr.At
+		}
+	}
+	return t
+}
+
+// waitedInAll is the time job j spent not running between its submission
+// and its end, from its history: every wait, not only the first.
+func waitedInAll(j JobRecord, h []Transition) float64 {
+	end := j.FinishedAt
+	var ran time.Duration
+	var since time.Time
+	for _, tr := range h {
+		switch {
+		case tr.To == StateRunning && tr.From != StateRunning:
+			since = tr.At
+		case tr.From == StateRunning && tr.To != StateRunning && !since.IsZero():
+			ran += tr.At.Sub(since)
+			since = time.Time{}
+		}
+	}
+	if !since.IsZero() && end.After(since) {
+		ran += end.Sub(since)
+	}
+	return max(end.Sub(j.SubmittedAt)-ran, 0).Seconds()
+}
