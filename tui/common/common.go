@@ -73,6 +73,10 @@ func Duration(d time.Duration) string {
 	return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
 }
 
+// Stamp is when something happened, in UTC with its date (month-day) so
+// that yesterday's events do not read as today's: "11-27 14:13:46".
+func Stamp(t time.Time) string { return t.UTC().Format("01-02 15:04:05") }
+
 // Rate writes samples (or iterations) per second for a narrow column,
 // never in exponent form: "0.82", "33.8", "1244", "10.7k", "2.3M".
 func Rate(v float64) string {

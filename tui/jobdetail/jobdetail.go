@@ -314,7 +314,7 @@ func (m *Model) content() []string {
 	return out
 }
 
-func clock(t time.Time) string { return t.UTC().Format("15:04:05") }
+func clock(t time.Time) string { return common.Stamp(t) }
 
 func orDash(s string) string {
 	if s == "" {

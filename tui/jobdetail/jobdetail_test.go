@@ -28,7 +28,7 @@ func TestGolden(t *testing.T) {
 	m.Update(cmd())
 	v := m.View()
 	tuitest.CheckSize(t, v, 100, 60)
-	for _, s := range []string{"Plan history", "Sensitivity", "Memory", "Decisions", "▲", "DP8·TP2·PP1 mb2 ga2 ZeRO-1", "grown from 8 to 16 GPUs"} {
+	for _, s := range []string{"Plan history", "Sensitivity", "Memory", "Decisions", "▲", "DP8·TP2·PP1 mb2 ga2 ZeRO-1", "grown from 8 to 16 GPUs", "11-22 15:06:00  start"} {
 		if !strings.Contains(v, s) {
 			t.Errorf("view lacks %q", s)
 		}
