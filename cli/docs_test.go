@@ -329,3 +329,125 @@ func TestDocsDaemonJSONSchemas(t *testing.T) {
 		}
 	}
 }
+
+// readmeCommand is one `go run . ...` invocation of a README sh block.
+type readmeCommand struct {
+	line  int
+	text  string
+	words []string // after "go run ."
+}
+
+// readmeCommands lists the README's invocations in order: comments cut,
+// continued lines joined, one per ;-separated command.
+func readmeCommands(t *testing.T) []readmeCommand {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []readmeCommand
+	inBlock := false
+	cont := ""
+	for n, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "```") {
+			inBlock = !inBlock && strings.TrimPrefix(line, "```") == "sh"
+			continue
+		}
+		if !inBlock {
+			continue
+		}
+		if k := strings.Index(line, "#"); k >= 0 {
+			line = line[:k]
+		}
+		if strings.HasSuffix(strings.TrimSpace(line), `\`) {
+			cont += strings.TrimSuffix(strings.TrimSpace(line), `\`) + " "
+			continue
+		}
+		cont, line = "", cont+line
+		for _, inv := range strings.Split(line, ";") {
+			words := strings.Fields(inv)
+			if len(words) < 3 || words[0] != "go" || words[1] != "run" || words[2] != "." {
+				continue
+			}
+			out = append(out, readmeCommand{line: n + 1, text: strings.TrimSpace(inv), words: words[3:]})
+		}
+	}
+	return out
+}
+
+// Issue 28: the README's commands named job.yaml, runs.csv and the
+// placeholders T and D, none of which a checkout has. Every file a README
+// command reads exists in the repository, or an earlier README command
+// writes it (`> FILE`, `--out FILE`); ../ paths are the optional external
+// data the README describes.
+func TestReadmeCommandsNameFilesThatExist(t *testing.T) {
+	fileFlags := map[string]bool{"--job": true, "--samples": true, "--trace": true, "--data": true, "--inventory": true, "--arch-file": true, "--model-file": true}
+	fileLike := regexp.MustCompile(`/|\.(ya?ml|csv|json)$`)
+	written := map[string]bool{}
+	checked := 0
+	for _, c := range readmeCommands(t) {
+		for i, w := range c.words {
+			w = strings.Trim(w, `"'`)
+			prev := ""
+			if i > 0 {
+				prev = c.words[i-1]
+			}
+			switch {
+			case prev == ">" || prev == "--out":
+				written[w] = true
+				continue
+			case strings.HasPrefix(w, "-") || w == ">" || strings.HasPrefix(w, "["):
+				continue
+			case !fileFlags[prev] && !fileLike.MatchString(w):
+				continue
+			case strings.HasPrefix(w, "../"):
+				continue // the external data set, optional
+			}
+			checked++
+			if written[w] {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join("..", w)); err != nil {
+				t.Errorf("README.md:%d: %q names %s, which a checkout does not have", c.line, c.text, w)
+			}
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("only %d file arguments found in README commands: the pattern no longer matches", checked)
+	}
+}
+
+// The README's commands that need neither a daemon, servers nor the
+// external data run as written (files of the checkout, outputs in a
+// temporary directory) and exit 0.
+func TestReadmeOfflineCommandsRun(t *testing.T) {
+	offline := []string{"launch render", "perf fit", "inventory check", "plan --model", "sim gen"}
+	dir := t.TempDir()
+	ran := 0
+	for _, c := range readmeCommands(t) {
+		joined := strings.Join(c.words, " ")
+		if !slices.ContainsFunc(offline, func(p string) bool { return strings.HasPrefix(joined, p) }) {
+			continue
+		}
+		var args []string
+		for i := 0; i < len(c.words); i++ {
+			w := strings.Trim(c.words[i], `"'`)
+			if w == ">" {
+				break // the output goes to the buffer
+			}
+			if i > 0 && c.words[i-1] == "--out" {
+				w = filepath.Join(dir, filepath.Base(w))
+			} else if _, err := os.Stat(filepath.Join("..", w)); err == nil && !strings.HasPrefix(w, "-") && strings.ContainsAny(w, "./") {
+				w = filepath.Join("..", w)
+			}
+			args = append(args, w)
+		}
+		ran++
+		if out, err := runCLI(t, args...); err != nil {
+			t.Errorf("README.md:%d: %q: %v\n%s", c.line, c.text, err, out)
+		}
+	}
+	if ran < len(offline) {
+		t.Fatalf("ran %d README commands, want at least %d", ran, len(offline))
+	}
+}

@@ -8,12 +8,15 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/control"
+	"github.com/replan/replan/launch"
 	"github.com/replan/replan/perf"
 )
 
@@ -129,6 +132,51 @@ func planOf(raw json.RawMessage) string {
 		return "-"
 	}
 	return p.String()
+}
+
+// placementOf is a job's placement for the jobs table: its GPU count and
+// where they are, "a800-03 [0-3]" on one server, "2 servers × 8 GPUs" on
+// several; "-", "-" when it holds none.
+func placementOf(raw json.RawMessage) (gpus, where string) {
+	servers := serversOf(raw)
+	if len(servers) == 0 {
+		return "-", "-"
+	}
+	n, counts := 0, make([]int, len(servers))
+	for i, s := range servers {
+		n, counts[i] = n+len(s.GPUs), len(s.GPUs)
+	}
+	if len(servers) == 1 {
+		return strconv.Itoa(n), clean(cluster.ServerGPUs(servers[0].Name, servers[0].GPUs))
+	}
+	return strconv.Itoa(n), cluster.PlacementText(counts)
+}
+
+// placementLong is a job's placement for `replan job`: "8 GPUs: a800-03
+// [0-7]", "16 GPUs, 2 servers × 8 GPUs: a800-01 [0-7], a800-02 [0-7]"; ""
+// when it holds none.
+func placementLong(raw json.RawMessage) string {
+	servers := serversOf(raw)
+	if len(servers) == 0 {
+		return ""
+	}
+	n, counts, parts := 0, make([]int, len(servers)), make([]string, len(servers))
+	for i, s := range servers {
+		n, counts[i], parts[i] = n+len(s.GPUs), len(s.GPUs), clean(cluster.ServerGPUs(s.Name, s.GPUs))
+	}
+	if len(servers) == 1 {
+		return cluster.GPUCount(n) + ": " + parts[0]
+	}
+	return cluster.GPUCount(n) + ", " + cluster.PlacementText(counts) + ": " + strings.Join(parts, ", ")
+}
+
+// serversOf decodes a job record's placement (nil when it has none).
+func serversOf(raw json.RawMessage) []launch.Server {
+	var servers []launch.Server
+	if len(raw) == 0 || json.Unmarshal(raw, &servers) != nil {
+		return nil
+	}
+	return servers
 }
 
 func newSubmitCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -249,9 +297,10 @@ func newJobsCmd(stdout, stderr io.Writer) *cobra.Command {
 			js, err := c.Jobs(ctx, states...)
 			return js, func(w io.Writer) error {
 				tw := newTable(w)
-				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCLASS\tSTATE\tITERS\tRESTARTS\tPLAN")
+				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCLASS\tSTATE\tGPUS\tWHERE\tITERS\tRESTARTS\tPLAN")
 				for _, j := range js {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", j.ID, clean(j.Name), clean(j.Tenant), j.Class, j.State, j.Iterations, j.Restarts, planOf(j.Plan))
+					gpus, where := placementOf(j.Placement)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", j.ID, clean(j.Name), clean(j.Tenant), j.Class, j.State, gpus, where, j.Iterations, j.Restarts, planOf(j.Plan))
 				}
 				return tw.Flush()
 			}, err
@@ -271,6 +320,9 @@ func newJobCmd(stdout, stderr io.Writer) *cobra.Command {
 			return d, func(w io.Writer) error {
 				j := d.Job
 				fmt.Fprintf(w, "%s  %s  tenant %s  %s\nstate %s  iterations %d (checkpoint %d)  restarts %d\nplan %s\n", j.ID, clean(j.Name), clean(j.Tenant), j.Class, j.State, j.Iterations, j.Checkpoint, j.Restarts, planOf(j.Plan))
+				if where := placementLong(j.Placement); where != "" {
+					fmt.Fprintf(w, "runs on %s\n", where)
+				}
 				if !writeWaiting(w, j.ID, q) && j.Reason != "" {
 					fmt.Fprintf(w, "reason: %s\n", clean(j.Reason))
 				}

@@ -177,3 +177,44 @@ func TestJobShowsThroughputErrorAndCheckpointInterval(t *testing.T) {
 		t.Errorf("--json checkpointing %+v", jd.Checkpointing)
 	}
 }
+
+// Issue 28: `jobs` and `job` say where a running job runs and on how many
+// GPUs ("2 servers × 8 GPUs: a [0-7], b [0-7]"); --json keeps its fields.
+func TestJobsShowPlacement(t *testing.T) {
+	sock, d := serveControl(t)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "job.yaml")
+	os.WriteFile(file, []byte(strings.NewReplacer("TENANT", "research", "MODEL", "gpt2", "REQUEST", `{gpus: 16, plan: "dp=16,tp=1,pp=1,mb=1,ga=1,zero=0"}`).Replace(cliSpec)), 0o644)
+	var out, errb bytes.Buffer
+	if st := Run(ctx, []string{"submit", "--socket", sock, file}, &out, &errb); st != 0 {
+		t.Fatalf("submit: %s", errb.String())
+	}
+	if _, err := d.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if st := Run(ctx, []string{"jobs", "--socket", sock}, &out, &errb); st != 0 {
+		t.Fatalf("jobs: %s", errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "GPUS") || !strings.Contains(lines[0], "WHERE") {
+		t.Fatalf("jobs:\n%s", out.String())
+	}
+	if f := strings.Fields(lines[1]); !strings.Contains(lines[1], " 16 ") || !strings.Contains(lines[1], "2 servers × 8 GPUs") || f[4] != "running" {
+		t.Errorf("jobs row does not say 16 GPUs on 2 servers × 8 GPUs:\n%s", out.String())
+	}
+	out.Reset()
+	if st := Run(ctx, []string{"job", "--socket", sock, "j-000001"}, &out, &errb); st != 0 {
+		t.Fatalf("job: %s", errb.String())
+	}
+	if !strings.Contains(out.String(), "runs on 16 GPUs, 2 servers × 8 GPUs: a [0-7], b [0-7]\n") {
+		t.Errorf("job does not say where it runs:\n%s", out.String())
+	}
+	out.Reset()
+	var recs []struct {
+		Placement []struct{ Name string } `json:"placement"`
+	}
+	if st := Run(ctx, []string{"jobs", "--socket", sock, "--json"}, &out, &errb); st != 0 || json.Unmarshal(out.Bytes(), &recs) != nil || len(recs) != 1 || len(recs[0].Placement) != 2 {
+		t.Errorf("jobs --json: %s %s", out.String(), errb.String())
+	}
+}

@@ -54,7 +54,7 @@ type Request struct {
 	CPUs     int       `json:"cpus"`
 	MemoryGB int       `json:"memory_gb"`
 	Plan     perf.Plan `json:"plan"`
-	HasPlan  bool      `json:"has_plan"`
+	HasPlan  bool      `json:"-"` // the spec names a plan; in JSON, a plan with DP ≥ 1
 }
 
 // Supports is what the job's entrypoint can run (spec field supports):

@@ -469,7 +469,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 					// Its own blocker: its own next step and slope, not
 					// those of the job that set the cutoff.
 					f, sl := js.next(min(len(js.cv.env)-1, capacity))
-					js.reason = fmt.Sprintf("cluster full: needs %s and no running job above its minRes has a lower slope than its %.2f to shrink", gpuCount(max(f, 1)), sl)
+					js.reason = fmt.Sprintf("cluster full: needs %s and no running job above its minRes has a lower slope than its %.2f to shrink", needsGPUs(max(f, 1), js.job.ReqGPUs), sl)
 				}
 				continue
 			}
@@ -543,7 +543,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 						cutoff = sl
 					}
 					if js.total == 0 && js.reason == "" {
-						js.reason = fmt.Sprintf("needs %s; %d free, and no running job may be shrunk for it (higher slopes, at their minRes, or the restart would not pay)", gpuCount(f), st.freeGPUs)
+						js.reason = fmt.Sprintf("needs %s; %d free, and no running job may be shrunk for it (higher slopes, at their minRes, or the restart would not pay)", needsGPUs(f, js.job.ReqGPUs), st.freeGPUs)
 					}
 					break
 				}
@@ -1278,6 +1278,16 @@ func sameAlloc(a, b []Alloc) bool {
 }
 
 // gpuCount is "1 GPU" or "n GPUs".
+// needsGPUs is what a waiting job needs to start, its next step of n GPUs,
+// said as the least it takes when it asked for more: "≥1 GPU (asks 8)";
+// "8 GPUs" when that is what it asked.
+func needsGPUs(n, asked int) string {
+	if asked > n {
+		return fmt.Sprintf("≥%s (asks %d)", gpuCount(n), asked)
+	}
+	return gpuCount(n)
+}
+
 func gpuCount(n int) string {
 	if n == 1 {
 		return "1 GPU"

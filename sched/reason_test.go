@@ -31,7 +31,7 @@ func TestEachWaitingJobHasItsOwnReason(t *testing.T) {
 	s := snapshot(servers(2, 8), jobs...)
 	s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: 16}, {Name: "B"}}
 	d := sched.NewMorphling(cheap()).Schedule(s)
-	needs := regexp.MustCompile(`needs (\d+) GPUs?`)
+	needs := regexp.MustCompile(`needs ≥?(\d+) GPUs?`)
 	seen := map[string]string{}
 	for _, id := range []string{"big", "small", "mid"} {
 		r := reason(d, id)
@@ -129,5 +129,48 @@ func TestStartWithFewerSaysNoneIsFree(t *testing.T) {
 	want := fmt.Sprintf("asked for 16 GPUs, given %d: no other GPU is free", st.Placement.GPUs())
 	if st.Placement.GPUs() != 8 || st.Why != want {
 		t.Errorf("started on %d GPUs with reason %q, want 8 and %q", st.Placement.GPUs(), st.Why, want)
+	}
+}
+
+// Issue 28: the demo's queue said "needs 1 GPU" for a job asking 8: its
+// least step, but the text did not say so. A reason that names fewer GPUs
+// than the job asked says "needs ≥1 GPU (asks 8)".
+func TestWaitReasonSaysLeastAndAsked(t *testing.T) {
+	llama := model(t, "llama7b")
+	bert := model(t, "bert")
+	var jobs []sched.Job
+	for s := 0; s < 2; s++ {
+		g := running(t, waiting(t, fmt.Sprintf("g%d", s), bert, 8, 0), s, 8)
+		g.Class, g.Tenant = sched.Guaranteed, "A"
+		jobs = append(jobs, g)
+	}
+	asked := map[string]int{"big": 16, "eight": 8, "mid": 4, "small": 1}
+	jobs = append(jobs, waiting(t, "big", llama, 16, 10), waiting(t, "eight", bert, 8, 15), waiting(t, "small", bert, 1, 20), waiting(t, "mid", bert, 4, 30))
+	s := snapshot(servers(2, 8), jobs...)
+	s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: 16}, {Name: "B"}}
+	d := sched.NewMorphling(cheap()).Schedule(s)
+	needs := regexp.MustCompile(`needs (≥)?(\d+) GPUs?( \(asks (\d+)\))?`)
+	fewer := 0
+	for id, a := range asked {
+		r := reason(d, id)
+		m := needs.FindStringSubmatch(r)
+		if m == nil {
+			t.Errorf("%s: reason names no GPU count: %q", id, r)
+			continue
+		}
+		n, _ := strconv.Atoi(m[2])
+		if n >= a {
+			if m[1] != "" || m[3] != "" {
+				t.Errorf("%s (asks %d): %q", id, a, r)
+			}
+			continue
+		}
+		fewer++
+		if m[1] != "≥" || m[4] != strconv.Itoa(a) {
+			t.Errorf("%s asks %d, its reason names %d GPUs as if that were all: %q", id, a, n, r)
+		}
+	}
+	if fewer == 0 {
+		t.Fatal("no reason names fewer GPUs than asked: the test no longer covers the case")
 	}
 }

@@ -381,11 +381,12 @@ func (m *model) key(k tea.KeyPressMsg) tea.Cmd {
 		return nil
 	}
 	if m.help {
+		// Any key closes the help page; `?` and esc only close it, every
+		// other key also does what it does (2 opens the cluster, q quits).
 		m.help = false
-		if key.Matches(k, m.keys.Quit) {
-			return tea.Quit
+		if key.Matches(k, m.keys.Help) || k.String() == "esc" {
+			return nil
 		}
-		return nil
 	}
 	scr := m.screens[m.active]
 	if scr.Capturing() {

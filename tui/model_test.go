@@ -155,6 +155,28 @@ func TestGoldenFrames(t *testing.T) {
 	}
 }
 
+// Issue 28: the help page swallowed the next key. A key pressed on it
+// closes it and does what it does; `?` and esc only close it.
+func TestHelpPassesTheKeyOn(t *testing.T) {
+	h := newHarness(t)
+	h.press("?", "2")
+	if h.m.help || h.m.active != scCluster {
+		t.Fatalf("2 on the help page: help %v, on %s", h.m.help, screenNames[h.m.active])
+	}
+	h.press("?", "j")
+	if h.m.help || h.m.cluster.Selected() != "srv-02" {
+		t.Errorf("j on the help page: help %v, selected %s", h.m.help, h.m.cluster.Selected())
+	}
+	h.press("4", "j", "enter", "?", "esc")
+	if h.m.help || h.m.active != scDetail {
+		t.Errorf("esc on the help page: help %v, on %s (it should only close help)", h.m.help, screenNames[h.m.active])
+	}
+	h.press("?", "?")
+	if h.m.help || h.m.active != scDetail {
+		t.Errorf("? on the help page: help %v, on %s", h.m.help, screenNames[h.m.active])
+	}
+}
+
 func TestKeysSwitchScreensAndMoveCursor(t *testing.T) {
 	h := newHarness(t)
 	if h.m.active != scOverview {

@@ -73,6 +73,26 @@ func Duration(d time.Duration) string {
 	return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
 }
 
+// Stamp is when something happened, in UTC with its date (month-day) so
+// that yesterday's events do not read as today's: "11-27 14:13:46".
+func Stamp(t time.Time) string { return t.UTC().Format("01-02 15:04:05") }
+
+// Rate writes samples (or iterations) per second for a narrow column,
+// never in exponent form: "0.82", "33.8", "1244", "10.7k", "2.3M".
+func Rate(v float64) string {
+	switch {
+	case v >= 999_950:
+		return fmt.Sprintf("%.1fM", v/1e6)
+	case v >= 9_999.5:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	case v >= 99.95:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 9.995:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
 // Window returns the first index of a window of height rows over n rows
 // that keeps cursor visible, starting from the previous offset.
 func Window(offset, cursor, height, n int) int {

@@ -160,7 +160,7 @@ func (m *Model) View() string {
 	if m.filtering {
 		head = m.filter.View(m.width)
 	}
-	lines := []string{head, m.st.Header.Render(common.Truncate("  TIME     KIND         JOB/SERVER  MESSAGE", m.width))}
+	lines := []string{head, m.st.Header.Render(common.Truncate("  DATE  TIME     KIND         JOB/SERVER  MESSAGE", m.width))}
 	if len(m.all) == 0 {
 		lines = append(lines, m.st.Faint.Render("  no events yet"))
 	}
@@ -181,7 +181,7 @@ func (m *Model) View() string {
 		case "start", "finish", "node-up":
 			kind = m.st.OK.Render(kind)
 		}
-		line := e.At.UTC().Format("15:04:05") + " " + kind + " " + common.Pad(who, 11) + " " + e.Msg
+		line := common.Stamp(e.At) + " " + kind + " " + common.Pad(who, 11) + " " + e.Msg
 		if i == m.cursor {
 			line = "▸ " + m.st.Selected.Render(common.Truncate(line, m.width-2))
 		} else {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/charmbracelet/colorprofile"
 
@@ -66,5 +67,24 @@ func TestScrollAndOpen(t *testing.T) {
 	}
 	if got := cmd(); got != (data.OpenJobMsg{ID: "j-000001"}) {
 		t.Errorf("enter asked %v", got)
+	}
+}
+
+// Issue 28: event times had no date, so yesterday's events read as
+// today's. Each row says its date (UTC).
+func TestEventTimesHaveDates(t *testing.T) {
+	m := New(common.NewStyles(colorprofile.NoTTY), common.DefaultKeys())
+	m.SetSize(80, 10)
+	day := time.Date(2026, 11, 26, 23, 59, 30, 0, time.UTC)
+	m.Update(data.EventsMsg{Events: []data.Event{
+		{ID: 1, Kind: "submit", JobID: "j-000001", Msg: "before midnight", At: day},
+		{ID: 2, Kind: "start", JobID: "j-000001", Msg: "after midnight", At: day.Add(time.Minute)},
+		{ID: 3, Kind: "node-down", Node: "srv-01", Msg: "in another zone", At: day.Add(2 * time.Minute).In(time.FixedZone("X", 8*3600))},
+	}})
+	v := m.View()
+	for _, want := range []string{"DATE  TIME", "11-26 23:59:30 submit", "11-27 00:00:30 start", "11-27 00:01:30 node-down"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("no %q in:\n%s", want, v)
+		}
 	}
 }

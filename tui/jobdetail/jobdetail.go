@@ -148,6 +148,22 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 
 func gib(b float64) string { return fmt.Sprintf("%.1f", b/perf.GiB) }
 
+// paramsText is a parameter count as people say it: "6.7B params",
+// "86M params", "12K params"; "params unknown" without one.
+func paramsText(n float64) string {
+	switch {
+	case n >= 999.5e6:
+		return fmt.Sprintf("%.1fB params", n/1e9)
+	case n >= 999.5e3:
+		return fmt.Sprintf("%.0fM params", n/1e6)
+	case n >= 999.5:
+		return fmt.Sprintf("%.0fK params", n/1e3)
+	case n > 0:
+		return fmt.Sprintf("%.0f params", n)
+	}
+	return "params unknown"
+}
+
 // View implements common.Screen.
 func (m *Model) View() string {
 	if !m.loaded {
@@ -172,7 +188,7 @@ func (m *Model) content() []string {
 	}
 	model := "model unknown"
 	if j.HasArch {
-		model = fmt.Sprintf("model %s (%.1fB params, %d layers, hidden %d, seq %d) · global batch %d", j.Arch.Name, j.Arch.Params/1e9, j.Arch.Layers, j.Arch.Hidden, j.Arch.SeqLen, j.Arch.GlobalBatch)
+		model = fmt.Sprintf("model %s (%s, %d layers, hidden %d, seq %d) · global batch %d", j.Arch.Name, paramsText(j.Arch.Params), j.Arch.Layers, j.Arch.Hidden, j.Arch.SeqLen, j.Arch.GlobalBatch)
 	}
 	out = append(out, model)
 	plan := j.PlanString
@@ -209,10 +225,14 @@ func (m *Model) content() []string {
 		if err := mem.Fits(perf.A800); err != nil {
 			fits = m.st.Bad.Render("does not fit: " + err.Error())
 		}
+		host := "host memory: nothing offloaded"
+		if mem.HostPerServer > 0 {
+			host = fmt.Sprintf("host per server %s GiB (offloaded states)", gib(mem.HostPerServer))
+		}
 		out = append(out,
 			fmt.Sprintf("per GPU %s GiB of %s: model states %s · activations %s · buffers %s — %s",
 				gib(mem.GPU), fmt.Sprintf("%.0f", perf.A800.GPUMemGB), gib(mem.ModelStates), gib(mem.Activations), gib(mem.Buffers), fits),
-			fmt.Sprintf("host per server %s GiB (offloaded states)", gib(mem.HostPerServer)))
+			host)
 	} else {
 		out = append(out, m.st.Faint.Render("no current plan"))
 	}
@@ -294,7 +314,7 @@ func (m *Model) content() []string {
 	return out
 }
 
-func clock(t time.Time) string { return t.UTC().Format("15:04:05") }
+func clock(t time.Time) string { return common.Stamp(t) }
 
 func orDash(s string) string {
 	if s == "" {

@@ -28,7 +28,7 @@ func TestGolden(t *testing.T) {
 	m.Update(cmd())
 	v := m.View()
 	tuitest.CheckSize(t, v, 100, 60)
-	for _, s := range []string{"Plan history", "Sensitivity", "Memory", "Decisions", "▲", "DP8·TP2·PP1 mb2 ga2 ZeRO-1", "grown from 8 to 16 GPUs"} {
+	for _, s := range []string{"Plan history", "Sensitivity", "Memory", "Decisions", "▲", "DP8·TP2·PP1 mb2 ga2 ZeRO-1", "grown from 8 to 16 GPUs", "11-22 15:06:00  start"} {
 		if !strings.Contains(v, s) {
 			t.Errorf("view lacks %q", s)
 		}
@@ -104,6 +104,48 @@ func TestWaitingBlock(t *testing.T) {
 	for _, want := range []string{"Waiting", "position 2 of 3", "estimated start: in 11h05m", "server timer: 30s left", "rack timer: 2m00s left; then it accepts a placement across racks", "waits for a rack-local offer"} {
 		if !strings.Contains(v, want) {
 			t.Errorf("no %q in:\n%s", want, v)
+		}
+	}
+}
+
+// Issue 28: the detail said "0.0B params" for small models and "0.0 GiB
+// (offloaded states)" for a plan that offloads nothing.
+func TestParamsAndOffloadReadable(t *testing.T) {
+	snap := tuitest.Small()
+	for _, tc := range []struct {
+		job       data.Job
+		plan      string
+		want, not []string
+	}{
+		{snap.Jobs[3], "", []string{"model vit (86M params,", "host memory: nothing offloaded"}, []string{"0.0B", "0.1B", "offloaded states"}},
+		{snap.Jobs[0], "dp=2,tp=4,pp=1,mb=2,ga=4,zero=2,offload", []string{"model gpt2 (1.6B params,", "GiB (offloaded states)"}, []string{"nothing offloaded", "0.0 GiB (offloaded"}},
+	} {
+		j := tc.job
+		if tc.plan != "" {
+			p, err := perf.ParsePlanSpec(tc.plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j.Plan, j.PlanString = p, p.String()
+		}
+		m := New(common.NewStyles(colorprofile.NoTTY), common.DefaultKeys())
+		m.SetSize(120, 40)
+		m.Update(data.JobDetailMsg{Detail: data.JobDetail{Job: j}})
+		v := m.View()
+		for _, s := range tc.want {
+			if !strings.Contains(v, s) {
+				t.Errorf("%s: no %q in:\n%s", j.ID, s, v)
+			}
+		}
+		for _, s := range tc.not {
+			if strings.Contains(v, s) {
+				t.Errorf("%s: %q in:\n%s", j.ID, s, v)
+			}
+		}
+	}
+	for n, want := range map[float64]string{0: "params unknown", 12_000: "12K params", 86e6: "86M params", 999.6e6: "1.0B params", 6.74e9: "6.7B params"} {
+		if got := paramsText(n); got != want {
+			t.Errorf("paramsText(%g) = %q, want %q", n, got, want)
 		}
 	}
 }

@@ -235,13 +235,13 @@ func (m *Model) View() string {
 		case wide && j.PredictedSPS > 0:
 			meas := "?"
 			if j.MeasuredSPS > 0 {
-				meas = fmt.Sprintf("%.3g", j.MeasuredSPS)
+				meas = common.Rate(j.MeasuredSPS)
 			}
-			tput = meas + "/" + fmt.Sprintf("%.3g", j.PredictedSPS)
+			tput = meas + "/" + common.Rate(j.PredictedSPS)
 		case j.MeasuredSPS > 0:
-			tput = fmt.Sprintf("%.3g", j.MeasuredSPS)
+			tput = common.Rate(j.MeasuredSPS)
 		case j.PredictedSPS > 0:
-			tput = fmt.Sprintf("~%.3g", j.PredictedSPS)
+			tput = "~" + common.Rate(j.PredictedSPS)
 		}
 		sla := j.SLA
 		if sla == "" {

@@ -105,3 +105,25 @@ func TestSortKeys(t *testing.T) {
 		t.Errorf("O does not reverse:\n%s", m.View())
 	}
 }
+
+// Issue 28: MEAS/PRED showed "1.07e+03/1.24e+03"; rates print as numbers.
+func TestThroughputReadable(t *testing.T) {
+	for _, w := range []int{80, 140} {
+		m := New(common.NewStyles(colorprofile.NoTTY), common.DefaultKeys(), common.NewPalette())
+		m.SetSize(w, 22)
+		js := tuitest.Small().Jobs
+		js[0].MeasuredSPS, js[0].PredictedSPS = 1070.4, 1244.3
+		js[1].MeasuredSPS, js[1].PredictedSPS = 0, 52_340
+		m.Update(data.JobsMsg{Jobs: js, At: tuitest.T0})
+		v := m.View()
+		if strings.Contains(v, "e+") {
+			t.Errorf("width %d: a rate in exponent form:\n%s", w, v)
+		}
+		want := map[int][]string{80: {" 1070 ", " ~52.3k "}, 140: {" 1070/1244 ", " ?/52.3k "}}[w]
+		for _, s := range want {
+			if !strings.Contains(v, s) {
+				t.Errorf("width %d: no %q:\n%s", w, s, v)
+			}
+		}
+	}
+}
