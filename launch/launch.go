@@ -48,7 +48,7 @@ type Input struct {
 	// DeepSpeed's universal checkpoint (after ds_to_universal).
 	Resume, Universal bool
 	// SaveInterval is the periodic checkpoint interval in iterations that
-	// replan chose (perf.SaveInterval); 0: MegatronSaveInterval. An
+	// replan chose (perf.SaveInterval); 0: OfflineSaveInterval. An
 	// interval in the job's own args (UserSaveInterval) always wins: it is
 	// rendered as the user wrote it and replan adds none.
 	SaveInterval int
@@ -284,11 +284,14 @@ func deepSpeed(in Input, rank int, s Server, port int, runDir string) ServerLaun
 	}
 }
 
-// MegatronSaveInterval is the periodic checkpoint interval replan passes to
-// Megatron when it was given none (Input.SaveInterval 0, e.g. `replan
-// launch`); reconfiguration does not wait for it (SIGTERM saves at once
-// with --exit-signal-handler).
-const MegatronSaveInterval = 1000
+// OfflineSaveInterval is the periodic checkpoint interval rendered for a
+// Megatron job when nothing chose one: `replan launch render` and `replan
+// launch` outside the daemon, which has no model, cost or failure rate to
+// compute it from (Input.SaveInterval 0). The daemon always passes the
+// interval it computed (perf.SaveInterval, Young/Daly), and a job's own
+// flag always wins. Reconfiguration does not wait for it (SIGTERM saves at
+// once with --exit-signal-handler).
+const OfflineSaveInterval = 1000
 
 // SaveIntervalFlags are the flags by which a job's args set its own
 // checkpoint interval: Megatron-LM's and Megatron-DeepSpeed's
@@ -326,7 +329,7 @@ func UserSaveInterval(args []string) (n int, ok bool) {
 
 // SaveIntervalOf is the checkpoint interval in force for in: the job's
 // own (UserSaveInterval), else in.SaveInterval, else, for Megatron,
-// MegatronSaveInterval; 0 when none is known.
+// OfflineSaveInterval; 0 when none is known.
 func SaveIntervalOf(in Input) int {
 	if n, ok := UserSaveInterval(in.Job.Args); ok {
 		return n
@@ -335,7 +338,7 @@ func SaveIntervalOf(in Input) int {
 		return in.SaveInterval
 	}
 	if in.Job.Framework == jobspec.Megatron {
-		return MegatronSaveInterval
+		return OfflineSaveInterval
 	}
 	return 0
 }

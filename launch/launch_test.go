@@ -252,7 +252,7 @@ func TestRenderKeepsTheUserSaveInterval(t *testing.T) {
 	if v, n := lastValue(r.Servers[0].Argv); v != "7" || n != 1 || r.Servers[0].Env["REPLAN_SAVE_INTERVAL"] != "7" {
 		t.Errorf("replan's interval 7: argv gives %q (%d times), env %q", v, n, r.Servers[0].Env["REPLAN_SAVE_INTERVAL"])
 	}
-	if r, _ := Render(Input{Job: j, Plan: p, Servers: servers(2)}); r.Servers[0].Env["REPLAN_SAVE_INTERVAL"] != strconv.Itoa(MegatronSaveInterval) {
+	if r, _ := Render(Input{Job: j, Plan: p, Servers: servers(2)}); r.Servers[0].Env["REPLAN_SAVE_INTERVAL"] != strconv.Itoa(OfflineSaveInterval) {
 		t.Errorf("no interval chosen: env %q, want Megatron's default", r.Servers[0].Env["REPLAN_SAVE_INTERVAL"])
 	}
 	// DeepSpeed scripts get it in the environment only (their flags are
