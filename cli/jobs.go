@@ -437,15 +437,15 @@ func newEventsCmd(stdout, stderr io.Writer) *cobra.Command {
 func newLogsCmd(stdout, stderr io.Writer) *cobra.Command {
 	o := &clientOptions{}
 	var follow bool
-	var tail int
-	cmd := &cobra.Command{Use: "logs ID [-f]", Short: "A job's training log (-f follows it)", Args: cobra.ExactArgs(1),
+	var tail, attempt int
+	cmd := &cobra.Command{Use: "logs ID [-f] [--attempt N]", Short: "A job's training log (-f follows it; --attempt N an earlier launch's)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.client()
 			if err != nil {
 				return err
 			}
 			defer o.close()
-			rc, err := c.Logs(cmd.Context(), args[0], tail, follow)
+			rc, err := c.AttemptLogs(cmd.Context(), args[0], attempt, tail, follow)
 			if err != nil {
 				return err
 			}
@@ -474,6 +474,7 @@ func newLogsCmd(stdout, stderr io.Writer) *cobra.Command {
 	o.add(cmd)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the log")
 	cmd.Flags().IntVar(&tail, "tail", 100, "lines from the end to start with")
+	cmd.Flags().IntVar(&attempt, "attempt", 0, "the log of launch N of the job (1 is the first, the job record's attempt the newest; default: the newest)")
 	return cmd
 }
 

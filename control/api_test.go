@@ -269,5 +269,18 @@ func TestAPILogsFollowTheSimulatedJob(t *testing.T) {
 	if _, err := cl.Logs(ctx, "j-nope", 1, false); !IsNotFound(err) {
 		t.Errorf("unknown job: %v", err)
 	}
+	// --attempt: the current launch is attempt 1; there is no attempt 3.
+	if rc, err := cl.AttemptLogs(ctx, rec.ID, 1, 2, false); err != nil {
+		t.Errorf("attempt 1: %v", err)
+	} else {
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		if strings.Count(string(b), "global_step=") != 2 {
+			t.Errorf("attempt 1, tail 2:\n%s", b)
+		}
+	}
+	if _, err := cl.AttemptLogs(ctx, rec.ID, 3, 2, false); !IsNotFound(err) || !strings.Contains(err.Error(), "attempts 1 to 1, not 3") {
+		t.Errorf("attempt 3: %v", err)
+	}
 	_ = d
 }

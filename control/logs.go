@@ -16,17 +16,38 @@ type LogReader interface {
 	Logs(ctx context.Context, jobID string, tail int, follow bool) (io.ReadCloser, error)
 }
 
+// AttemptLogReader is implemented by executors that keep the logs of a
+// job's earlier launches too: attempt is the launch's Launch.Attempt (the
+// job record's attempt less one: the first launch is 0).
+type AttemptLogReader interface {
+	AttemptLogs(ctx context.Context, jobID string, attempt, tail int, follow bool) (io.ReadCloser, error)
+}
+
 // ErrNoLogs is returned when the executor keeps no logs.
 var ErrNoLogs = errors.New("the executor keeps no logs")
 
-// Logs streams a job's log through the executor.
-func (d *Daemon) Logs(ctx context.Context, id string, tail int, follow bool) (io.ReadCloser, error) {
+// Logs streams a job's log through the executor: its current (newest)
+// launch's, or with attempt ≥ 1 that launch's (the job record's attempt
+// when it ran: 1 is the first; 0 or less: the newest).
+func (d *Daemon) Logs(ctx context.Context, id string, attempt, tail int, follow bool) (io.ReadCloser, error) {
 	lr, ok := d.cfg.Exec.(LogReader)
 	if !ok {
 		return nil, ErrNoLogs
 	}
-	if _, err := d.cfg.Store.GetJob(ctx, id); err != nil {
+	rec, err := d.cfg.Store.GetJob(ctx, id)
+	if err != nil {
 		return nil, err
+	}
+	if attempt >= 1 {
+		if attempt > rec.Attempt {
+			return nil, fmt.Errorf("job %s has had attempts 1 to %d, not %d: %w", id, rec.Attempt, attempt, ErrNotFound)
+		}
+		if ar, ok := d.cfg.Exec.(AttemptLogReader); ok {
+			return ar.AttemptLogs(ctx, id, attempt-1, tail, follow)
+		}
+		if attempt != rec.Attempt {
+			return nil, fmt.Errorf("%w of earlier attempts (job %s is at attempt %d)", ErrNoLogs, id, rec.Attempt)
+		}
 	}
 	return lr.Logs(ctx, id, tail, follow)
 }
@@ -43,6 +64,15 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) {
 		tail = n
 	}
 	follow := r.URL.Query().Get("follow") == "1" || r.URL.Query().Get("follow") == "true"
+	attempt := -1
+	if s := r.URL.Query().Get("attempt"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("attempt: want a launch number (1 is the first), got %q", s))
+			return
+		}
+		attempt = n
+	}
 	if a.Access.MultiUser() {
 		// Logs print what a job's env holds: its owner's, like the env.
 		j, err := a.D.cfg.Store.GetJob(r.Context(), r.PathValue("id"))
@@ -54,7 +84,7 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rc, err := a.D.Logs(r.Context(), r.PathValue("id"), tail, follow)
+	rc, err := a.D.Logs(r.Context(), r.PathValue("id"), attempt, tail, follow)
 	if errors.Is(err, ErrNoLogs) {
 		writeErr(w, http.StatusNotImplemented, err)
 		return
@@ -91,10 +121,19 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) {
 // The client's timeout bounds the wait for the answer to start, and
 // without follow the whole read.
 func (c *Client) Logs(ctx context.Context, id string, tail int, follow bool) (io.ReadCloser, error) {
+	return c.AttemptLogs(ctx, id, -1, tail, follow)
+}
+
+// AttemptLogs is Logs of the job's launch number attempt (the job record's
+// attempt when it ran, 1 the first; 0 or less: the newest).
+func (c *Client) AttemptLogs(ctx context.Context, id string, attempt, tail int, follow bool) (io.ReadCloser, error) {
 	if err := c.checkToken(); err != nil {
 		return nil, err
 	}
 	q := "?tail=" + strconv.Itoa(tail)
+	if attempt >= 1 {
+		q += "&attempt=" + strconv.Itoa(attempt)
+	}
 	if follow {
 		q += "&follow=1"
 	}

@@ -50,7 +50,22 @@ func (e *SSHExecutor) Logs(ctx context.Context, jobID string, tail int, follow b
 		// the process was deleted): look for what else of the job is left.
 		e.log.Warn("logs: rank 0 of the current launch is unknown to its agent; looking for other processes of the job", "job", jobID, "server", cur.server, "id", cur.id)
 	}
-	p, err := e.newestProc(ctx, jobID)
+	p, err := e.newestProc(ctx, jobID, -1)
+	if err != nil {
+		return nil, err
+	}
+	return e.procLogs(ctx, p, tail, follow)
+}
+
+// AttemptLogs implements AttemptLogReader: the log of rank 0 of the
+// job's launch number attempt (the lowest rank its agents still keep),
+// read through its server's agent. The agents keep every launch's
+// processes and logs (docs/control.md, "Known limits").
+func (e *SSHExecutor) AttemptLogs(ctx context.Context, jobID string, attempt, tail int, follow bool) (io.ReadCloser, error) {
+	if tail > agentMaxTail {
+		tail = -1
+	}
+	p, err := e.newestProc(ctx, jobID, attempt)
 	if err != nil {
 		return nil, err
 	}
@@ -78,10 +93,11 @@ func (e *SSHExecutor) procLogs(ctx context.Context, p sshProc, tail int, follow 
 }
 
 // newestProc asks every server's agent for the processes of jobID and
-// returns the newest: the highest attempt, within it the lowest rank (rank
-// 0 when its server still has it). It fails with ErrNotFound when every
-// agent answered and none has a process of the job.
-func (e *SSHExecutor) newestProc(ctx context.Context, jobID string) (sshProc, error) {
+// returns the newest: the highest attempt (only attempt, when it is not
+// -1), within it the lowest rank (rank 0 when its server still has it).
+// It fails with ErrNotFound when every agent answered and none has such a
+// process.
+func (e *SSHExecutor) newestProc(ctx context.Context, jobID string, attempt int) (sshProc, error) {
 	type hit struct {
 		p       sshProc
 		attempt int
@@ -99,7 +115,7 @@ func (e *SSHExecutor) newestProc(ctx context.Context, jobID string) (sshProc, er
 			return err
 		}
 		for _, p := range ps {
-			if a, r, ok := parseProcessID(jobID, p.Spec.ID); ok {
+			if a, r, ok := parseProcessID(jobID, p.Spec.ID); ok && (attempt < 0 || a == attempt) {
 				found[i] = append(found[i], hit{sshProc{rank: r, server: e.order[i], id: p.Spec.ID}, a})
 			}
 		}
@@ -122,8 +138,12 @@ func (e *SSHExecutor) newestProc(ctx context.Context, jobID string) (sshProc, er
 			down = append(down, fmt.Sprintf("%s: %v", e.order[i], err))
 		}
 	}
-	if len(down) == 0 {
-		return sshProc{}, fmt.Errorf("logs of %s: no process of the job on any of the %d agents (its records were deleted, or it never started): %w", jobID, len(e.order), ErrNotFound)
+	what := "the job"
+	if attempt >= 0 {
+		what = fmt.Sprintf("its attempt %d", attempt)
 	}
-	return sshProc{}, fmt.Errorf("logs of %s: no process of the job on the agents that answered; %d of %d did not (%s)", jobID, len(down), len(e.order), strings.Join(down, "; "))
+	if len(down) == 0 {
+		return sshProc{}, fmt.Errorf("logs of %s: no process of %s on any of the %d agents (its records were deleted, or it never started): %w", jobID, what, len(e.order), ErrNotFound)
+	}
+	return sshProc{}, fmt.Errorf("logs of %s: no process of %s on the agents that answered; %d of %d did not (%s)", jobID, what, len(down), len(e.order), strings.Join(down, "; "))
 }

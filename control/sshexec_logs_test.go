@@ -219,6 +219,36 @@ drain:
 		t.Fatalf("a new executor read steps %d..%d (%d lines), want attempt 1's from %d", all[0], all[len(all)-1], len(all), ckpt+1)
 	}
 
+	// Every attempt's log (issue 28: `logs` showed only the current
+	// attempt): attempt 0's ends at the checkpoint, attempt 1's begins
+	// after it, and an attempt that never ran is not found, by name.
+	readAttempt := func(attempt int) (string, error) {
+		rc, err := ex2.AttemptLogs(ctx, l.JobID, attempt, -1, false)
+		if err != nil {
+			return "", err
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		return string(b), err
+	}
+	a0, err := readAttempt(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := stepLines(t, "attempt 0", withoutShellNoise(a0)); len(s) < 3 || s[0] != 1 || s[len(s)-1] != ckpt {
+		t.Fatalf("attempt 0's log: steps %v, want 1..%d", s, ckpt)
+	}
+	a1, err := readAttempt(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := stepLines(t, "attempt 1", withoutShellNoise(a1)); len(s) < 5 || s[0] != ckpt+1 {
+		t.Fatalf("attempt 1's log: steps %v, want from %d", s, ckpt+1)
+	}
+	if _, err := readAttempt(5); !errors.Is(err, control.ErrNotFound) || !strings.Contains(err.Error(), "its attempt 5") {
+		t.Fatalf("logs of an attempt that never ran: %v", err)
+	}
+
 	// No process of the job anywhere: a clear not-found error.
 	_, err = ex2.Logs(ctx, "j-919999", 10, false)
 	if !errors.Is(err, control.ErrNotFound) || !strings.Contains(err.Error(), "no process of the job") {
