@@ -81,7 +81,7 @@ func TestPerfValidateJSONContract(t *testing.T) {
 		Protocol string `json:"protocol"`
 		Models   []struct {
 			Model     string   `json:"model"`
-			Rows      int      `json:"rows"`
+			Rows      int      `json:"held_out_rows"`
 			AvgErrPct *float64 `json:"avg_err_pct"`
 			MaxErrPct *float64 `json:"max_err_pct"`
 			Plans     []struct {

@@ -306,7 +306,8 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 			st.CrossSamples++
 		}
 	}
-	holdSync := st.CrossSamples == 0
+	// k_sync held by the caller (a cluster's value) stays as given.
+	holdSync := st.CrossSamples == 0 && !o.Hold[1]
 	st.Trusted = st.Samples >= MinSamples && st.OffloadSamples >= MinOffloadSamples
 
 	prior := logVec(fitPrior)
