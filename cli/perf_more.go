@@ -58,7 +58,9 @@ or saves the fitted model. A saved model is reused with --model-file by plan and
 			} else {
 				res.Note = "no forward times in the samples: forward profile estimated from the architecture"
 			}
-			params, st, err := perf.Fit(m, samples, perf.FitOptions{})
+			// with no measured forward, the fit also scales the
+			// architecture's guessed compute (k_fwd)
+			params, st, err := perf.Fit(m, samples, perf.FitOptions{FreeForward: res.Note != ""})
 			if err != nil {
 				return fmt.Errorf("perf fit: %w", err)
 			}

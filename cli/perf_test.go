@@ -84,7 +84,19 @@ func TestPerfValidateJSONContract(t *testing.T) {
 			Rows      int      `json:"held_out_rows"`
 			AvgErrPct *float64 `json:"avg_err_pct"`
 			MaxErrPct *float64 `json:"max_err_pct"`
-			Plans     []struct {
+			// the leave-one-model-out fields checks outside the project read
+			LOOAvg     *float64 `json:"loo_avg_err_pct"`
+			LOOMax     *float64 `json:"loo_max_err_pct"`
+			RegretMean *float64 `json:"regret_mean_pct"`
+			RegretMax  *float64 `json:"regret_max_pct"`
+			LOORows    []struct {
+				Placement  string   `json:"placement"`
+				Plan       string   `json:"plan"`
+				MeasuredS  *float64 `json:"measured_s"`
+				PredictedS *float64 `json:"predicted_s"`
+				Fit        *bool    `json:"fit"`
+			} `json:"rows"`
+			Plans []struct {
 				Plan      string   `json:"plan"`
 				Rows      int      `json:"rows"`
 				AvgErrPct *float64 `json:"avg_err_pct"`
@@ -101,6 +113,21 @@ func TestPerfValidateJSONContract(t *testing.T) {
 	for _, m := range got.Models {
 		if m.Rows == 0 || m.AvgErrPct == nil || m.MaxErrPct == nil || *m.MaxErrPct < *m.AvgErrPct || len(m.Plans) == 0 {
 			t.Errorf("model %+v", m)
+		}
+		if m.LOOAvg == nil || m.LOOMax == nil || m.RegretMean == nil || m.RegretMax == nil || *m.LOOMax < *m.LOOAvg || *m.RegretMax < *m.RegretMean {
+			t.Errorf("%s: leave-one-out fields %v %v %v %v", m.Model, m.LOOAvg, m.LOOMax, m.RegretMean, m.RegretMax)
+		}
+		fitted := 0
+		for _, r := range m.LOORows {
+			if r.Placement == "" || r.Plan == "" || r.MeasuredS == nil || r.PredictedS == nil || r.Fit == nil {
+				t.Fatalf("%s: row %+v", m.Model, r)
+			}
+			if *r.Fit {
+				fitted++
+			}
+		}
+		if len(m.LOORows) != m.Rows+fitted || fitted == 0 {
+			t.Errorf("%s: %d rows (%d fit), %d held out", m.Model, len(m.LOORows), fitted, m.Rows)
 		}
 		sum := 0
 		for _, p := range m.Plans {
