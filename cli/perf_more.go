@@ -23,10 +23,10 @@ func newPerfFitCmd(stdout io.Writer) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "fit --samples FILE --model M [--out model.json]",
-		Short: "Fit the model's twelve parameters (and the forward profile) from measured samples",
+		Short: "Fit the model's fourteen parameters (and the forward profile) from measured samples",
 		Long: `Reads a CSV of measured runs (header: plan,placement,iter_s[,fwd_s][,opt_s][,cpus_per_gpu][,cross_rack];
 plan is a spec like "dp=2,tp=4,pp=1,mb=2,ga=4,zero=1" or a Morphling code like 248 or zero-offload),
-fits the forward profile from rows with fwd_s and TP = PP = 1, then the twelve parameters (opt_s, the
+fits the forward profile from rows with fwd_s and TP = PP = 1, then the parameters (opt_s, the
 measured optimizer phase of a run without offload, pins k_opt against k_const), and prints
 or saves the fitted model. A saved model is reused with --model-file by plan and curve.`,
 		Args: cobra.NoArgs,

@@ -193,7 +193,7 @@ type FitOptions struct {
 	FreeForward bool
 }
 
-// Fit estimates m's twelve parameters from samples by minimising the squared
+// Fit estimates m's parameters (those not held: FitOptions.Hold) from samples by minimising the squared
 // log error of the predicted iteration times, over log-parameters (so every
 // parameter stays positive): several Nelder–Mead starts, run concurrently
 // (the result does not depend on the cores), then a BFGS polish with a
