@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/replan/replan/perf"
 )
 
 func runCLI(t *testing.T, args ...string) (string, error) {
@@ -192,5 +195,43 @@ func TestPerfFitSaveAndReuse(t *testing.T) {
 	os.WriteFile(bad, []byte("plan,placement,iter_s\nga,44,zero\n"), 0o644)
 	if _, err := runCLI(t, "perf", "fit", "--samples", bad, "--model", "gpt2"); err == nil || !strings.Contains(err.Error(), "bad.csv:2: iter_s") {
 		t.Errorf("bad samples: %v", err)
+	}
+}
+
+// TestPerfFitMicroBatch: `replan perf fit` on iteration times alone (no
+// forward times) of GPT-2 XL measured on one H100 at global batch 16 (issue
+// 25) gives a model that prices the three micro-batch sizes apart, in the
+// measured order. Before, it predicted 1.22 s for all three.
+func TestPerfFitMicroBatch(t *testing.T) {
+	dir := t.TempDir()
+	samples := filepath.Join(dir, "h100.csv")
+	csv := "plan,placement,iter_s\n" +
+		"\"dp=1,tp=1,pp=1,mb=1,ga=16\",1,2.20\n" +
+		"\"dp=1,tp=1,pp=1,mb=2,ga=8\",1,1.29\n" +
+		"\"dp=1,tp=1,pp=1,mb=4,ga=4\",1,0.97\n"
+	if err := os.WriteFile(samples, []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, "perf", "fit", "--samples", samples, "--model", "gpt2", "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var res fitOutput
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	prev := 0.0
+	for _, c := range []struct {
+		mb, ga int
+		meas   float64
+	}{{4, 4, 0.97}, {2, 8, 1.29}, {1, 16, 2.20}} {
+		b, err := res.Model.Predict(perf.Plan{DP: 1, TP: 1, PP: 1, MicroBatch: c.mb, GA: c.ga}, perf.Resources{Placement: perf.Placement{1}, CPUsPerGPU: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !(b.Iter > prev) || math.Abs(b.Iter-c.meas)/c.meas > 0.12 {
+			t.Errorf("mb %d ga %d: predicted %.3fs (previous plan %.3fs), measured %.2fs", c.mb, c.ga, b.Iter, prev, c.meas)
+		}
+		prev = b.Iter
 	}
 }
