@@ -95,7 +95,7 @@ func printValidate(w io.Writer, rep dataset.Report) error {
 		}
 	}
 	if rep.LOOProtocol != "" {
-		fmt.Fprintf(w, "\nleave one model out: %s\n\n", rep.LOOProtocol)
+		fmt.Fprintf(w, "\n%s\n\n", rep.LOOProtocol)
 		tw = newTable(w)
 		fmt.Fprintln(tw, "MODEL\tHELD-OUT ROWS\tLOO AVG ERR %\tLOO MAX ERR %\tPLACEMENTS\tREGRET MEAN %\tREGRET MAX %")
 		for _, m := range rep.Models {
