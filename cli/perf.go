@@ -22,10 +22,10 @@ func newPerfCmd(stdout, stderr io.Writer) *cobra.Command {
 
 func newPerfValidateCmd(stdout io.Writer) *cobra.Command {
 	var dir, models, archFile string
-	var asJSON bool
+	var asJSON, loo bool
 	var fitRows int
 	cmd := &cobra.Command{
-		Use:   "validate --data DIR [--models a,b] [--fit-rows N] [--arch-file FILE] [--json]",
+		Use:   "validate --data DIR [--models a,b] [--fit-rows N] [--arch-file FILE] [--loo=false] [--json]",
 		Short: "Fit on profiles plus a few measured rows, predict the rest, report the error",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -40,7 +40,7 @@ func newPerfValidateCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := dataset.ValidateWith(cmd.Context(), dir, perf.A800, dataset.ValidateOptions{Models: list, FitRows: fitRows, Archs: cat})
+			rep, err := dataset.ValidateWith(cmd.Context(), dir, perf.A800, dataset.ValidateOptions{Models: list, FitRows: fitRows, Archs: cat, LOO: loo})
 			if err != nil {
 				return err
 			}
@@ -54,6 +54,7 @@ func newPerfValidateCmd(stdout io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&models, "models", "", "comma-separated models (default: all with a profile and a placements table)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&archFile, "arch-file", "", "YAML file with model architectures beyond the built-ins (a model type in neither is derived from its profile, and the report says what was assumed)")
+	cmd.Flags().BoolVar(&loo, "loo", true, "add the leave-one-model-out check: hardware terms fitted on the other model types, per-model error and plan-choice regret, every row's prediction (reads every table of DIR)")
 	cmd.Flags().IntVar(&fitRows, "fit-rows", dataset.MaxFitRows, "placements rows fitted per model (0: the profile alone, as the scheduler serves a model with no measured placements)")
 	return cmd
 }
@@ -91,6 +92,44 @@ func printValidate(w io.Writer, rep dataset.Report) error {
 		}
 		for _, n := range m.Notes {
 			fmt.Fprintf(w, "  note: %s\n", n)
+		}
+	}
+	if rep.LOOProtocol != "" {
+		fmt.Fprintf(w, "\n%s\n\n", rep.LOOProtocol)
+		tw = newTable(w)
+		fmt.Fprintln(tw, "MODEL\tHELD-OUT ROWS\tLOO AVG ERR %\tLOO MAX ERR %\tPLACEMENTS\tREGRET MEAN %\tREGRET MAX %")
+		for _, m := range rep.Models {
+			held := 0
+			for _, r := range m.LOORows {
+				if !r.Fit {
+					held++
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%d\t%.2f\t%.2f\n", m.Model, held, m.LOOAvgErrPct, m.LOOMaxErrPct, m.RegretPlacements, m.RegretMeanPct, m.RegretMaxPct)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(w, "\nhardware terms per fold (fitted without the held-out tables):")
+		tw = newTable(w)
+		hdr := "HELD OUT"
+		for i, n := range perf.ParamNames {
+			if perf.HardwareParams[i] {
+				hdr += "\t" + n
+			}
+		}
+		fmt.Fprintln(tw, hdr)
+		for _, f := range rep.LOOFolds {
+			line := strings.Join(f.HeldOut, ",")
+			for i, n := range perf.ParamNames {
+				if perf.HardwareParams[i] {
+					line += fmt.Sprintf("\t%.4g", f.Hardware[n])
+				}
+			}
+			fmt.Fprintln(tw, line)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
 		}
 	}
 	for _, s := range rep.Skipped {

@@ -23,10 +23,10 @@ func newPerfFitCmd(stdout io.Writer) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "fit --samples FILE --model M [--out model.json]",
-		Short: "Fit the model's twelve parameters (and the forward profile) from measured samples",
+		Short: "Fit the model's fourteen parameters (and the forward profile) from measured samples",
 		Long: `Reads a CSV of measured runs (header: plan,placement,iter_s[,fwd_s][,opt_s][,cpus_per_gpu][,cross_rack];
 plan is a spec like "dp=2,tp=4,pp=1,mb=2,ga=4,zero=1" or a Morphling code like 248 or zero-offload),
-fits the forward profile from rows with fwd_s and TP = PP = 1, then the twelve parameters (opt_s, the
+fits the forward profile from rows with fwd_s and TP = PP = 1, then the parameters (opt_s, the
 measured optimizer phase of a run without offload, pins k_opt against k_const), and prints
 or saves the fitted model. A saved model is reused with --model-file by plan and curve.`,
 		Args: cobra.NoArgs,
@@ -58,7 +58,9 @@ or saves the fitted model. A saved model is reused with --model-file by plan and
 			} else {
 				res.Note = "no forward times in the samples: forward profile estimated from the architecture"
 			}
-			params, st, err := perf.Fit(m, samples, perf.FitOptions{})
+			// with no measured forward, the fit also scales the
+			// architecture's guessed compute (k_fwd)
+			params, st, err := perf.Fit(m, samples, perf.FitOptions{FreeForward: res.Note != ""})
 			if err != nil {
 				return fmt.Errorf("perf fit: %w", err)
 			}

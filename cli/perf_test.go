@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/replan/replan/perf"
 )
 
 func runCLI(t *testing.T, args ...string) (string, error) {
@@ -102,10 +105,22 @@ func TestPerfValidateJSONContract(t *testing.T) {
 		Protocol string `json:"protocol"`
 		Models   []struct {
 			Model     string   `json:"model"`
-			Rows      int      `json:"rows"`
+			Rows      int      `json:"held_out_rows"`
 			AvgErrPct *float64 `json:"avg_err_pct"`
 			MaxErrPct *float64 `json:"max_err_pct"`
-			Plans     []struct {
+			// the leave-one-model-out fields checks outside the project read
+			LOOAvg     *float64 `json:"loo_avg_err_pct"`
+			LOOMax     *float64 `json:"loo_max_err_pct"`
+			RegretMean *float64 `json:"regret_mean_pct"`
+			RegretMax  *float64 `json:"regret_max_pct"`
+			LOORows    []struct {
+				Placement  string   `json:"placement"`
+				Plan       string   `json:"plan"`
+				MeasuredS  *float64 `json:"measured_s"`
+				PredictedS *float64 `json:"predicted_s"`
+				Fit        *bool    `json:"fit"`
+			} `json:"rows"`
+			Plans []struct {
 				Plan      string   `json:"plan"`
 				Rows      int      `json:"rows"`
 				AvgErrPct *float64 `json:"avg_err_pct"`
@@ -122,6 +137,21 @@ func TestPerfValidateJSONContract(t *testing.T) {
 	for _, m := range got.Models {
 		if m.Rows == 0 || m.AvgErrPct == nil || m.MaxErrPct == nil || *m.MaxErrPct < *m.AvgErrPct || len(m.Plans) == 0 {
 			t.Errorf("model %+v", m)
+		}
+		if m.LOOAvg == nil || m.LOOMax == nil || m.RegretMean == nil || m.RegretMax == nil || *m.LOOMax < *m.LOOAvg || *m.RegretMax < *m.RegretMean {
+			t.Errorf("%s: leave-one-out fields %v %v %v %v", m.Model, m.LOOAvg, m.LOOMax, m.RegretMean, m.RegretMax)
+		}
+		fitted := 0
+		for _, r := range m.LOORows {
+			if r.Placement == "" || r.Plan == "" || r.MeasuredS == nil || r.PredictedS == nil || r.Fit == nil {
+				t.Fatalf("%s: row %+v", m.Model, r)
+			}
+			if *r.Fit {
+				fitted++
+			}
+		}
+		if len(m.LOORows) != m.Rows+fitted || fitted == 0 {
+			t.Errorf("%s: %d rows (%d fit), %d held out", m.Model, len(m.LOORows), fitted, m.Rows)
 		}
 		sum := 0
 		for _, p := range m.Plans {
@@ -186,5 +216,43 @@ func TestPerfFitSaveAndReuse(t *testing.T) {
 	os.WriteFile(bad, []byte("plan,placement,iter_s\nga,44,zero\n"), 0o644)
 	if _, err := runCLI(t, "perf", "fit", "--samples", bad, "--model", "gpt2"); err == nil || !strings.Contains(err.Error(), "bad.csv:2: iter_s") {
 		t.Errorf("bad samples: %v", err)
+	}
+}
+
+// TestPerfFitMicroBatch: `replan perf fit` on iteration times alone (no
+// forward times) of GPT-2 XL measured on one H100 at global batch 16 (issue
+// 25) gives a model that prices the three micro-batch sizes apart, in the
+// measured order. Before, it predicted 1.22 s for all three.
+func TestPerfFitMicroBatch(t *testing.T) {
+	dir := t.TempDir()
+	samples := filepath.Join(dir, "h100.csv")
+	csv := "plan,placement,iter_s\n" +
+		"\"dp=1,tp=1,pp=1,mb=1,ga=16\",1,2.20\n" +
+		"\"dp=1,tp=1,pp=1,mb=2,ga=8\",1,1.29\n" +
+		"\"dp=1,tp=1,pp=1,mb=4,ga=4\",1,0.97\n"
+	if err := os.WriteFile(samples, []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, "perf", "fit", "--samples", samples, "--model", "gpt2", "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var res fitOutput
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	prev := 0.0
+	for _, c := range []struct {
+		mb, ga int
+		meas   float64
+	}{{4, 4, 0.97}, {2, 8, 1.29}, {1, 16, 2.20}} {
+		b, err := res.Model.Predict(perf.Plan{DP: 1, TP: 1, PP: 1, MicroBatch: c.mb, GA: c.ga}, perf.Resources{Placement: perf.Placement{1}, CPUsPerGPU: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !(b.Iter > prev) || math.Abs(b.Iter-c.meas)/c.meas > 0.12 {
+			t.Errorf("mb %d ga %d: predicted %.3fs (previous plan %.3fs), measured %.2fs", c.mb, c.ga, b.Iter, prev, c.meas)
+		}
+		prev = b.Iter
 	}
 }

@@ -51,9 +51,11 @@ type FamilyReport struct {
 
 // ModelReport is the error of one model over its held-out rows.
 type ModelReport struct {
-	Model     string         `json:"model"`
-	Profile   string         `json:"profile"`
-	Rows      int            `json:"rows"`
+	Model   string `json:"model"`
+	Profile string `json:"profile"`
+	// Rows counts the held-out rows of the protocol (the JSON name
+	// "rows" is the leave-one-out rows array, LOORows).
+	Rows      int            `json:"held_out_rows"`
 	AvgErrPct float64        `json:"avg_err_pct"`
 	MaxErrPct float64        `json:"max_err_pct"`
 	Plans     []FamilyReport `json:"plans"`
@@ -81,13 +83,29 @@ type ModelReport struct {
 	// rows' measured times): the baseline the model must beat.
 	ConstAvgErrPct float64 `json:"const_avg_err_pct"`
 	ConstMaxErrPct float64 `json:"const_max_err_pct"`
+	// The leave-one-model-out figures (ValidateOptions.LOO, LOOProtocol):
+	// errors of the rows not fitted, plan-choice regret per placement,
+	// every row with its prediction, and the parameters used (hardware
+	// terms fitted on the other model types).
+	LOOAvgErrPct     float64     `json:"loo_avg_err_pct"`
+	LOOMaxErrPct     float64     `json:"loo_max_err_pct"`
+	RegretMeanPct    float64     `json:"regret_mean_pct"`
+	RegretMaxPct     float64     `json:"regret_max_pct"`
+	RegretPlacements int         `json:"regret_placements"`
+	LOORows          []LOORow    `json:"rows,omitempty"`
+	LOOParams        perf.Params `json:"loo_params"`
 }
 
 // Report is the result of Validate.
 type Report struct {
 	Protocol string        `json:"protocol"`
 	Models   []ModelReport `json:"models"`
-	Skipped  []string      `json:"skipped,omitempty"`
+	// LOOProtocol and LOOFolds describe the leave-one-model-out check
+	// when it ran: each fold's held-out tables and the hardware terms
+	// fitted on the others.
+	LOOProtocol string    `json:"loo_protocol,omitempty"`
+	LOOFolds    []LOOFold `json:"loo_folds,omitempty"`
+	Skipped     []string  `json:"skipped,omitempty"`
 }
 
 var bszSuffix = regexp.MustCompile(`^(.*)_bsz(\d+)$`)
@@ -165,6 +183,10 @@ type ValidateOptions struct {
 	// FitRows is the most placements rows fitted per model (0: the
 	// profile alone).
 	FitRows int
+	// LOO adds the leave-one-model-out check (LOOProtocol): every table
+	// of the directory with a profile is read, selected or not, since the
+	// hardware terms of a held-out model are fitted on all the others.
+	LOO bool
 	// Archs are model types beyond the built-ins (perf validate --arch-file).
 	// A table whose model type is in neither is validated on an
 	// architecture derived from its profile (ArchFromProfile), and the
@@ -183,11 +205,15 @@ func ValidateWith(ctx context.Context, dir string, env perf.Env, o ValidateOptio
 	if err != nil {
 		return rep, err
 	}
+	var loo []*looData
+	selected := map[string]bool{}
 	for _, name := range tables {
 		prof, arch, known := resolveModel(name, profiles, o.Archs)
-		if len(models) > 0 && !slices.Contains(models, name) && !(prof != "" && slices.Contains(models, prof)) {
+		sel := len(models) == 0 || slices.Contains(models, name) || (prof != "" && slices.Contains(models, prof))
+		if !sel && !o.LOO {
 			continue
 		}
+		selected[name] = sel
 		if prof == "" {
 			base := name
 			if m := bszSuffix.FindStringSubmatch(name); m != nil {
@@ -202,24 +228,36 @@ func ValidateWith(ctx context.Context, dir string, env perf.Env, o ValidateOptio
 			var profBatch int
 			var err error
 			if arch, profBatch, archNote, err = deriveArch(ctx, dir, name, prof, tables); err != nil {
-				rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: %v", name, err))
+				if sel {
+					rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: %v", name, err))
+				}
 				continue
 			}
 			profArch = arch
 			profArch.GlobalBatch = profBatch
 		}
-		mr, err := validateModel(ctx, dir, name, prof, arch, profArch, env, fitRows)
+		mr, ld, err := validateModelData(ctx, dir, name, prof, arch, profArch, env, fitRows)
 		if archNote != "" {
 			mr.Notes = append([]string{archNote}, mr.Notes...)
 		}
 		if errors.Is(err, errNothingToFit) {
-			rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: %v", name, err))
+			if sel {
+				rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: %v", name, err))
+			}
 			continue
 		}
 		if err != nil {
 			return rep, fmt.Errorf("validate %s: %w", name, err)
 		}
-		rep.Models = append(rep.Models, mr)
+		loo = append(loo, ld)
+		if sel {
+			rep.Models = append(rep.Models, mr)
+		}
+	}
+	if o.LOO && len(rep.Models) > 0 {
+		if err := leaveOneOut(&rep, loo, selected); err != nil {
+			return rep, err
+		}
 	}
 	if len(rep.Models) == 0 && len(models) > 0 {
 		return rep, fmt.Errorf("no model among %s has both a profile and a placements table in %s", strings.Join(models, ","), dir)
@@ -232,14 +270,31 @@ func ValidateWith(ctx context.Context, dir string, env perf.Env, o ValidateOptio
 var errNothingToFit = errors.New("nothing to fit on: its profile is another model's (forward only) and no placements rows are fitted")
 
 func validateModel(ctx context.Context, dir, name, profName string, arch, profArch perf.Arch, env perf.Env, fitRows int) (ModelReport, error) {
+	mr, _, err := validateModelData(ctx, dir, name, profName, arch, profArch, env, fitRows)
+	return mr, err
+}
+
+// looData is what the leave-one-model-out check needs of a table: the
+// model (its forward profile set, its own fit), the profile samples it fits
+// on, every measured row read as the protocol reads it, and which rows the
+// protocol fits.
+type looData struct {
+	name, profile string
+	model         perf.Model
+	profSamples   []perf.Sample
+	held          []heldRow
+	chosen        []int
+}
+
+func validateModelData(ctx context.Context, dir, name, profName string, arch, profArch perf.Arch, env perf.Env, fitRows int) (ModelReport, *looData, error) {
 	mr := ModelReport{Model: name, Profile: profName}
 	prof, err := LoadProfile(ctx, dir, profName)
 	if err != nil {
-		return mr, err
+		return mr, nil, err
 	}
 	rows, err := LoadPlacement(ctx, dir, name)
 	if err != nil {
-		return mr, err
+		return mr, nil, err
 	}
 	// The profile was measured at the model type's own global batch (the
 	// built-in's): a table at another batch (llama7b_bsz16) fits on its
@@ -247,7 +302,7 @@ func validateModel(ctx context.Context, dir, name, profName string, arch, profAr
 	profSamples := prof.Samples(profArch)
 	fwd, screened, err := perf.FitForwardScreened(profArch, profSamples)
 	if err != nil {
-		return mr, err
+		return mr, nil, err
 	}
 	for _, i := range screened {
 		if i >= 0 {
@@ -280,25 +335,27 @@ func validateModel(ctx context.Context, dir, name, profName string, arch, profAr
 	pick := func(h []heldRow) []int { return chooseFitRows(h, fitRows) }
 	mbc, held, err := chooseMicroBatching(m, fitSamples, rows, arch, pick)
 	if err != nil {
-		return mr, err
+		return mr, nil, err
 	}
 	mr.MicroBatching = mbc.String()
 	if mbc.Compared {
 		mr.Notes = append(mr.Notes, "PP/TP codes read as "+mbc.String())
 	}
 	chosen := pick(held)
+	ld := &looData{name: name, profile: profName, model: m, profSamples: append([]perf.Sample(nil), fitSamples...), held: held, chosen: chosen}
 	for _, i := range chosen {
 		fitSamples = append(fitSamples, held[i].sample)
 		mr.FitRows = append(mr.FitRows, held[i].row.ExecPlan+"@"+held[i].row.Placement.String())
 	}
 	if len(fitSamples) == 0 {
-		return mr, errNothingToFit
+		return mr, nil, errNothingToFit
 	}
 	params, stats, err := perf.Fit(m, fitSamples, perf.FitOptions{})
 	if err != nil {
-		return mr, err
+		return mr, nil, err
 	}
 	m.Params = params
+	ld.model.Params = params
 	mr.Params, mr.Fit, mr.Forward = params, stats, fwd
 	for _, i := range stats.Dropped {
 		s := fitSamples[i]
@@ -334,7 +391,7 @@ func validateModel(ctx context.Context, dir, name, profName string, arch, profAr
 		}
 		b, err := m.Predict(h.sample.Plan, h.sample.Resources)
 		if err != nil {
-			return mr, fmt.Errorf("line %d: %w", h.row.Line, err)
+			return mr, nil, fmt.Errorf("line %d: %w", h.row.Line, err)
 		}
 		e := 100 * math.Abs(b.Iter-h.row.IterS) / h.row.IterS
 		f := fam[h.family]
@@ -390,7 +447,7 @@ func validateModel(ctx context.Context, dir, name, profName string, arch, profAr
 		mr.Plans = append(mr.Plans, *f)
 	}
 	sort.Slice(mr.Plans, func(i, j int) bool { return mr.Plans[i].Plan < mr.Plans[j].Plan })
-	return mr, nil
+	return mr, ld, nil
 }
 
 // chooseFitRows implements the selection rule of Protocol and returns

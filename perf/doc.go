@@ -8,9 +8,12 @@
 //     placement, with the rule that rejected each invalid plan;
 //   - the per-GPU and per-server host memory estimate (Estimate);
 //   - the iteration-time model of Morphling's Appendix A (Predict) with its
-//     seven fittable parameters, priced by the slowest link a plan's
-//     communication crosses;
-//   - fitting of those parameters from samples (Fit) and online refit;
+//     seven fittable parameters and seven more (docs/perf.md), priced by
+//     the slowest link a plan's communication crosses, with compute that
+//     depends on the micro-batch;
+//   - fitting of those parameters from samples (Fit), of the hardware
+//     terms jointly over a cluster's model types (FitShared,
+//     HardwareParams), and online refit;
 //   - resource sensitivity curves (Curve) with a cache.
 //
 // Everything here is pure: no I/O, no clock. Files are read by the callers

@@ -84,7 +84,7 @@ func (r Resources) Tier() Tier {
 // holding a GPU count that is not a multiple of its GPUs per NIC (with
 // 2 GPUs per NIC: an odd count): a GPU of the job without its NIC
 // partner. A data-parallel collective over such a placement is priced at
-// Params.KStray (model.go).
+// Params.KUneven (model.go).
 func (e Env) Stray(pl Placement) bool {
 	if len(pl) < 2 {
 		return false

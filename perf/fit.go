@@ -133,11 +133,11 @@ type FitStats struct {
 	// a quarter, or below MinSamples): reported, not silently used.
 	Suspect []int `json:"suspect,omitempty"`
 	// StraySamples counts samples priced as stray (Env.Stray, a DP
-	// collective across the servers, no offload): with none, k_stray is
-	// its prior (DefaultParams.KStray, a host-staged path) and the model's
+	// collective across the servers, no offload): with none, k_uneven is
+	// its prior (DefaultParams.KUneven) and the model's
 	// prices of such placements are a pessimistic guess until one has been
 	// measured. Offload samples on such placements do not count: they say
-	// nothing about k_stray.
+	// nothing about k_uneven.
 	StraySamples int `json:"stray_samples"`
 	// MPSamples counts samples of model-parallel plans (TP > 1 or PP > 1):
 	// with none, k_mp, k_tp and k_stage are their priors and the model's
@@ -148,7 +148,7 @@ type FitStats struct {
 	CrossSamples int `json:"cross_samples"`
 	// Flags are warnings about the fitted parameters: overlap exponents
 	// below 1 (outside the paper's definition: the overlapped time then
-	// exceeds the sum of its parts), k_stray left at its prior.
+	// exceeds the sum of its parts), k_uneven left at its prior.
 	Flags []string `json:"flags,omitempty"`
 }
 
@@ -169,7 +169,7 @@ func (st *FitStats) flag(k Params) {
 		st.Flags = append(st.Flags, "no sample of a model-parallel plan (TP > 1 or PP > 1): k_mp, k_tp and k_stage are their priors, untrusted for such plans")
 	}
 	if st.StraySamples == 0 {
-		st.Flags = append(st.Flags, fmt.Sprintf("no sample on a stray placement (a server holding a GPU count that is not a multiple of its GPUs per NIC): k_stray is its prior %.1f GB/s, untrusted for such placements", DefaultParams.KStray))
+		st.Flags = append(st.Flags, fmt.Sprintf("no sample on a stray placement (a server holding a GPU count that is not a multiple of its GPUs per NIC): k_uneven is its prior %.3f s, untrusted for such placements", DefaultParams.KUneven))
 	}
 }
 
@@ -184,9 +184,16 @@ type FitOptions struct {
 	// samples, never below MinSamples) and the fit is redone on the rest.
 	// Default 0.35 (≈ 42% off); negative disables screening.
 	OutlierLogErr float64
+	// Hold marks parameters kept at m.Params (the hardware terms of a
+	// cluster fitted on other model types: HardwareParams, FitShared).
+	Hold [NumParams]bool
+	// FreeForward fits k_fwd, the scale of the forward profile; it is
+	// held otherwise. Set it when the forward profile was not measured
+	// (DefaultForward).
+	FreeForward bool
 }
 
-// Fit estimates m's twelve parameters from samples by minimising the squared
+// Fit estimates m's parameters (those not held: FitOptions.Hold) from samples by minimising the squared
 // log error of the predicted iteration times, over log-parameters (so every
 // parameter stays positive): several Nelder–Mead starts, run concurrently
 // (the result does not depend on the cores), then a BFGS polish with a
@@ -299,24 +306,51 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 			st.CrossSamples++
 		}
 	}
-	holdSync := st.CrossSamples == 0
+	// k_sync held by the caller (a cluster's value) stays as given.
+	holdSync := st.CrossSamples == 0 && !o.Hold[1]
 	st.Trusted = st.Samples >= MinSamples && st.OffloadSamples >= MinOffloadSamples
 
 	prior := logVec(fitPrior)
-	start := m.Params
-	if start == (Params{}) {
-		start = DefaultParams
+	start := startParams(m.Params)
+	// free lists the parameters the fit searches; the others stay at
+	// start (FitOptions.Hold, k_fwd unless FreeForward).
+	hold := o.Hold
+	if !o.FreeForward {
+		hold[13] = true
 	}
-	if start.KStage <= 0 {
-		start.KStage = fitPrior.KStage
+	var free []int
+	for i := range hold {
+		if !hold[i] {
+			free = append(free, i)
+		}
+	}
+	if len(free) == 0 {
+		return Params{}, st, errors.New("fit: every parameter is held")
+	}
+	base := logVec(start)
+	full := func(x []float64) Params {
+		var v [NumParams]float64
+		for i := range v {
+			v[i] = fromFree(i, base[i])
+		}
+		for j, i := range free {
+			v[i] = fromFree(i, x[j])
+		}
+		p := ParamsFromVector(v)
+		p.KStray = start.KStray
+		return p
+	}
+	freeVec := func(p Params) []float64 {
+		l := logVec(p)
+		x := make([]float64, len(free))
+		for j, i := range free {
+			x[j] = l[i]
+		}
+		return x
 	}
 	n := float64(terms)
 	value := func(x []float64) float64 {
-		var v [NumParams]float64
-		for i := range v {
-			v[i] = fromFree(i, x[i])
-		}
-		k := ParamsFromVector(v)
+		k := full(x)
 		if holdSync {
 			k.KSync = SyncUnseen
 		}
@@ -341,8 +375,8 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 			}
 		}
 		var reg float64
-		for i := range x {
-			d := x[i] - prior[i]
+		for j, i := range free {
+			d := x[j] - prior[i]
 			reg += priorScale[i] * d * d
 		}
 		return sum/n + o.Prior*reg
@@ -358,15 +392,15 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	obj := objective(&st.Evaluations)
-	best := logVec(start)
-	bestF := obj(best[:])
+	best := freeVec(start)
+	bestF := obj(best)
 	// The starts are independent: their points are drawn first, in order
 	// (the same draws as one after the other), they run on every core, and
 	// the best is taken in start order (the first of equals), so the
 	// result does not depend on the cores.
-	x0s := make([][NumParams]float64, o.Starts)
+	x0s := make([][]float64, o.Starts)
 	for s := range x0s {
-		x0s[s] = logVec(start)
+		x0s[s] = freeVec(start)
 		if s > 0 {
 			for i := range x0s[s] {
 				x0s[s][i] += rng.NormFloat64() * 1.5
@@ -392,7 +426,7 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 			settings := func() *optimize.Settings {
 				return &optimize.Settings{FuncEvaluations: max(o.MaxEvals/2, 1), Converger: &optimize.FunctionConverge{Absolute: 1e-9, Relative: 1e-7, Iterations: 60}}
 			}
-			res, err := optimize.Minimize(optimize.Problem{Func: f}, x0s[s][:], settings(), &optimize.NelderMead{})
+			res, err := optimize.Minimize(optimize.Problem{Func: f}, x0s[s], settings(), &optimize.NelderMead{})
 			if err != nil && res == nil {
 				return
 			}
@@ -408,21 +442,17 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		st.Evaluations += r.evals
 		if r.res != nil && r.res.F < bestF {
 			bestF = r.res.F
-			copy(best[:], r.res.X)
+			copy(best, r.res.X)
 		}
 	}
 	grad := func(g, x []float64) {
 		fd.Gradient(g, obj, x, &fd.Settings{Formula: fd.Central, Step: 1e-5})
 	}
-	if res, _ := optimize.Minimize(optimize.Problem{Func: obj, Grad: grad}, best[:],
+	if res, _ := optimize.Minimize(optimize.Problem{Func: obj, Grad: grad}, best,
 		&optimize.Settings{MajorIterations: 40, GradientThreshold: 1e-8}, &optimize.BFGS{}); res != nil && res.F < bestF {
-		copy(best[:], res.X)
+		copy(best, res.X)
 	}
-	var v [NumParams]float64
-	for i := range v {
-		v[i] = fromFree(i, best[i])
-	}
-	k := ParamsFromVector(v)
+	k := full(best)
 	if holdSync {
 		k.KSync = SyncUnseen
 	}
@@ -452,8 +482,36 @@ const SyncUnseen = 1.0
 var fitPrior = func() Params {
 	p := DefaultParams
 	p.KStage = 1e-3
+	// no per-micro-batch cost unless the samples show one: 1 µs per
+	// layer (the search is over its logarithm, so not 0). The A800
+	// tables do not identify it; a prior of 0.1 ms per layer moved their
+	// fits' GA prices enough to break guarantees in the simulator's mt
+	// trace (sim.TestMultiTenantGuaranteedNotLast).
+	p.KLaunch = 1e-6
 	return p
 }()
+
+// startParams is where a fit from p starts: DefaultParams for the zero
+// value, and the fit's prior for a parameter p leaves at 0 (an unfitted
+// model's k_stage and k_launch, an old model file's new parameters).
+func startParams(p Params) Params {
+	if p == (Params{}) {
+		p = DefaultParams
+	}
+	if p.KStage <= 0 {
+		p.KStage = fitPrior.KStage
+	}
+	if p.KLaunch <= 0 {
+		p.KLaunch = fitPrior.KLaunch
+	}
+	if p.KUneven <= 0 {
+		p.KUneven = fitPrior.KUneven
+	}
+	if p.KFwd <= 0 {
+		p.KFwd = 1
+	}
+	return p
+}
 
 // overlapParam marks the overlap exponents the fit keeps within the
 // paper's definition of f_k, k ≥ 1 (k = 1 adds the two times, k → ∞ hides
@@ -477,7 +535,7 @@ var overlapParam = [NumParams]bool{4: true, 5: true}
 // host memory at ≈110 GB/s; bert and t5 fit 0.29 and 0.26 on their own),
 // so a model type with few offload samples keeps it near that figure
 // instead of trading it against k_opt_off.
-var priorScale = [NumParams]float64{100, 1, 1, 1, 1, 1, 1, 1, 1, 1000, 1, 1}
+var priorScale = [NumParams]float64{100, 1, 1, 1, 1, 1, 1, 1, 1, 1000, 1, 1, 1, 1}
 
 // fromFree maps the fit's free variable of parameter i to its value.
 func fromFree(i int, x float64) float64 {

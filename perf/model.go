@@ -8,8 +8,9 @@ import (
 
 // Params are the fittable parameters of the iteration-time model: the
 // seven of Morphling's Appendix A (Table 5), then five the A800 data
-// needs, each a physical cost the paper's formula leaves out (k_stray,
-// k_mp, k_host, k_tp, k_stage; docs/perf.md).
+// needs, each a physical cost the paper's formula leaves out (k_uneven,
+// k_mp, k_host, k_tp, k_stage), and two that make compute depend on the
+// micro-batch and on a measured speed (k_launch, k_fwd; docs/perf.md).
 type Params struct {
 	KBwd    float64 `json:"k_bwd"`     // backward = k_bwd · forward
 	KSync   float64 `json:"k_sync"`    // overlap degree of backward and DP gradient sync
@@ -18,18 +19,22 @@ type Params struct {
 	KOff    float64 `json:"k_off"`     // overlap degree of DP sync and GPU<->host copies
 	KSwap   float64 `json:"k_swap"`    // overlap degree of the CPU step and the copies
 	KConst  float64 `json:"k_const"`   // constant per-iteration overhead, seconds
-	// KStray is the effective GB/s of a data-parallel collective that
-	// spans servers when one of them holds a GPU count that is not a
-	// multiple of its GPUs per NIC: a GPU whose NIC is not shared with a
-	// GPU of the same job under its PCIe switch reaches the network (or
-	// its ring neighbour) through the host bridge, without GPUDirect
-	// RDMA, and the whole ring runs at that path's speed. It is a
-	// property of the server, fitted like the others (0 in an old model
-	// file: the default). The default, 8 GB/s, is that host-staged path:
-	// a PCIe copy into host memory and the NIC's read of it, each ≈20
-	// GB/s and serialised per chunk, less the proxy's overhead (t5, the
-	// one table that stalls, fits 8).
-	KStray float64 `json:"k_stray"`
+	// KUneven is the seconds an iteration spends, in its optimizer-step
+	// phase, when its data-parallel collective spans servers and one of
+	// them holds a GPU count that is not a multiple of its GPUs per NIC
+	// (Env.Stray): the ranks whose GPU has no job partner on its NIC's
+	// PCIe switch reach the network through the host bridge and the
+	// others wait for them at the step. The measured tables put this time
+	// in the optimizer phase (133-406 ms against 21-35 ms on even
+	// placements) and it does not grow with gradient bytes, so it is a
+	// constant of the cluster, not a bandwidth applied to the model's
+	// volume (the k_stray it replaces fitted 1.1 to 21.4 GB/s on
+	// identical servers). Plans with ZeRO-Offload are not charged
+	// (docs/perf.md, departure 9).
+	KUneven float64 `json:"k_uneven"`
+	// KStray is the bandwidth the uneven-placement cost was priced at
+	// before KUneven; read from old model files and ignored.
+	KStray float64 `json:"k_stray,omitempty"`
 	// KMP is the compute of a model-parallel plan (TP > 1 or PP > 1)
 	// relative to the profiled data-parallel forward and backward: such
 	// plans run another engine's layers (tensor-split GEMMs, per-stage
@@ -55,27 +60,69 @@ type Params struct {
 	// 0 in DefaultParams (an unfitted model prices no such cost); a fit
 	// starts it at 1 ms.
 	KStage float64 `json:"k_stage"`
+	// KLaunch is the fixed forward time of one micro-batch per layer,
+	// seconds: the launches and the under-filled kernels of a small
+	// micro-batch, which a GPU does not hide until the micro-batch
+	// saturates it (the forward of a micro-batch of mb samples on one
+	// stage is k_fwd·β·mb/(TP·PP) + k_launch·layers/PP, the backward
+	// k_bwd times that). A property of the GPU and its software; 0 in an
+	// old model file (no such cost). The profile's per-iteration forward
+	// overhead α holds it at GA 1, so it is taken out of α.
+	KLaunch float64 `json:"k_launch"`
+	// KFwd scales the forward profile (α and β). Fit holds it at its
+	// start (1) unless FitOptions.FreeForward: a model type whose forward
+	// time was never measured (DefaultForward, an architecture's FLOPs at
+	// a guessed efficiency) learns its compute speed from iteration times.
+	// 0 in an old model file: 1.
+	KFwd float64 `json:"k_fwd"`
 }
 
 // NumParams is the number of fittable parameters.
-const NumParams = 12
+const NumParams = 14
 
 // ParamNames lists the parameters in vector order.
-var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_off", "k_swap", "k_const", "k_stray", "k_mp", "k_host", "k_tp", "k_stage"}
+var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_off", "k_swap", "k_const", "k_uneven", "k_mp", "k_host", "k_tp", "k_stage", "k_launch", "k_fwd"}
+
+// HardwareParams marks the parameters that are properties of the cluster
+// (its GPUs, hosts, links and software), not of a model type: k_sync,
+// k_opt, k_off, k_swap, k_uneven, k_host, k_tp, k_stage, k_launch. Fitted
+// on different model types of the same cluster they should agree, and
+// FitShared fits them jointly over several model types. The others
+// describe the model type: k_bwd, k_mp and k_fwd its own kernels, k_const
+// its fixed per-iteration work, and k_opt_off its CPU optimizer step (the
+// A800 tables put it at 2.3-4.7 s per 1e9 parameters and core for bert,
+// gpt2 and t5 and at 27 for llama7b on the same servers: it does not act
+// as a property of the servers, so each model's profile, whose offload
+// runs identify it, fits it).
+var HardwareParams = [NumParams]bool{1: true, 2: true, 4: true, 5: true, 7: true, 9: true, 10: true, 11: true, 12: true}
+
+// WithHardware returns p with the hardware parameters (HardwareParams)
+// taken from hw.
+func (p Params) WithHardware(hw Params) Params {
+	v, h := p.Vector(), hw.Vector()
+	for i := range v {
+		if HardwareParams[i] {
+			v[i] = h[i]
+		}
+	}
+	out := ParamsFromVector(v)
+	out.KStray = p.KStray
+	return out
+}
 
 // Vector returns the parameters in ParamNames order.
 func (p Params) Vector() [NumParams]float64 {
-	return [NumParams]float64{p.KBwd, p.KSync, p.KOpt, p.KOptOff, p.KOff, p.KSwap, p.KConst, p.KStray, p.KMP, p.KHost, p.KTP, p.KStage}
+	return [NumParams]float64{p.KBwd, p.KSync, p.KOpt, p.KOptOff, p.KOff, p.KSwap, p.KConst, p.KUneven, p.KMP, p.KHost, p.KTP, p.KStage, p.KLaunch, p.KFwd}
 }
 
 // ParamsFromVector is the inverse of Vector.
 func ParamsFromVector(v [NumParams]float64) Params {
-	return Params{KBwd: v[0], KSync: v[1], KOpt: v[2], KOptOff: v[3], KOff: v[4], KSwap: v[5], KConst: v[6], KStray: v[7], KMP: v[8], KHost: v[9], KTP: v[10], KStage: v[11]}
+	return Params{KBwd: v[0], KSync: v[1], KOpt: v[2], KOptOff: v[3], KOff: v[4], KSwap: v[5], KConst: v[6], KUneven: v[7], KMP: v[8], KHost: v[9], KTP: v[10], KStage: v[11], KLaunch: v[12], KFwd: v[13]}
 }
 
 // DefaultParams is the starting point of every fit and the prior the fit is
 // gently pulled towards when samples do not identify a parameter.
-var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01, KStray: 8, KMP: 1, KHost: 0.25, KTP: 1}
+var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01, KUneven: 0.1, KMP: 1, KHost: 0.25, KTP: 1, KFwd: 1}
 
 // Forward is the profiled forward pass of a model type on one GPU: the
 // forward of an iteration processing n samples per GPU takes Alpha + Beta·n
@@ -120,7 +167,7 @@ type Breakdown struct {
 	Tier        Tier    `json:"tier"`
 	// Stray is set when the DP collective spans servers and one of them
 	// holds a GPU count that is not a multiple of its GPUs per NIC
-	// (priced at Params.KStray; Env.Stray).
+	// (priced at Params.KUneven in the optimizer phase; Env.Stray).
 	Stray bool `json:"stray,omitempty"`
 }
 
@@ -157,7 +204,7 @@ func (m Model) Predict(p Plan, r Resources) (Breakdown, error) {
 // on the fittable parameters, so a fit evaluates thousands of parameter
 // vectors cheaply.
 type shape struct {
-	f1, ga, pp       float64 // forward of one micro-batch on one stage; GA; PP
+	ga, pp           float64 // GA; PP
 	fixed            float64 // per-iteration forward overhead (Forward.Alpha)
 	ckpt, offload    bool
 	mp               bool // TP > 1 or PP > 1: compute scaled by Params.KMP
@@ -169,10 +216,14 @@ type shape struct {
 	dpCross, ppCross bool
 	tier             Tier
 	// stray: the DP collective spans servers and one of them holds a GPU
-	// count that is not a multiple of GPUs per NIC; strayDP and
-	// strayGather are its volumes in GB (priced at Params.KStray).
-	stray                bool
-	strayDP, strayGather float64
+	// count that is not a multiple of GPUs per NIC (priced at
+	// Params.KUneven).
+	stray bool
+	// beta1 is the profile's per-micro-batch forward on one stage
+	// (β·mb/(TP·PP), before k_fwd); launchN the layers a micro-batch
+	// crosses on one stage (priced at k_launch each); layersAll every
+	// layer (the part of α that is k_launch at GA 1).
+	beta1, launchN, layersAll float64
 }
 
 func (m Model) prepare(p Plan, r Resources) (shape, error) {
@@ -209,8 +260,10 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 	}
 	mb := b / (d * ga) // samples per micro-batch (fractional for uneven data rows)
 	s := shape{ga: ga, pp: pp, ckpt: p.Ckpt, offload: p.Offload, tier: r.Tier(), mp: p.TP > 1 || p.PP > 1}
-	s.f1 = m.Forward.Beta * mb / t / pp
+	s.beta1 = m.Forward.Beta * mb / t / pp
 	s.fixed = m.Forward.Alpha
+	s.launchN = float64(max(a.Layers, 1)) / pp
+	s.layersAll = float64(max(a.Layers, 1))
 
 	// Communication volumes in bytes (Appendix A.1), per GPU.
 	psi := a.Params / (t * pp) // parameters of one TP·PP shard
@@ -255,7 +308,7 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 	dpGBps, dpCross, ppGBps, ppCross := m.linkBandwidths(p, r, server)
 	s.dpCross, s.ppCross = dpCross, ppCross
 	if dpCross && vDP > 0 && e.Stray(pl) && !p.Offload {
-		s.stray, s.strayDP, s.strayGather = true, vDP/1e9, vGather/1e9
+		s.stray = true
 	}
 	if vDP > 0 {
 		s.commDP = vDP / (dpGBps * 1e9)
@@ -290,18 +343,23 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 func (s *shape) eval(k Params) Breakdown {
 	out := Breakdown{CommDP: s.commDP, Gather: s.gather, CommTP: s.commTP, CommPP: s.commPP, Tier: s.tier}
 	commDP, gather := s.commDP, s.gather
+	uneven := 0.0
 	if s.stray {
-		kb := k.KStray
-		if kb <= 0 {
-			kb = DefaultParams.KStray
-		}
-		commDP, gather = math.Max(commDP, s.strayDP/kb), math.Max(gather, s.strayGather/kb)
-		out.CommDP, out.Gather, out.Stray = commDP, gather, true
+		uneven = k.KUneven
+		out.Stray = true
 	}
+	kf := k.KFwd
+	if kf <= 0 {
+		kf = 1
+	}
+	// A micro-batch's forward: the profile's per-sample part and a fixed
+	// part per layer (k_launch), which the profile's α holds at GA 1.
+	launch := k.KLaunch * s.launchN
+	fixed := math.Max(kf*s.fixed-k.KLaunch*s.layersAll, 0)
 	// Checkpointing recomputes the forward inside the backward. The A800
 	// data shows that time is not hidden by the gradient sync (gc − ga is
 	// one forward on every placement), so it sits outside the overlap.
-	f1 := s.f1
+	f1 := kf*s.beta1 + launch
 	if s.mp {
 		kmp := k.KMP
 		if kmp <= 0 {
@@ -326,12 +384,12 @@ func (s *shape) eval(k Params) Breakdown {
 		out.CommPP = commPP
 	}
 	if s.pp == 1 {
-		out.Fwd = s.fixed + s.ga*f1
+		out.Fwd = fixed + s.ga*f1
 		out.Bwd = s.ga * (b1 + rc)
-		out.Tcc = s.fixed + s.ga*(f1+rc) + (s.ga-1)*b1 + overlap(k.KSync, b1, commDP) + commTP
+		out.Tcc = fixed + s.ga*(f1+rc) + (s.ga-1)*b1 + overlap(k.KSync, b1, commDP) + commTP
 	} else {
 		fill := s.ga + s.pp - 1
-		out.Fwd = s.fixed + f1*fill
+		out.Fwd = fixed + f1*fill
 		out.Bwd = (b1 + rc) * fill
 		out.Tcc = out.Fwd + rc*fill + overlap(k.KSync, b1*fill, commDP) + commTP + commPP
 	}
@@ -341,7 +399,7 @@ func (s *shape) eval(k Params) Breakdown {
 		out.Too = overlap(k.KOff, commDP+gather, s.off) + overlap(k.KSwap, out.Opt, s.off)
 	} else {
 		out.Opt = k.KOpt * s.shardG
-		out.Too = out.Opt + gather
+		out.Too = out.Opt + gather + uneven
 	}
 	out.Iter = out.Tcc + out.Too + k.KConst
 	if s.dpCross {

@@ -10,15 +10,15 @@ import (
 // TestAvoidsStrayStall: with 3 GPUs free on one server and 5 on the other
 // and no spread check, a job of 8 may run on 35, a stray placement (a
 // server holds an odd GPU count on the A800, 2 GPUs per NIC) where a
-// model that measured a severe stall (k_stray 2 GB/s) prices a
+// model that measured a severe stall (k_uneven 1 s) prices a
 // data-parallel collective spanning the servers at that path. Neither policy may start it with a plan the
 // model says stalls there: a pipeline whose stages split at the servers is
-// fine, a DP group across them is not. (With k_stray out of the way,
+// fine, a DP group across them is not. (With k_uneven out of the way,
 // morphling starts z on 53 with DP4·PP2, whose DP groups span both
 // servers.)
 func TestAvoidsStrayStall(t *testing.T) {
 	m := model(t, "gpt2")
-	m.Params.KStray = 2 // a fit that measured a severe stall
+	m.Params.KUneven = 1 // a fit that measured a severe stall (seconds per iteration)
 	if b, _ := m.Predict(perf.Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 2, GA: 1}, perf.Resources{Placement: perf.Placement{3, 5}}); !b.Stray {
 		t.Fatal("DP8 on 35 is not priced as a stray placement")
 	}
