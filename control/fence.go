@@ -98,6 +98,7 @@ type fence struct {
 	servers map[string]*serverLease
 	// pending are the processes, per job, whose stop was not confirmed.
 	pending map[string][]sshProc
+	renew   sync.Once // starts renewLeases
 }
 
 // serverLease is what the executor knows of one server's lease.
@@ -157,6 +158,49 @@ func (e *SSHExecutor) heartbeat(name string, ok bool) {
 	e.fence.mu.Lock()
 	e.fence.server(name).down = !ok
 	e.fence.mu.Unlock()
+}
+
+// renewLeases keeps renewing, every quarter lease, the leases of the
+// servers where tracked jobs run, whatever the daemon's loop is busy with
+// (a reconfiguration holds it for minutes; Observe's heartbeats alone
+// would let every other server's lease run out meanwhile). It starts with
+// the first launch or adoption and runs for the executor's life.
+func (e *SSHExecutor) renewLeases() {
+	every := e.lease() / 4
+	if every <= 0 {
+		return
+	}
+	e.fence.renew.Do(func() {
+		go func() {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for range t.C {
+				e.mu.Lock()
+				seen := map[string]bool{}
+				var names []string
+				for _, j := range e.jobs {
+					for _, p := range j.procs {
+						if !seen[p.server] {
+							seen[p.server] = true
+							names = append(names, p.server)
+						}
+					}
+				}
+				e.mu.Unlock()
+				sort.Strings(names)
+				e.each(context.Background(), len(names), func(ctx context.Context, i int) error {
+					ctx, cancel := context.WithTimeout(ctx, min(e.opt.CallTimeout, 2*every))
+					defer cancel()
+					c, err := e.client(ctx, names[i])
+					if err == nil {
+						_, err = c.Status(ctx)
+					}
+					e.heartbeat(names[i], err == nil)
+					return nil
+				})
+			}
+		}()
+	})
 }
 
 // expiry is when server name's lease has certainly run out (the caller

@@ -15,6 +15,8 @@ import (
 	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/control"
 	"github.com/replan/replan/fleet"
+	"github.com/replan/replan/jobspec"
+	"github.com/replan/replan/launch"
 )
 
 // outageTrainer is a trainer under replan's contract that checkpoints
@@ -407,4 +409,49 @@ func liveAttempts(trainer, job string) map[string]string {
 func zombie(stat string) bool {
 	i := strings.LastIndexByte(stat, ')')
 	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
+
+// TestLeaseRenewedWhileLoopBusy: the executor renews its servers' leases
+// on its own, so a daemon loop held for many lease periods (a long
+// reconfiguration, a checkpointed stop) does not let them run out and
+// kill every job; without the renewer the job below died after one
+// lease.
+func TestLeaseRenewedWhileLoopBusy(t *testing.T) {
+	c := newTestCluster(t)
+	const lease = time.Second
+	ex, err := control.NewSSHExecutor(c.fl, c.inv.Servers, control.SSHOptions{Logger: c.log, KillGrace: time.Second, Poll: 100 * time.Millisecond,
+		CallTimeout: 2 * time.Second, NoCPUBinding: true, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobspec.Parse("busy.yaml", c.jobSpec("busy", "best-effort", 8, 100000), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.inv.Servers[0]
+	l := control.Launch{JobID: "j-920001", Spec: spec, Plan: spec.Request.Plan, Servers: []launch.Server{{Name: s.Name, Address: s.Address, GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}}}}
+	if err := ex.Start(c.ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, c.ctx, "the job runs", 30*time.Second, func() error {
+		if live := liveAttempts(c.trainer, "busy"); len(live) != 1 {
+			return fmt.Errorf("live attempts %v", live)
+		}
+		return nil
+	})
+	began := time.Now()
+	// No Observe from here on: the trainer must live through 5 leases.
+	poll(t, c.ctx, "the job lives through 5 leases without an Observe", 30*time.Second, func() error {
+		live := liveAttempts(c.trainer, "busy")
+		if len(live) != 1 {
+			t.Fatalf("%s after the start: live attempts %v; want the job running", time.Since(began).Round(time.Millisecond), live)
+		}
+		if time.Since(began) < 5*lease {
+			return fmt.Errorf("alive after %s", time.Since(began).Round(100*time.Millisecond))
+		}
+		return nil
+	})
+	if _, err := ex.Stop(c.ctx, l.JobID, false); err != nil {
+		t.Fatal(err)
+	}
 }

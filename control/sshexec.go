@@ -360,6 +360,7 @@ func (e *SSHExecutor) launch(ctx context.Context, l Launch, r launch.Rendered) e
 	e.mu.Lock()
 	e.jobs[l.JobID] = j
 	e.mu.Unlock()
+	e.renewLeases() // fence.go
 	e.log.Info("started", "job", l.JobID, "attempt", l.Attempt, "servers", len(r.Servers), "master_port", r.MasterPort, "resume", l.Resume)
 	return nil
 }
@@ -1141,6 +1142,7 @@ func (e *SSHExecutor) Adopt(ctx context.Context, l Launch) (bool, error) {
 	e.mu.Lock()
 	e.jobs[l.JobID] = j
 	e.mu.Unlock()
+	e.renewLeases() // fence.go
 	e.log.Info("adopted", "job", l.JobID, "attempt", newest, "master_port", j.port)
 	return true, nil
 }
