@@ -37,7 +37,7 @@ func defaultSocket() string {
 type daemonOptions struct {
 	inventory, db, socket, policy, executor, data, listen, tokenFile string
 	remoteDir                                                        string // agent directory on every server (ssh executor)
-	tick, restartCost                                                time.Duration
+	tick, restartCost, lease                                         time.Duration
 	auth                                                             authOptions // daemon_auth.go
 }
 
@@ -83,6 +83,7 @@ See docs/control.md.`,
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding one bearer token of the TCP listener, which acts as the daemon's own user")
 	f.DurationVar(&o.tick, "tick", 5*time.Second, "observe and schedule at least this often")
 	f.DurationVar(&o.restartCost, "restart-cost", 260*time.Second, "simulated checkpoint-restart cost (sim executor)")
+	f.DurationVar(&o.lease, "lease", control.DefaultLease, "agents' lease (ssh executor): an agent that hears nothing from the daemon for this long kills its jobs; a job cut off restarts elsewhere 2 leases + 3 s after its server's last answer; negative: no leases, no fencing")
 	addAuthFlags(f, &o.auth) // daemon_auth.go
 	return cmd
 }
@@ -140,7 +141,7 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		}
 		defer pool.Close()
 		fl := fleet.New(pool, fleet.Options{RemoteDir: o.remoteDir, Logger: log})
-		if exec, err = control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, RunAs: runAsOf(inv)}); err != nil {
+		if exec, err = control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, RunAs: runAsOf(inv), Lease: o.lease}); err != nil {
 			return err
 		}
 	default:
