@@ -60,8 +60,10 @@ const (
 // deployed again afterwards). Each time the daemon moves the job to
 // another server while the hosts' processes, polled throughout, never
 // show two attempts of the job alive at once; the job finishes with every
-// launch resuming from the last checkpoint and its iterations logged once,
-// in order.
+// launch resuming from the last checkpoint and its iteration log in order
+// (checkIterations: what a killed attempt did after its last checkpoint
+// is redone by the next; the last attempt logs each of its iterations
+// once).
 func TestOutage(t *testing.T) {
 	c := newTestCluster(t)
 	if !c.netns && os.Getenv("REPLAN_OUTAGE_NETNS") == "required" {
