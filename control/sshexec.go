@@ -93,6 +93,7 @@ type sshJob struct {
 	sps      float64   // latest samples/s of rank 0
 	since    time.Time // time of the last sample read
 	ckpt     int       // last checkpoint marker read
+	base     int       // the checkpoint this launch resumed from (the marker at its start)
 	stopping bool      // a Stop or Reconfigure is under way: Observe leaves it alone
 }
 
@@ -293,7 +294,14 @@ func (e *SSHExecutor) launch(ctx context.Context, l Launch, r launch.Rendered) e
 	if err := e.awaitFence(ctx, l.JobID); err != nil {
 		return fmt.Errorf("start %s attempt %d: %w", l.JobID, l.Attempt, err)
 	}
-	j := &sshJob{l: l, port: r.MasterPort, step: l.From, ckpt: l.From}
+	j := &sshJob{l: l, port: r.MasterPort, step: l.From, ckpt: l.From, base: l.From}
+	if l.Resume {
+		// What the launch resumes from: the marker now (no earlier
+		// attempt runs any more to move it).
+		if n, _, err := e.readMarker(ctx, l); err == nil {
+			j.base = max(j.base, n)
+		}
+	}
 	for rank, sl := range r.Servers {
 		j.procs = append(j.procs, sshProc{rank: rank, server: sl.Server, id: ProcessID(l.JobID, l.Attempt, rank)})
 	}
@@ -623,7 +631,7 @@ func (e *SSHExecutor) observeJob(ctx context.Context, j *sshJob, proc func(serve
 		// The job's progress comes from its live attempt only: a marker
 		// beyond what that attempt resumed from or reported is not its
 		// own (another attempt's, such as an orphan's) and is ignored.
-		if live := max(j.step, j.l.From); n > live {
+		if live := max(j.step, j.base, j.l.From); n > live {
 			e.log.Debug("observe: checkpoint marker ahead of the live attempt; ignored", "job", j.l.JobID, "attempt", j.l.Attempt, "marker", n, "live", live)
 		} else {
 			j.ckpt = max(j.ckpt, n)
