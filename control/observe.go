@@ -190,9 +190,6 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	for _, s := range stops {
 		if err := d.stopAndRelease(ctx, s.js, s.id, false); err != nil {
 			errs = append(errs, err)
-			d.mu.Lock()
-			d.holdForFence(s.js)
-			d.mu.Unlock()
 		}
 	}
 	if len(stops) > 0 {
