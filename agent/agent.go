@@ -72,6 +72,7 @@ type Agent struct {
 	nvml    NVMLStatus
 	sampler *Sampler
 	sup     *Supervisor
+	lease   *lease
 	host    string
 	started time.Time
 }
@@ -120,6 +121,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a.sampler = NewSampler(a.backend, cfg.SampleInterval, cfg.Clock, cfg.Log)
 	sc := cfg.Supervisor
 	sc.StateDir, sc.Log, sc.Clock = cfg.StateDir, cfg.Log, cfg.Clock
+	sc.LeaseFile = filepath.Join(cfg.StateDir, leaseFile)
 	sup, err := OpenSupervisor(ctx, sc)
 	if err != nil {
 		if a.backend != nil {
@@ -128,6 +130,10 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a.sup = sup
+	if a.lease, err = openLease(cfg.StateDir); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("agent: %w", err)
+	}
 	return a, nil
 }
 
@@ -173,6 +179,11 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 		close(first)
 		a.sampler.Run(sctx)
 	}()
+	leaseDone := make(chan struct{})
+	go func() {
+		defer close(leaseDone)
+		a.watchLease(sctx)
+	}()
 	select {
 	case <-first:
 	case <-time.After(FirstSampleWait):
@@ -197,6 +208,7 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	defer shcancel()
 	_ = srv.Shutdown(shctx)
 	<-sampled
+	<-leaseDone
 	if cerr := a.Close(); err == nil {
 		err = cerr
 	}

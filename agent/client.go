@@ -20,7 +20,15 @@ import (
 type Client struct {
 	hc   *http.Client
 	base string
+	// before, when set, adds headers to every request (the daemon's
+	// epoch and lease, lease.go) right before it is sent.
+	before func(http.Header)
 }
+
+// SetHeaders has fn add headers to every later request, right before it
+// is sent (the daemon's epoch and lease: HeaderEpoch, HeaderLease). Call
+// it before the client is shared.
+func (c *Client) SetHeaders(fn func(http.Header)) { c.before = fn }
 
 // NewClient returns a client whose every connection comes from dial.
 func NewClient(dial func(ctx context.Context) (net.Conn, error)) *Client {
@@ -58,13 +66,16 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("agent: %s (HTTP %d)", e.Message, e.StatusCode)
 }
 
-// Unwrap maps 404 to ErrNotFound and 409 to ErrConflict for errors.Is.
+// Unwrap maps 404 to ErrNotFound, 409 to ErrConflict and 412 to
+// ErrStaleEpoch for errors.Is.
 func (e *APIError) Unwrap() error {
 	switch e.StatusCode {
 	case http.StatusNotFound:
 		return ErrNotFound
 	case http.StatusConflict:
 		return ErrConflict
+	case http.StatusPreconditionFailed:
+		return ErrStaleEpoch
 	}
 	return nil
 }
@@ -101,6 +112,9 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.before != nil {
+		c.before(req.Header)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

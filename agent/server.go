@@ -101,7 +101,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, ErrorBody{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})
-	return mux
+	return a.withEpoch(mux) // lease.go
 }
 
 func (a *Agent) handleStart(w http.ResponseWriter, r *http.Request) {

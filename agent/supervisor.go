@@ -115,6 +115,12 @@ type SupervisorConfig struct {
 	MaxSamples int
 	// Shell runs the exit-recording wrapper (default /bin/sh).
 	Shell string
+	// LeaseFile is the agent's lease ("DEADLINE GRACE", lease.go): every
+	// wrapper shell checks it each second and, once the deadline (Unix
+	// seconds) has passed, stops its process group itself (SIGTERM,
+	// SIGKILL after GRACE seconds), so a process is fenced even while its
+	// agent is dead. Empty: no such watch.
+	LeaseFile string
 }
 
 // Supervisor starts, watches, stops and re-adopts processes. Processes run
@@ -151,11 +157,13 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // wrapperScript runs the command in the background of a shell that records
 // its exit status in the file named by $1 and forwards TERM and INT to it.
+// With a lease file ($2, SupervisorConfig.LeaseFile) a watchdog subshell
+// stops the whole process group once the lease's deadline has passed.
 // The shell's own messages (e.g. "Terminated") go to /dev/null; the command
 // keeps the real stderr. A trapped signal interrupts `wait`, so it waits
 // again: for a command that ended meanwhile the shell still remembers its
 // status, and 127 means the previous wait had already returned it.
-const wrapperScript = `f=$1; shift
+const wrapperScript = `f=$1; l=$2; shift 2
 exec 3>&2 2>/dev/null
 t=0
 trap 't=1; kill -TERM "$c"' TERM
@@ -163,6 +171,22 @@ trap 't=1; kill -INT "$c"' INT
 "$@" 2>&3 3>&- &
 c=$!
 exec 3>&-
+if [ -n "$l" ]; then
+  (
+    trap '' TERM INT
+    while kill -0 "$c"; do
+      sleep 1
+      [ -f "$l" ] || continue
+      read d g < "$l" || continue
+      case "$d:$g" in *[!0-9:]*|:*|*:) continue ;; esac
+      [ "$(date +%s)" -gt "$d" ] || continue
+      kill -TERM 0
+      [ "$g" = 0 ] || sleep "$g"
+      kill -KILL 0
+      exit
+    done
+  ) </dev/null >/dev/null &
+fi
 s=
 while :; do
   t=0
@@ -432,7 +456,7 @@ func (s *Supervisor) Start(ctx context.Context, spec ProcessSpec) (ProcessInfo, 
 			}
 		}
 	}
-	args := append([]string{"-c", wrapperScript, "replan-wrap", filepath.Join(dir, "exit_status")}, argv...)
+	args := append([]string{"-c", wrapperScript, "replan-wrap", filepath.Join(dir, "exit_status"), s.cfg.LeaseFile}, argv...)
 	env := mergeEnv(os.Environ(), extraEnv, spec.ID)
 	newCmd := func() *exec.Cmd {
 		cmd := exec.Command(s.cfg.Shell, args...)
@@ -796,7 +820,16 @@ func (s *Supervisor) Stop(ctx context.Context, id string, grace time.Duration) (
 	p.mu.Unlock()
 	if first {
 		s.log.Info("stopping process", "id", id, "pid", pid, "grace", grace)
-		_ = syscall.Kill(-pid, syscall.SIGTERM)
+		if grace <= 0 {
+			// No grace: SIGKILL at once (a fenced orphan saves no
+			// checkpoint: SIGTERM would have it write one).
+			p.mu.Lock()
+			p.killed = true
+			p.mu.Unlock()
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		} else {
+			_ = syscall.Kill(-pid, syscall.SIGTERM)
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

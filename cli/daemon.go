@@ -38,7 +38,7 @@ func defaultSocket() string {
 type daemonOptions struct {
 	inventory, db, socket, policy, executor, data, listen, tokenFile string
 	remoteDir                                                        string // agent directory on every server (ssh executor)
-	tick, restartCost, idemRetention                                 time.Duration
+	tick, restartCost, idemRetention, lease                          time.Duration
 	auth                                                             authOptions // daemon_auth.go
 }
 
@@ -85,6 +85,7 @@ See docs/control.md.`,
 	f.DurationVar(&o.tick, "tick", 5*time.Second, "observe and schedule at least this often")
 	f.DurationVar(&o.restartCost, "restart-cost", 260*time.Second, "simulated checkpoint-restart cost (sim executor)")
 	f.DurationVar(&o.idemRetention, "idempotency-retention", control.DefaultIdempotencyRetention, "how long a submission's Idempotency-Key is kept (a retry within it gets the job the key created)")
+	f.DurationVar(&o.lease, "lease", control.DefaultLease, "agents' lease (ssh executor): an agent that hears nothing from the daemon for this long kills its jobs; a job cut off restarts elsewhere 2 leases + 3 s after its server's last answer; negative: no leases, no fencing")
 	addAuthFlags(f, &o.auth) // daemon_auth.go
 	return cmd
 }
@@ -145,7 +146,7 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		}
 		defer pool.Close()
 		fl := fleet.New(pool, fleet.Options{RemoteDir: cmp.Or(o.remoteDir, inv.SSH.RemoteDir), Logger: log})
-		if exec, err = control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, RunAs: runAsOf(inv)}); err != nil {
+		if exec, err = control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, RunAs: runAsOf(inv), Lease: o.lease}); err != nil {
 			return err
 		}
 	default:

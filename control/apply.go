@@ -671,6 +671,7 @@ func (d *Daemon) stopAndRelease(ctx context.Context, js *jobState, id string, ch
 	d.release(id)
 	js.stopping = false
 	if err != nil {
+		d.holdForFence(js) // not started again while it may still run (fence.go)
 		return fmt.Errorf("stop %s: %w", id, err)
 	}
 	if checkpoint && ckpt > 0 {

@@ -276,6 +276,18 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := d.recover(ctx); err != nil {
 		return nil, err
 	}
+	// A new epoch for this daemon before it commands any agent: agents
+	// then refuse the commands of the daemon it replaces (fence.go).
+	if es, ok := cfg.Store.(EpochStore); ok {
+		if eu, ok := cfg.Exec.(EpochUser); ok {
+			epoch, err := es.NextEpoch(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("control: %w", err)
+			}
+			eu.SetEpoch(epoch)
+			d.log.Info("daemon epoch", "epoch", epoch)
+		}
+	}
 	if err := d.adopt(ctx); err != nil {
 		return nil, err
 	}
@@ -313,6 +325,7 @@ func (d *Daemon) adopt(ctx context.Context) error {
 		if err := d.requeue(ctx, js, fmt.Sprintf("not running after the daemon restarted; back to the queue from checkpoint %d", js.rec.Checkpoint), false); err != nil {
 			return fmt.Errorf("adopt %s: %w", id, err)
 		}
+		d.holdForFence(js)
 	}
 	return nil
 }

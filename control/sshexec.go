@@ -47,6 +47,15 @@ type SSHOptions struct {
 	// servers (the inventory's tenants[].run_as; the agent must run as
 	// root). A tenant not in it runs as the agent's user.
 	RunAs map[string]string
+	// Lease is the agents' lease (fence.go): an agent that hears nothing
+	// leased for this long stops its processes, and a job cut off from
+	// the daemon starts elsewhere only once that has certainly happened
+	// (default DefaultLease; negative: no leases, no fencing).
+	Lease time.Duration
+	// LeaseGrace is the SIGTERM→SIGKILL grace of a stop at a lease's end
+	// (default 0: SIGKILL at once, so a fenced process writes no
+	// checkpoint).
+	LeaseGrace time.Duration
 }
 
 // SSHExecutor is the real Executor: it renders launches with launch/,
@@ -67,6 +76,7 @@ type SSHExecutor struct {
 	jobs      map[string]*sshJob
 	launching map[string]bool // process ids being started, not yet tracked
 	clients   map[string]*agent.Client
+	fence     fence // epoch, leases, unconfirmed stops (fence.go)
 }
 
 // sshJob is a job the executor runs: its current launch and what it has
@@ -79,6 +89,7 @@ type sshJob struct {
 	sps      float64   // latest samples/s of rank 0
 	since    time.Time // time of the last sample read
 	ckpt     int       // last checkpoint marker read
+	base     int       // the checkpoint this launch resumed from (the marker at its start)
 	stopping bool      // a Stop or Reconfigure is under way: Observe leaves it alone
 }
 
@@ -116,8 +127,13 @@ func NewSSHExecutor(fl *fleet.Fleet, servers []cluster.Server, opt SSHOptions) (
 	if opt.CallTimeout <= 0 {
 		opt.CallTimeout = 15 * time.Second
 	}
+	if opt.Lease == 0 {
+		opt.Lease = DefaultLease
+	}
+	opt.LeaseGrace = max(opt.LeaseGrace, 0)
 	e := &SSHExecutor{fl: fl, servers: map[string]cluster.Server{}, opt: opt, log: opt.Logger,
 		jobs: map[string]*sshJob{}, launching: map[string]bool{}, clients: map[string]*agent.Client{}}
+	e.fence.started = time.Now()
 	for _, s := range servers {
 		if _, dup := e.servers[s.Name]; dup {
 			return nil, fmt.Errorf("ssh executor: server %s twice", s.Name)
@@ -174,6 +190,7 @@ func (e *SSHExecutor) client(ctx context.Context, name string) (*agent.Client, e
 	if err != nil {
 		return nil, err
 	}
+	c.SetHeaders(e.headers(name)) // epoch and lease (fence.go)
 	e.mu.Lock()
 	e.clients[name] = c
 	e.mu.Unlock()
@@ -240,7 +257,9 @@ func (e *SSHExecutor) Start(ctx context.Context, l Launch) error {
 	if old != nil {
 		// Never run two launches of one job: stop the one we know of.
 		e.log.Warn("start: job already runs; stopping its previous launch", "job", l.JobID, "attempt", old.l.Attempt)
-		e.stopAll(ctx, old, e.opt.KillGrace)
+		if err := e.stopAll(ctx, old, 0); err != nil {
+			e.unconfirmed(l.JobID, old.procs)
+		}
 		e.forget(l.JobID, old)
 	}
 	in := launch.Input{Job: l.Spec, Plan: l.Plan, Servers: l.Servers, UsedPorts: e.usedPorts(l.JobID), Attempt: l.Attempt, Resume: l.Resume, SaveInterval: l.SaveInterval}
@@ -266,7 +285,19 @@ func (e *SSHExecutor) Start(ctx context.Context, l Launch) error {
 // launch writes r's files and starts its processes; on success the job is
 // tracked with launch l.
 func (e *SSHExecutor) launch(ctx context.Context, l Launch, r launch.Rendered) error {
-	j := &sshJob{l: l, port: r.MasterPort, step: l.From, ckpt: l.From}
+	// Never two live attempts: an earlier one cut off must be stopped
+	// for certain first (fence.go).
+	if err := e.awaitFence(ctx, l.JobID); err != nil {
+		return fmt.Errorf("start %s attempt %d: %w", l.JobID, l.Attempt, err)
+	}
+	j := &sshJob{l: l, port: r.MasterPort, step: l.From, ckpt: l.From, base: l.From}
+	if l.Resume {
+		// What the launch resumes from: the marker now (no earlier
+		// attempt runs any more to move it).
+		if n, _, err := e.readMarker(ctx, l); err == nil {
+			j.base = max(j.base, n)
+		}
+	}
 	for rank, sl := range r.Servers {
 		j.procs = append(j.procs, sshProc{rank: rank, server: sl.Server, id: ProcessID(l.JobID, l.Attempt, rank)})
 	}
@@ -333,6 +364,7 @@ func (e *SSHExecutor) launch(ctx context.Context, l Launch, r launch.Rendered) e
 	e.mu.Lock()
 	e.jobs[l.JobID] = j
 	e.mu.Unlock()
+	e.renewLeases() // fence.go
 	e.log.Info("started", "job", l.JobID, "attempt", l.Attempt, "servers", len(r.Servers), "master_port", r.MasterPort, "resume", l.Resume)
 	return nil
 }
@@ -443,6 +475,7 @@ func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
 			list, err = c.Processes(ctx)
 		}
 		states[i].err = err
+		e.heartbeat(e.order[i], err == nil) // no lease renewed while it fails (fence.go)
 		if err == nil {
 			states[i].procs = map[string]agent.ProcessInfo{}
 			for _, p := range list {
@@ -556,7 +589,14 @@ func (e *SSHExecutor) observeJob(ctx context.Context, j *sshJob, proc func(serve
 	}
 	if n, _, err := e.readMarker(ctx, j.l); err == nil {
 		e.mu.Lock()
-		j.ckpt = max(j.ckpt, n)
+		// The job's progress comes from its live attempt only: a marker
+		// beyond what that attempt resumed from or reported is not its
+		// own (another attempt's, such as an orphan's) and is ignored.
+		if live := max(j.step, j.base, j.l.From); n > live {
+			e.log.Debug("observe: checkpoint marker ahead of the live attempt; ignored", "job", j.l.JobID, "attempt", j.l.Attempt, "marker", n, "live", live)
+		} else {
+			j.ckpt = max(j.ckpt, n)
+		}
 		e.mu.Unlock()
 	} else {
 		e.log.Debug("observe: checkpoint marker", "job", j.l.JobID, "err", err)
@@ -619,8 +659,10 @@ func (e *SSHExecutor) reapOrphans(ctx context.Context, servers map[string]*srvSt
 			if err != nil {
 				continue
 			}
+			// SIGKILL at once: an orphan must not write a checkpoint over
+			// the live attempt's.
 			sctx, cancel := e.boundStop(ctx)
-			if _, err := c.Stop(sctx, id, e.opt.KillGrace); err != nil {
+			if _, err := c.Stop(sctx, id, 0); err != nil {
 				e.log.Warn("stop orphan", "server", name, "id", id, "err", err)
 			}
 			cancel()
@@ -664,6 +706,7 @@ func (e *SSHExecutor) Stop(ctx context.Context, id string, checkpoint bool) (int
 		sctx, cancel := e.boundStop(ctx)
 		defer cancel()
 		if err := e.stopAll(sctx, j, e.opt.KillGrace); err != nil {
+			e.unconfirmed(id, j.procs) // no new start before it is certainly stopped (fence.go)
 			return 0, fmt.Errorf("stop %s: %w", id, err)
 		}
 		e.log.Info("stopped", "job", id)
@@ -674,6 +717,7 @@ func (e *SSHExecutor) Stop(ctx context.Context, id string, checkpoint bool) (int
 	e.mu.Unlock()
 	ckpt, err := e.checkpointStop(ctx, j, want)
 	if err != nil {
+		e.unconfirmed(id, j.procs)
 		return ckpt, fmt.Errorf("stop %s: %w", id, err)
 	}
 	e.log.Info("stopped with a checkpoint", "job", id, "checkpoint", ckpt)
@@ -797,6 +841,9 @@ func (e *SSHExecutor) Reconfigure(ctx context.Context, from, to Launch, last int
 			}
 			if _, err := e.waitMarker(ctx, old, s.Iteration, st); err != nil {
 				<-st.done
+				if serr := <-st.errc; serr != nil {
+					e.unconfirmed(from.JobID, j.procs)
+				}
 				e.forget(from.JobID, j)
 				return fmt.Errorf("reconfigure %s: wait-checkpoint: %w", from.JobID, err)
 			}
@@ -807,6 +854,7 @@ func (e *SSHExecutor) Reconfigure(ctx context.Context, from, to Launch, last int
 			err := <-st.errc
 			e.forget(from.JobID, j)
 			if err != nil {
+				e.unconfirmed(from.JobID, j.procs)
 				return fmt.Errorf("reconfigure %s: stop: %w", from.JobID, err)
 			}
 		case launch.StepConvert:
@@ -930,10 +978,12 @@ func (e *SSHExecutor) Adopt(ctx context.Context, l Launch) (bool, error) {
 		}
 		return nil
 	})
+	var unreached []sshProc
 	for i, err := range errs {
 		if err != nil {
 			// An unreachable server: its jobs are the heartbeat's business.
 			e.log.Warn("adopt: server did not answer", "job", l.JobID, "server", l.Servers[i].Name, "err", err)
+			unreached = append(unreached, sshProc{rank: i, server: l.Servers[i].Name, id: ProcessID(l.JobID, l.Attempt, i)})
 		}
 	}
 	newest := -1
@@ -950,7 +1000,12 @@ func (e *SSHExecutor) Adopt(ctx context.Context, l Launch) (bool, error) {
 		}
 	}
 	// Older launches still running are leftovers of an interrupted
-	// reconfiguration: stop them.
+	// reconfiguration: stop them; while a newer one runs, at once with
+	// SIGKILL (a checkpoint of theirs would pass for the live attempt's).
+	grace := time.Duration(0)
+	if newest < 0 {
+		grace = e.opt.StopGrace
+	}
 	for a, fs := range byAttempt {
 		if a == newest {
 			continue
@@ -964,12 +1019,15 @@ func (e *SSHExecutor) Adopt(ctx context.Context, l Launch) (bool, error) {
 		}
 		if len(old.procs) > 0 {
 			e.log.Warn("adopt: stopping processes of an older launch", "job", l.JobID, "attempt", a)
-			if err := e.stopAll(ctx, old, e.opt.StopGrace); err != nil {
+			if err := e.stopAll(ctx, old, grace); err != nil {
 				e.log.Warn("adopt: stop older launch", "job", l.JobID, "err", err)
 			}
 		}
 	}
 	if newest < 0 {
+		// What ran on a server that did not answer may still run: the
+		// job starts again only once that is certainly stopped.
+		e.unconfirmed(l.JobID, unreached)
 		return false, nil
 	}
 	j := &sshJob{l: l, step: l.From, ckpt: l.From}
@@ -990,12 +1048,16 @@ func (e *SSHExecutor) Adopt(ctx context.Context, l Launch) (bool, error) {
 		// Rank 0 is gone (its server lost the record): the launch is
 		// broken; end what is left and let the daemon requeue the job.
 		e.log.Warn("adopt: rank 0 missing; stopping the rest", "job", l.JobID, "attempt", newest)
-		e.stopAll(ctx, j, e.opt.KillGrace)
+		if err := e.stopAll(ctx, j, e.opt.KillGrace); err != nil {
+			e.unconfirmed(l.JobID, j.procs)
+		}
+		e.unconfirmed(l.JobID, unreached)
 		return false, nil
 	}
 	e.mu.Lock()
 	e.jobs[l.JobID] = j
 	e.mu.Unlock()
+	e.renewLeases() // fence.go
 	e.log.Info("adopted", "job", l.JobID, "attempt", newest, "master_port", j.port)
 	return true, nil
 }

@@ -58,6 +58,10 @@ type testDaemonConfig struct {
 	Forwards map[string]perf.Forward `json:"forwards,omitempty"`
 	// WaitTimeoutS is the SSH executor's WaitTimeout in seconds (0: 60).
 	WaitTimeoutS int `json:"wait_timeout_s,omitempty"`
+	// LeaseMS and CallTimeoutMS, when set, are the SSH executor's Lease
+	// and CallTimeout (the outage test's short ones).
+	LeaseMS       int `json:"lease_ms,omitempty"`
+	CallTimeoutMS int `json:"call_timeout_ms,omitempty"`
 }
 
 // runTestDaemon is `replan daemon --executor ssh` in miniature: the SSH
@@ -88,8 +92,12 @@ func runTestDaemon(path string) error {
 	if cfg.WaitTimeoutS > 0 {
 		wait = time.Duration(cfg.WaitTimeoutS) * time.Second
 	}
+	call := 10 * time.Second
+	if cfg.CallTimeoutMS > 0 {
+		call = time.Duration(cfg.CallTimeoutMS) * time.Millisecond
+	}
 	ex, err := control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, StopGrace: 10 * time.Second, KillGrace: 2 * time.Second,
-		WaitTimeout: wait, Poll: 100 * time.Millisecond, CallTimeout: 10 * time.Second, NoCPUBinding: true})
+		WaitTimeout: wait, Poll: 100 * time.Millisecond, CallTimeout: call, NoCPUBinding: true, Lease: time.Duration(cfg.LeaseMS) * time.Millisecond})
 	if err != nil {
 		return err
 	}
@@ -376,6 +384,8 @@ type testCluster struct {
 	binDir    string
 	work      string
 	trainer   string
+	hosts     []testHost // the sshd hosts (the outage test takes them down)
+	agentBin  string     // the agent binary deployed
 }
 
 // newTestCluster starts three sshd hosts (network namespaces where
@@ -400,7 +410,7 @@ func newTestCluster(t *testing.T) *testCluster {
 	agentBin := buildAgent(t, tmp)
 	clientKey := sshtest.ClientKey(t)
 	hosts, netns := startHosts(t, 3, clientKey)
-	c.netns = netns
+	c.netns, c.hosts, c.agentBin = netns, hosts, agentBin
 	t.Logf("3 test hosts, network namespaces: %v", netns)
 	c.remoteDir = filepath.Join(tmp, "{server}")
 	var dirs []string
