@@ -13,7 +13,6 @@ import (
 	"github.com/replan/replan/agent"
 	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/fleet"
-	"github.com/replan/replan/internal/sshtest"
 	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/launch"
 	"github.com/replan/replan/ssh"
@@ -25,29 +24,20 @@ import (
 // not write. The marker now counts only up to what the live attempt
 // resumed from or reported.
 func TestMarkerAheadOfLiveAttemptIgnored(t *testing.T) {
-	if ok, why := sshtest.Available(); !ok {
-		t.Skip(why)
-	}
-	s := sshtest.Start(t, sshtest.Config{})
-	kh := filepath.Join(t.TempDir(), "known_hosts")
-	s.AppendKnownHosts(kh)
-	pool, err := ssh.NewPool(ssh.Config{HostKeys: ssh.NewHostKeys(kh, false, nil), ConnectTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	srv := cluster.Server{Name: "s1", Address: s.Host, Port: s.Port, User: s.User, IdentityFile: s.ClientKey, GPUs: 8}
-	ex, err := NewSSHExecutor(fleet.New(pool, fleet.Options{RemoteDir: t.TempDir()}), []cluster.Server{srv}, SSHOptions{CallTimeout: 5 * time.Second})
+	// The marker is read through the server's agent (as the job's user).
+	h := newAgentHost(t, "rp-fm", 37)
+	srv := h.server
+	ex, err := NewSSHExecutor(h.fl, []cluster.Server{srv}, SSHOptions{CallTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ck := t.TempDir()
 	spec := &jobspec.Spec{Name: "m", Framework: jobspec.DeepSpeed, CheckpointDir: ck, Iterations: 1000}
 	// The live attempt (2) resumed from 50 and has reported 60.
-	j := &sshJob{l: Launch{JobID: "j-1", Spec: spec, Servers: []launch.Server{{Name: "s1"}}, Attempt: 2, From: 50},
-		procs: []sshProc{{rank: 0, server: "s1", id: ProcessID("j-1", 2, 0)}}, step: 60, ckpt: 50}
+	j := &sshJob{l: Launch{JobID: "j-1", Spec: spec, Servers: []launch.Server{{Name: srv.Name}}, Attempt: 2, From: 50},
+		procs: []sshProc{{rank: 0, server: srv.Name, id: ProcessID("j-1", 2, 0)}}, step: 60, ckpt: 50}
 	// Rank 0 reported as not found: the marker is read all the same (no
-	// agent runs in this test to read samples from).
+	// process of the job runs to read samples from).
 	running := func(server, id string) (agent.ProcessInfo, bool, bool) {
 		return agent.ProcessInfo{}, false, true
 	}

@@ -612,7 +612,7 @@ func (e *SSHExecutor) observeJob(ctx context.Context, j *sshJob, proc func(serve
 	case p0.State == agent.StateExited:
 		jo.Exited, jo.ExitCode = true, exitCode(p0)
 		if jo.ExitCode != 0 {
-			jo.Err = fmt.Sprintf("rank 0 on %s: %s", r0.server, p0.ExitReason)
+			jo.Err = fmt.Sprintf("rank 0 on %s: %s", r0.server, p0.ExitReason) + e.logTail(ctx, r0.server, r0.id)
 		} else if p0.StopRequested {
 			// Stopped through the agent behind the daemon's back: not a
 			// finish; the job resumes from its checkpoint.
@@ -624,7 +624,7 @@ func (e *SSHExecutor) observeJob(ctx context.Context, j *sshJob, proc func(serve
 			pi, ok, reach := proc(p.server, p.id)
 			if reach && ok && pi.State == agent.StateExited && exitCode(pi) != 0 {
 				jo.Exited, jo.ExitCode = true, exitCode(pi)
-				jo.Err = fmt.Sprintf("rank %d on %s: %s", p.rank, p.server, pi.ExitReason)
+				jo.Err = fmt.Sprintf("rank %d on %s: %s", p.rank, p.server, pi.ExitReason) + e.logTail(ctx, p.server, p.id)
 				break
 			}
 		}

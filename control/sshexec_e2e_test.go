@@ -762,9 +762,10 @@ func TestSSHExecutorDirect(t *testing.T) {
 		t.Fatal("the job still runs after a failed reconfiguration")
 	}
 
-	// A job that exits 3 is reported with its code.
+	// A job that exits 3 is reported with its code and the last lines of
+	// its log (issue 28: a failure's reason had no log tail).
 	failing := filepath.Join(c.tmp, "fail.sh")
-	if err := os.WriteFile(failing, []byte("echo boom\nexit 3\n"), 0o755); err != nil {
+	if err := os.WriteFile(failing, []byte("echo starting\necho 'RuntimeError: CUDA out of memory' >&2\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	spec3 := *spec
@@ -778,7 +779,7 @@ func TestSSHExecutorDirect(t *testing.T) {
 		if !ok || !o.Exited {
 			return fmt.Errorf("%+v", o)
 		}
-		if o.ExitCode != 3 || o.Err == "" {
+		if o.ExitCode != 3 || !strings.Contains(o.Err, "last lines: ") || !strings.Contains(o.Err, "RuntimeError: CUDA out of memory") {
 			t.Fatalf("failing job: %+v", o)
 		}
 		return nil

@@ -147,3 +147,38 @@ func (e *SSHExecutor) newestProc(ctx context.Context, jobID string, attempt int)
 	}
 	return sshProc{}, fmt.Errorf("logs of %s: no process of %s on the agents that answered; %d of %d did not (%s)", jobID, what, len(down), len(e.order), strings.Join(down, "; "))
 }
+
+// failTailLines is how many of a failed rank's last log lines its
+// failure's reason quotes.
+const failTailLines = 5
+
+// logTail is "; last lines: …" with the last lines of process id's log on
+// server, joined on one line (each cut to 200 bytes), for a failure's
+// reason; "" when the log cannot be read (bounded by CallTimeout) or is
+// empty.
+func (e *SSHExecutor) logTail(ctx context.Context, server, id string) string {
+	ctx, cancel := context.WithTimeout(ctx, e.opt.CallTimeout)
+	defer cancel()
+	c, err := e.client(ctx, server)
+	if err != nil {
+		return ""
+	}
+	b, err := c.Logs(ctx, id, failTailLines)
+	if err != nil {
+		e.log.Debug("failure's log tail", "server", server, "id", id, "err", err)
+		return ""
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			if len(l) > 200 {
+				l = l[:200] + "…"
+			}
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return "; last lines: " + strings.Join(lines, " ⏎ ")
+}
