@@ -34,6 +34,11 @@ type ServerInfo struct {
 type TenantInfo struct {
 	Name      string `json:"name"`
 	QuotaGPUs int    `json:"quota_gpus"`
+	// TimeLimitDefault is the time limit of the tenant's jobs whose spec
+	// sets none, TimeLimitMax the longest a spec may set (0: none;
+	// timelimit.go).
+	TimeLimitDefault jobspec.Duration `json:"time_limit_default,omitempty"`
+	TimeLimitMax     jobspec.Duration `json:"time_limit_max,omitempty"`
 }
 
 // Config wires a daemon.
