@@ -206,6 +206,8 @@ type jobState struct {
 
 	// ckptInfo is how often the current launch checkpoints (checkpoint.go).
 	ckptInfo CheckpointInfo
+	// deps is what is known of the jobs it waits for (deps.go).
+	deps depState
 }
 
 type nodeState struct {
@@ -391,11 +393,16 @@ func (d *Daemon) recover(ctx context.Context) error {
 			return fmt.Errorf("recover job %s: spec: %w", r.ID, err)
 		}
 		js := &jobState{rec: r, spec: &spec, iters: r.Iterations, ckpt: r.Checkpoint}
-		if r.State != StateRunning && !r.StartedAt.IsZero() {
-			// It ran before and waits again: since its last stop, as
-			// its history says (waiting_s counts from there).
+		if !r.StartedAt.IsZero() {
 			if h, err := d.cfg.Store.History(ctx, r.ID); err == nil {
-				js.lastRun = lastStop(h)
+				if r.State != StateRunning {
+					// It ran before and waits again: since its last stop,
+					// as its history says (waiting_s counts from there).
+					js.lastRun = lastStop(h)
+				}
+				// The time it held resources, as its time limit counts it
+				// (timelimit.go).
+				js.ranFor, js.runFrom = runTimeOf(h)
 			}
 		}
 		if len(r.Plan) > 0 {
