@@ -18,8 +18,8 @@ func TestParseTenantTimeLimits(t *testing.T) {
 	}
 	for add, want := range map[string]string{
 		"  - {name: u, time_limit_default: 3d, time_limit_max: 2d}\n": `x.yaml:20: tenants[1].time_limit_default: the default 3d is above the tenant's time_limit_max 2d`,
-		"  - {name: u, time_limit_max: 12}\n":                          `x.yaml:20: tenants[1].time_limit_max: want a duration like 12h, 90m, 1h30m or 2d, got "12"`,
-		"  - {name: u, time_limit_default: 0s}\n":                      `x.yaml:20: tenants[1].time_limit_default: a time limit must be at least 1s`,
+		"  - {name: u, time_limit_max: 12}\n":                         `x.yaml:20: tenants[1].time_limit_max: want a duration like 12h, 90m, 1h30m or 2d, got "12"`,
+		"  - {name: u, time_limit_default: 0s}\n":                     `x.yaml:20: tenants[1].time_limit_default: a time limit must be at least 1s`,
 	} {
 		_, err := Parse("x.yaml", []byte(good+add), testOpts)
 		if err == nil || !strings.Contains(err.Error(), want) {
