@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +158,64 @@ func TestDependencyAdmission(t *testing.T) {
 		if err := d.Admit(ctx, specWith(t, "x", 8, ok), nil); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
+	}
+}
+
+// TestAPISubmitRefusesUnknownDependencyAndLongLimit: through the API, an
+// unknown dependency and a time limit above the tenant's maximum are
+// refused with 400 naming file, line and field; nothing is stored.
+func TestAPISubmitRefusesUnknownDependencyAndLongLimit(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	p, _ := sched.New("static")
+	d, err := New(ctx, Config{
+		Store: st, Exec: &recorder{}, Policy: p, Clock: c.now,
+		Servers: []ServerInfo{{Name: "a", Address: "10.0.0.1", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}},
+		Tenants: []TenantInfo{{Name: "research", QuotaGPUs: 8, TimeLimitMax: jobspec.Duration(12 * time.Hour)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	sock := filepath.Join(t.TempDir(), "replan.sock")
+	l, err := ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go Serve(sctx, l, (&API{D: d, Version: "test"}).Handler())
+	cl := NewUnixClient(sock)
+	_, err = cl.Submit(ctx, "job.yaml", []byte(admitSpec(nil)+"time_limit: 2d\nafter:\n  - {job: j-000042, when: ok}\n"))
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Status != http.StatusBadRequest {
+		t.Fatalf("want 400, got %v", err)
+	}
+	var got []string
+	for _, p := range re.Problems {
+		got = append(got, fmt.Sprintf("%s:%d: %s: %s", p.File, p.Line, p.Field, p.Msg))
+	}
+	want := []string{
+		"job.yaml:14: time_limit: 2d is above the time_limit_max of tenant research, 12h",
+		"job.yaml:16: after[0].job: no job j-000042 (submit the jobs it waits for first)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if jobs, _ := cl.Jobs(ctx); len(jobs) != 0 {
+		t.Errorf("stored %+v", jobs)
+	}
+	// Without the problems it is accepted, with the tenant's maximum as
+	// its limit when it sets none.
+	first, err := cl.Submit(ctx, "job.yaml", []byte(admitSpec(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Submit(ctx, "job.yaml", []byte(admitSpec(nil)+"after:\n  - {job: "+first.ID+"}\n")); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := st.GetJob(ctx, first.ID)
+	if !strings.Contains(string(rec.Spec), `"time_limit":"12h"`) {
+		t.Errorf("stored spec %s", rec.Spec)
 	}
 }
