@@ -18,6 +18,7 @@ import (
 	"github.com/replan/replan/control"
 	"github.com/replan/replan/dataset"
 	"github.com/replan/replan/fleet"
+	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
 	"github.com/replan/replan/ssh"
@@ -49,7 +50,8 @@ func serversFromInventory(inv *cluster.Inventory) ([]control.ServerInfo, []contr
 	}
 	var tenants []control.TenantInfo
 	for _, t := range inv.Tenants {
-		tenants = append(tenants, control.TenantInfo{Name: t.Name, QuotaGPUs: t.GPUQuota})
+		tenants = append(tenants, control.TenantInfo{Name: t.Name, QuotaGPUs: t.GPUQuota,
+			TimeLimitDefault: jobspec.Duration(t.TimeLimitDefault), TimeLimitMax: jobspec.Duration(t.TimeLimitMax)})
 	}
 	return servers, tenants
 }

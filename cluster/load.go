@@ -10,9 +10,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/replan/replan/internal/timelimit"
 	"github.com/replan/replan/internal/yamlcheck"
 )
 
@@ -209,12 +211,14 @@ func (p *parser) parse(data []byte) *Inventory {
 			p.List(v, f, func(i int, path string, item *yaml.Node) {
 				var t Tenant
 				got := p.Mapping(item, path, map[string]func(string, *yaml.Node){
-					"name":            func(f string, v *yaml.Node) { t.Name, _ = p.Str(v, f) },
-					"gpu_quota":       func(f string, v *yaml.Node) { t.GPUQuota, _ = p.NonNegative(v, f) },
-					"cpu_quota":       func(f string, v *yaml.Node) { t.CPUQuota, _ = p.NonNegative(v, f) },
-					"memory_quota_gb": func(f string, v *yaml.Node) { t.MemoryQuotaGB, _ = p.NonNegative(v, f) },
-					"users":           func(f string, v *yaml.Node) { t.Users = p.userList(v, f) },
-					"admins":          func(f string, v *yaml.Node) { t.Admins = p.userList(v, f) },
+					"name":               func(f string, v *yaml.Node) { t.Name, _ = p.Str(v, f) },
+					"gpu_quota":          func(f string, v *yaml.Node) { t.GPUQuota, _ = p.NonNegative(v, f) },
+					"cpu_quota":          func(f string, v *yaml.Node) { t.CPUQuota, _ = p.NonNegative(v, f) },
+					"memory_quota_gb":    func(f string, v *yaml.Node) { t.MemoryQuotaGB, _ = p.NonNegative(v, f) },
+					"users":              func(f string, v *yaml.Node) { t.Users = p.userList(v, f) },
+					"time_limit_default": func(f string, v *yaml.Node) { t.TimeLimitDefault = p.timeLimit(v, f) },
+					"time_limit_max":     func(f string, v *yaml.Node) { t.TimeLimitMax = p.timeLimit(v, f) },
+					"admins":             func(f string, v *yaml.Node) { t.Admins = p.userList(v, f) },
 					"run_as": func(f string, v *yaml.Node) {
 						if u, ok := p.Str(v, f); ok {
 							if !userRE.MatchString(u) {
@@ -226,6 +230,10 @@ func (p *parser) parse(data []byte) *Inventory {
 				})
 				if item.Kind == yaml.MappingNode && got["name"] == nil {
 					p.Errf(item, yamlcheck.JoinPath(path, "name"), "missing required field")
+				}
+				if t.TimeLimitMax > 0 && t.TimeLimitDefault > t.TimeLimitMax {
+					p.Errf(got["time_limit_default"], yamlcheck.JoinPath(path, "time_limit_default"), "the default %s is above the tenant's time_limit_max %s",
+						timelimit.Format(t.TimeLimitDefault), timelimit.Format(t.TimeLimitMax))
 				}
 				tenants = append(tenants, t)
 				tenantNode = append(tenantNode, item)
@@ -540,6 +548,21 @@ func (p *parser) parse(data []byte) *Inventory {
 var userRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9._-]{0,31}$`)
 
 // userList reads a list of Unix user names (tenants[].users, admins).
+// timeLimit reads a tenant's time limit (tenants[].time_limit_default,
+// time_limit_max) as a job spec's time_limit is read.
+func (p *parser) timeLimit(v *yaml.Node, f string) time.Duration {
+	s, ok := p.Str(v, f)
+	if !ok {
+		return 0
+	}
+	d, err := timelimit.Parse(s)
+	if err != nil {
+		p.Errf(v, f, "%v", err)
+		return 0
+	}
+	return d
+}
+
 func (p *parser) userList(v *yaml.Node, f string) []string {
 	out := []string{}
 	seen := map[string]bool{}

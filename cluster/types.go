@@ -86,6 +86,10 @@ type Tenant struct {
 	// RunAs is the Unix user the tenant's processes should run as on the
 	// servers ("": the agent's own user).
 	RunAs string
+	// TimeLimitDefault is the time limit of the tenant's jobs whose spec
+	// sets none; TimeLimitMax the longest a spec may set (0: no limit).
+	TimeLimitDefault time.Duration
+	TimeLimitMax     time.Duration
 }
 
 // SSHOptions configure how replan reaches servers.

@@ -165,6 +165,10 @@ func (d *Daemon) Admit(ctx context.Context, spec *jobspec.Spec, acc *Access) err
 			add("pin.tiers", "pinned to %s: the job needs %d GPUs there, the largest %s of the inventory has %d", tiersString(spec.Pin.Tiers), need, where, most)
 		}
 	}
+	d.admitTimeLimit(spec, add) // timelimit.go
+	if err := d.admitAfter(ctx, spec, add); err != nil {
+		return err // deps.go
+	}
 	if len(probs) > 0 {
 		return &AdmissionError{Problems: probs}
 	}
@@ -305,7 +309,10 @@ func (d *Daemon) checkSchedulable(ctx context.Context) error {
 		if st != StateQueued && st != StatePreempted && st != StateUnschedulable {
 			continue
 		}
-		why := d.unschedulableWhy(js, all, now)
+		why := js.deps.broken // deps.go: a dependency that ended the other way
+		if why == "" {
+			why = d.unschedulableWhy(js, all, now)
+		}
 		rec := js.rec
 		switch {
 		case why != "" && (st != StateUnschedulable || rec.Reason != why):

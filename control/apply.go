@@ -100,6 +100,7 @@ func (d *Daemon) Submit(ctx context.Context, spec *jobspec.Spec) (JobRecord, err
 	if spec == nil {
 		return JobRecord{}, errors.New("submit: no spec")
 	}
+	spec = d.withTenantLimit(spec) // timelimit.go
 	raw, err := json.Marshal(spec)
 	if err != nil {
 		return JobRecord{}, fmt.Errorf("submit: %w", err)
@@ -178,7 +179,7 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 	order := make([]entry, 0, len(d.jobs))
 	now := d.now()
 	for id, js := range d.jobs {
-		if js.stopping || now.Before(js.backoff) || d.unsettled(id) {
+		if js.stopping || now.Before(js.backoff) || d.unsettled(id) || !js.depsMet() {
 			continue
 		}
 		if js.rec.State == StateQueued || js.rec.State == StatePreempted || js.rec.State == StateRunning {
@@ -285,7 +286,12 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 	defer d.roundMu.Unlock()
 	began := time.Now()
 	d.mu.Lock()
-	checkErr := d.checkSchedulable(ctx) // admit.go: unschedulable jobs, and back
+	atLimit, limitErr := d.expireTimeLimits(ctx) // timelimit.go
+	d.mu.Unlock()
+	limitErr = errors.Join(limitErr, d.stopAtLimit(ctx, atLimit))
+	d.mu.Lock()
+	depWaits, depErr := d.checkDeps(ctx) // deps.go
+	checkErr := d.checkSchedulable(ctx)  // admit.go: unschedulable jobs, and back
 	snap, seen := d.snapshot()
 	d.mu.Unlock()
 	t0 := time.Now()
@@ -293,8 +299,11 @@ func (d *Daemon) Round(ctx context.Context) (RoundStats, error) {
 	planned := time.Since(t0)
 	pinned := map[string]string{}
 	applied, dropped, errs := d.applyDecisions(ctx, dec.Actions, seen, pinned)
-	errs = append(errs, checkErr)
+	errs = append(errs, checkErr, limitErr, depErr)
 	for id, why := range pinned {
+		dec.Waiting = append(dec.Waiting, sched.Wait{Job: id, Reason: why})
+	}
+	for id, why := range depWaits {
 		dec.Waiting = append(dec.Waiting, sched.Wait{Job: id, Reason: why})
 	}
 	errs = append(errs, d.recordWaits(ctx, dec.Waiting)...)

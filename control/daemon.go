@@ -34,6 +34,11 @@ type ServerInfo struct {
 type TenantInfo struct {
 	Name      string `json:"name"`
 	QuotaGPUs int    `json:"quota_gpus"`
+	// TimeLimitDefault is the time limit of the tenant's jobs whose spec
+	// sets none, TimeLimitMax the longest a spec may set (0: none;
+	// timelimit.go).
+	TimeLimitDefault jobspec.Duration `json:"time_limit_default,omitempty"`
+	TimeLimitMax     jobspec.Duration `json:"time_limit_max,omitempty"`
 }
 
 // Config wires a daemon.
@@ -201,6 +206,8 @@ type jobState struct {
 
 	// ckptInfo is how often the current launch checkpoints (checkpoint.go).
 	ckptInfo CheckpointInfo
+	// deps is what is known of the jobs it waits for (deps.go).
+	deps depState
 }
 
 type nodeState struct {
@@ -399,11 +406,16 @@ func (d *Daemon) recover(ctx context.Context) error {
 			return fmt.Errorf("recover job %s: spec: %w", r.ID, err)
 		}
 		js := &jobState{rec: r, spec: &spec, iters: r.Iterations, ckpt: r.Checkpoint}
-		if r.State != StateRunning && !r.StartedAt.IsZero() {
-			// It ran before and waits again: since its last stop, as
-			// its history says (waiting_s counts from there).
+		if !r.StartedAt.IsZero() {
 			if h, err := d.cfg.Store.History(ctx, r.ID); err == nil {
-				js.lastRun = lastStop(h)
+				if r.State != StateRunning {
+					// It ran before and waits again: since its last stop,
+					// as its history says (waiting_s counts from there).
+					js.lastRun = lastStop(h)
+				}
+				// The time it held resources, as its time limit counts it
+				// (timelimit.go).
+				js.ranFor, js.runFrom = runTimeOf(h)
 			}
 		}
 		if len(r.Plan) > 0 {

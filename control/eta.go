@@ -81,6 +81,7 @@ type etaInput struct {
 	extra    map[string]sim.ForwardJob
 	arrivals []sched.Job
 	held     []string
+	depWaits map[string]string // jobs waiting for a dependency (deps.go)
 	asOf     time.Time
 }
 
@@ -156,9 +157,17 @@ func (d *Daemon) etaInputLocked() etaInput {
 		// the old entries do not pile up.
 		e.policy = e.newPolicy()
 	}
+	d.capByTimeLimit(&in.snap, in.extra, e.restart, in.asOf) // timelimit.go
+	in.depWaits = map[string]string{}
 	for id, js := range d.jobs {
 		if js.rec.State == StateHeld {
 			in.held = append(in.held, id)
+		} else if !js.depsMet() && js.deps.broken == "" {
+			why := js.deps.waitFor
+			if why == "" {
+				why = "waits for " + js.spec.After[0].String()
+			}
+			in.depWaits[id] = why + ": no estimate until then"
 		}
 	}
 	in.arrivals = e.expectedLocked(in.snap)
@@ -283,6 +292,9 @@ func (d *Daemon) etaStore(in etaInput, res sim.ForwardResult, err error) {
 	}
 	for _, id := range in.held {
 		e.why[id] = "held by the operator: no start until released"
+	}
+	for id, why := range in.depWaits {
+		e.why[id] = why
 	}
 }
 

@@ -103,6 +103,11 @@ type Spec struct {
 	Request       Request           `json:"request"`
 	Pin           Pin               `json:"pin"`
 	Supports      *Supports         `json:"supports,omitempty"`
+	// TimeLimit is how long the job may run (hold GPUs) in all; 0: no
+	// limit of its own (the daemon applies its tenant's default). After
+	// lists the jobs it waits for (limits.go).
+	TimeLimit Duration `json:"time_limit,omitempty"`
+	After     []Dep    `json:"after,omitempty"`
 
 	// File is the name the spec was parsed under and Lines the line of
 	// each field ("tenant", "request.gpus", "pin.tiers", ...), so checks
@@ -314,6 +319,8 @@ func ParseAuthorized(name string, data []byte, cat perf.Catalog, authorize func(
 			})
 			s.Supports = sup
 		},
+		"time_limit": func(f string, v *yaml.Node) { s.TimeLimit = parseTimeLimit(w, v, f) },
+		"after":      func(f string, v *yaml.Node) { s.After = parseAfter(w, v, f, line) },
 		"pin": func(f string, v *yaml.Node) {
 			w.Mapping(v, f, map[string]func(string, *yaml.Node){
 				"plan": func(f string, v *yaml.Node) { line(f, v); s.Pin.Plan, _ = w.Bool(v, f) },
