@@ -219,3 +219,31 @@ func TestLeaseFileMalformed(t *testing.T) {
 		t.Fatalf("malformed lease file: %v", err)
 	}
 }
+
+// A fenced process gets no SIGTERM when the lease's grace is 0: the
+// wrapper's watchdog sent TERM and KILL back to back, so a trainer's TERM
+// trap began a checkpoint the KILL cut short (the outage test under load:
+// a relaunch resumed at iteration 87, saved by the orphan, after the last
+// checkpoint its trail recorded, 75).
+func TestLeaseFenceWithoutGraceSendsNoTERM(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "agent.sock")
+	_, cancel, served := serveAgent(t, dir, sock)
+	c := NewSocketClient(sock)
+	ctx := context.Background()
+	var lease atomic.Value
+	lease.Store("1")
+	leased(c, 1, &lease)
+	mark := filepath.Join(dir, "got-term")
+	p, err := c.Start(ctx, ProcessSpec{ID: "orphan", Argv: []string{"sh", "-c", `trap 'echo term > "$0"; exit 0' TERM; while :; do :; done`, mark}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-p.PID, syscall.SIGKILL) })
+	cancel() // the agent goes away; the wrapper's watchdog fences
+	<-served
+	waitFor(t, "the wrapper fences the process", func() bool { return !alive(p.PID) })
+	if b, err := os.ReadFile(mark); err == nil {
+		t.Fatalf("the fenced process got SIGTERM (wrote %q): with grace 0 it must only be killed", b)
+	}
+}

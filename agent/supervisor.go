@@ -158,7 +158,11 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // wrapperScript runs the command in the background of a shell that records
 // its exit status in the file named by $1 and forwards TERM and INT to it.
 // With a lease file ($2, SupervisorConfig.LeaseFile) a watchdog subshell
-// stops the whole process group once the lease's deadline has passed.
+// stops the whole process group once the lease's deadline has passed:
+// SIGKILL at once when the lease's grace is 0 (a fenced process must not
+// checkpoint: a SIGTERM has it start writing one, and a SIGKILL right
+// after leaves a checkpoint its trail never recorded), else SIGTERM and
+// SIGKILL after the grace.
 // The shell's own messages (e.g. "Terminated") go to /dev/null; the command
 // keeps the real stderr. A trapped signal interrupts `wait`, so it waits
 // again: for a command that ended meanwhile the shell still remembers its
@@ -180,8 +184,9 @@ if [ -n "$l" ]; then
       read d g < "$l" || continue
       case "$d:$g" in *[!0-9:]*|:*|*:) continue ;; esac
       [ "$(date +%s)" -gt "$d" ] || continue
+      if [ "$g" = 0 ]; then kill -KILL 0; fi
       kill -TERM 0
-      [ "$g" = 0 ] || sleep "$g"
+      sleep "$g"
       kill -KILL 0
       exit
     done
