@@ -28,6 +28,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		id string
 	}
 	var stops []stopReq
+	var cordoned []*jobState // jobs on GPUs cordoned now (health.go)
 	d.mu.Lock()
 	d.noteFailures(obs) // checkpoint.go
 	for _, n := range obs.Nodes {
@@ -37,6 +38,13 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		}
 		ns := d.nodes[i]
 		d.keepTelemetry(i, n) // GPU figures (telemetry.go)
+		if n.Reachable {
+			moved, err := d.cordonGPUs(ctx, i, n.GPUs) // health.go
+			if err != nil {
+				errs = append(errs, err)
+			}
+			cordoned = append(cordoned, moved...)
+		}
 		next := ns
 		var b Batch
 		var ups []jobUpdate
@@ -93,6 +101,9 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		if js == nil || js.stopping || js.rec.State != StateRunning {
 			delete(d.pending, o.JobID)
 			continue
+		}
+		if o.Iterations > js.iters {
+			js.progressAt = d.now() // a new iteration (hang.go)
 		}
 		iters := max(js.iters, o.Iterations)
 		ckpt := max(js.ckpt, o.Checkpoint)
@@ -193,10 +204,18 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if len(stops) > 0 {
+	for _, js := range cordoned {
+		if err := d.stopAndRelease(ctx, js, js.rec.ID, true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(stops)+len(cordoned) > 0 {
 		d.publishNow()
 	}
 	if err := d.healthChecks(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.hangChecks(ctx); err != nil { // hang.go
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
