@@ -13,9 +13,11 @@ package control
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -287,7 +289,7 @@ type cordonData struct {
 }
 
 // ErrNotCordoned is returned by Uncordon for a GPU that is not cordoned.
-var ErrNotCordoned = errors.New("not cordoned")
+var ErrNotCordoned = fmt.Errorf("not cordoned: %w", ErrBadState)
 
 // Uncordon returns a cordoned GPU to service (stored, with an event).
 // Critical events the agent reported before it no longer cordon the GPU;
@@ -353,4 +355,29 @@ func (s *SQLite) GPUHealth(ctx context.Context) ([]GPUHealthRecord, error) {
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// uncordon is POST /v1/nodes/{name}/gpus/{gpu}/uncordon (admins).
+func (a *API) uncordon(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := a.Access.canAdmin(callerOf(r.Context()), "uncordon a GPU of "+name); err != nil {
+		writeErr(w, http.StatusForbidden, err)
+		return
+	}
+	gpu, err := strconv.Atoi(r.PathValue("gpu"))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("uncordon: GPU index: want an integer, got %q", r.PathValue("gpu")))
+		return
+	}
+	if err := a.D.Uncordon(r.Context(), name, gpu); err != nil {
+		writeErr(w, statusOf(err), err)
+		return
+	}
+	a.D.Kick()
+	writeJSON(w, http.StatusOK, map[string]any{"server": name, "gpu": gpu})
+}
+
+// Uncordon returns a cordoned GPU of a server to service (admins).
+func (c *Client) Uncordon(ctx context.Context, server string, gpu int) error {
+	return c.do(ctx, "POST", "/v1/nodes/"+url.PathEscape(server)+"/gpus/"+strconv.Itoa(gpu)+"/uncordon", nil, nil)
 }
