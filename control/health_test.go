@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/replan/replan/agent"
 	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/launch"
@@ -209,6 +211,11 @@ func TestXid79CordonsTheGPUAndMovesOnlyItsJob(t *testing.T) {
 		t.Fatalf("%d of %d fillers run, want %d", running, len(fillers), free)
 	}
 
+	// The metrics count it apart: neither free nor allocated.
+	if got := gpuGauges(t, f.d); got["cordoned"] != 1 || got["free"] != 0 || got["allocated"] != 15 {
+		t.Errorf("replan_gpus %v, want 1 cordoned, 0 free, 15 allocated", got)
+	}
+
 	// A restarted daemon keeps the cordon.
 	d2, err := New(ctx, Config{Store: f.st, Exec: f.ex, Policy: f.d.cfg.Policy, Clock: f.c.now, Servers: f.d.cfg.Servers, Tenants: f.d.cfg.Tenants})
 	if err != nil {
@@ -335,4 +342,29 @@ func (e *SimExecutor) progressOf(id string) (int, bool) {
 		return 0, false
 	}
 	return int(e.progress(j)), true
+}
+
+// gpuGauges is the replan_gpus gauge by use.
+func gpuGauges(t *testing.T, d *Daemon) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&collector{d})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "replan_gpus" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "use" {
+					out[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }
