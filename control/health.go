@@ -72,6 +72,34 @@ type GPUCordon struct {
 type gpuHealth struct {
 	rec       GPUHealthRecord
 	readFails int // observations in a row whose reads of it failed
+	// exitJob exited non-zero on this GPU at exitAt, charged: a cordon
+	// within CordonRefundWindow gives the failure back (the GPU, not the
+	// job, failed; the agent may report the Xid an observation after the
+	// exit).
+	exitJob string
+	exitAt  time.Time
+}
+
+// CordonRefundWindow is how long after a job's non-zero exit on a GPU a
+// cordon of that GPU still gives the failure back.
+const CordonRefundWindow = 2 * time.Minute
+
+// noteExit remembers that js exited non-zero on its GPUs now (its
+// failure charged); the caller holds d.mu and calls it before the
+// requeue frees the devices.
+func (d *Daemon) noteExit(js *jobState) {
+	for _, s := range js.servers {
+		i, ok := d.srvIdx[s.Name]
+		if !ok {
+			continue
+		}
+		for _, g := range s.GPUs {
+			if g >= 0 && g < len(d.owner[i].gpu) {
+				h := d.healthOf(i, g)
+				h.exitJob, h.exitAt = js.rec.ID, d.now()
+			}
+		}
+	}
 }
 
 // healthOf is GPU g of server i's health (created ok); the caller holds
@@ -236,6 +264,18 @@ func (d *Daemon) cordonGPUs(ctx context.Context, i int, gpus []GPUStat) ([]*jobS
 	var moved []*jobState
 	var finals []bool
 	taken := map[string]bool{}
+	// Failures charged for exits on these GPUs just before: given back.
+	refund := map[string]int{}
+	var refunded []*gpuHealth
+	for _, f := range faults {
+		h := d.healthOf(i, f.gpu)
+		if h.exitJob != "" && now.Sub(h.exitAt) <= CordonRefundWindow {
+			if js := d.jobs[h.exitJob]; js != nil && js.rec.Failures > 0 {
+				refund[h.exitJob] = 1 // one exit, however many of its GPUs fail
+			}
+			refunded = append(refunded, h)
+		}
+	}
 	recs := make([]GPUHealthRecord, len(faults))
 	for k, f := range faults {
 		h := d.healthOf(i, f.gpu)
@@ -253,6 +293,8 @@ func (d *Daemon) cordonGPUs(ctx context.Context, i int, gpus []GPUStat) ([]*jobS
 				if js.rec.State == StateRunning && !js.stopping {
 					ck := max(js.rec.Checkpoint, js.ckpt)
 					up, e, final := d.requeueChange(js, fmt.Sprintf("GPU %d of %s cordoned (%s); back to the queue from checkpoint %d", f.gpu, name, f.why, ck), false)
+					up.rec.Failures = max(up.rec.Failures-refund[id], 0)
+					delete(refund, id)
 					ups = append(ups, up)
 					b.Events = append(b.Events, e)
 					moved = append(moved, js)
@@ -266,10 +308,25 @@ func (d *Daemon) cordonGPUs(ctx context.Context, i int, gpus []GPUStat) ([]*jobS
 		}
 		b.Events = append([]Event{d.ev("cordon", "", name, msg, cordonData{GPU: f.gpu, Cause: f.cause, Jobs: ids})}, b.Events...)
 	}
+	ids := make([]string, 0, len(refund))
+	for id := range refund {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		js := d.jobs[id]
+		rec := js.rec
+		rec.Failures--
+		ups = append(ups, jobUpdate{js, rec, fmt.Sprintf("failure given back: its GPU on %s was cordoned", name)})
+		b.Events = append(b.Events, d.ev("refund", id, name, fmt.Sprintf("%s: the failure of its last exit is given back: it ran on a GPU of %s that was cordoned since", js.spec.Name, name), nil))
+	}
 	b.GPUHealth = recs
 	err := d.write(ctx, ups, b, func() {
 		for _, r := range recs {
 			d.healthOf(i, r.GPU).rec = r
+		}
+		for _, h := range refunded {
+			h.exitJob, h.exitAt = "", time.Time{}
 		}
 		for k, js := range moved {
 			d.afterRequeue(js, finals[k], true)

@@ -368,3 +368,52 @@ func gpuGauges(t *testing.T, d *Daemon) map[string]float64 {
 	}
 	return out
 }
+
+// TestExitJustBeforeTheXidIsGivenBack: the job's processes die one
+// observation before the agent reports the Xid (the failure is charged
+// then); the cordon that follows gives the failure back, with a refund
+// event. An exit longer than CordonRefundWindow before keeps its charge.
+func TestExitJustBeforeTheXidIsGivenBack(t *testing.T) {
+	ctx := context.Background()
+	f := newFaultCluster(t)
+	j, _ := f.d.Submit(ctx, spec(t, "early", 4, jobspec.BestEffort))
+	k, _ := f.d.Submit(ctx, spec(t, "late", 4, jobspec.BestEffort))
+	f.d.Round(ctx)
+	for i := 0; i < 3; i++ {
+		f.step(t, 20*time.Second)
+	}
+	pj, pk := f.placement(t, j.ID)[0], f.placement(t, k.ID)[0]
+	f.ex.Kill(j.ID, 1)
+	f.ex.Kill(k.ID, 1)
+	f.c.advance(20 * time.Second)
+	if err := f.d.Observe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{j.ID, k.ID} {
+		if r, _ := f.st.GetJob(ctx, id); r.Failures != 1 || r.State != StatePreempted {
+			t.Fatalf("%s after its exit: %s, %d failures", id, r.State, r.Failures)
+		}
+	}
+	f.gpu[pj.Name].InjectXid(pj.GPUs[0], 79)
+	f.c.advance(20 * time.Second)
+	if err := f.d.Observe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := f.st.GetJob(ctx, j.ID); r.Failures != 0 {
+		t.Errorf("%s after its GPU was cordoned: %d failures, want 0", j.ID, r.Failures)
+	}
+	if evs := f.events(t, "refund"); len(evs) != 1 || evs[0].JobID != j.ID {
+		t.Errorf("refund events %+v", evs)
+	}
+	f.c.advance(CordonRefundWindow)
+	f.gpu[pk.Name].InjectXid(pk.GPUs[1], 79)
+	if err := f.d.Observe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cs := nodeNamed(f.d, pk.Name).CordonedGPUs; !slices.ContainsFunc(cs, func(c GPUCordon) bool { return c.GPU == pk.GPUs[1] }) {
+		t.Fatalf("not cordoned: %+v", cs)
+	}
+	if r, _ := f.st.GetJob(ctx, k.ID); r.Failures != 1 {
+		t.Errorf("%s, exited %s before the Xid: %d failures, want 1", k.ID, CordonRefundWindow+20*time.Second, r.Failures)
+	}
+}

@@ -136,6 +136,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			}
 		case o.Exited:
 			js.iters, js.ckpt = iters, ckpt
+			d.noteExit(js) // a cordon of its GPU soon after gives the failure back (health.go)
 			if err := d.requeue(ctx, js, fmt.Sprintf("exited with code %d%s; restarting from checkpoint %d", o.ExitCode, suffix(o.Err), ckpt), true); err != nil {
 				o.Iterations, o.Checkpoint = iters, ckpt
 				d.pending[id] = o
