@@ -140,6 +140,34 @@ func (d *Daemon) cordonedFree(i int) int {
 	return n
 }
 
+// healthyServers is the inventory's servers, each with its GPUs less
+// its cordoned ones (what admission counts in service); the caller holds
+// d.mu.
+func (d *Daemon) healthyServers() []ServerInfo {
+	out := append([]ServerInfo(nil), d.cfg.Servers...)
+	for i := range out {
+		for _, h := range d.gpuHealth[i] {
+			if h.rec.Cordoned {
+				out[i].GPUs = max(out[i].GPUs-1, 0)
+			}
+		}
+	}
+	return out
+}
+
+// cordonedCount is how many GPUs are cordoned; the caller holds d.mu.
+func (d *Daemon) cordonedCount() int {
+	n := 0
+	for _, m := range d.gpuHealth {
+		for _, h := range m {
+			if h.rec.Cordoned {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // cordonsOf lists server i's cordoned GPUs by index; the caller holds
 // d.mu.
 func (d *Daemon) cordonsOf(i int) []GPUCordon {

@@ -417,3 +417,31 @@ func TestExitJustBeforeTheXidIsGivenBack(t *testing.T) {
 		t.Errorf("%s, exited %s before the Xid: %d failures, want 1", k.ID, CordonRefundWindow+20*time.Second, r.Failures)
 	}
 }
+
+// TestCordonedGPUsLeaveTheClusterShort: a job pinned to a 16-GPU plan on
+// 2 × 8 GPUs with one cordoned cannot run: it is unschedulable with a
+// reason that names the cordon, and runs once the GPU is uncordoned.
+func TestCordonedGPUsLeaveTheClusterShort(t *testing.T) {
+	ctx := context.Background()
+	f := newFaultCluster(t)
+	f.gpu["b"].InjectECC(2, true)
+	f.step(t, 20*time.Second)
+	s := spec(t, "whole", 16, jobspec.BestEffort)
+	s.Pin.Plan = true
+	j, err := f.d.Submit(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.step(t, 20*time.Second)
+	r, _ := f.st.GetJob(ctx, j.ID)
+	if r.State != StateUnschedulable || !strings.Contains(r.Reason, "the servers in service have 15 (cordoned: 1 GPUs)") {
+		t.Fatalf("16-GPU job with a GPU cordoned: %s (%s)", r.State, r.Reason)
+	}
+	if err := f.d.Uncordon(ctx, "b", 2); err != nil {
+		t.Fatal(err)
+	}
+	f.step(t, 20*time.Second)
+	if r, _ := f.st.GetJob(ctx, j.ID); r.State != StateRunning {
+		t.Fatalf("after the uncordon: %s (%s)", r.State, r.Reason)
+	}
+}
