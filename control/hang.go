@@ -125,7 +125,7 @@ func (d *Daemon) restartHung(ctx context.Context, h hung, tail []string) error {
 		msg += " (not counted: " + fault + ")"
 	}
 	if len(tail) > 0 {
-		msg += "; last log lines:\n" + strings.Join(tail, "\n")
+		msg += "; last log lines: " + strings.Join(tail, " ⏎ ") // one line in `replan events`; data.last_lines has them apart
 	}
 	hev := d.ev("hang", h.id, "", msg, hangData{SilentS: h.silent.Seconds(), Checkpoint: ck, Counted: fault == "", LastLines: tail})
 	err := d.write(ctx, []jobUpdate{up}, Batch{Events: []Event{hev, e}}, func() { d.afterRequeue(js, final, true) })

@@ -62,7 +62,7 @@ func TestHungJobRestartedAfterTheBoundNotBefore(t *testing.T) {
 			t.Fatalf("after %s of silence: %d hang events; job %s (%s)", silent, len(evs), r.State, r.Reason)
 		}
 		e := evs[0]
-		if e.JobID != j.ID || !strings.Contains(e.Msg, "no new iteration for 5m0s") || !strings.Contains(e.Msg, "last log lines:\n[Rank 0]") {
+		if e.JobID != j.ID || !strings.Contains(e.Msg, "no new iteration for 5m0s") || !strings.Contains(e.Msg, "last log lines: [Rank 0]") || !strings.Contains(e.Msg, " ⏎ [Rank 0]") {
 			t.Errorf("hang event: %q", e.Msg)
 		}
 		var data hangData
