@@ -211,8 +211,10 @@ type jobState struct {
 	launched  time.Time
 	// measAt is when measSPS and iters were last observed together.
 	measAt time.Time
-	// progressAt is when a new iteration was last observed (hang.go).
-	progressAt time.Time
+	// progressAt is when a new iteration was last observed; loggedIters
+	// that one ever was (its log is one replan reads; hang.go).
+	progressAt  time.Time
+	loggedIters bool
 
 	// ckptInfo is how often the current launch checkpoints (checkpoint.go).
 	ckptInfo CheckpointInfo

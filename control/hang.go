@@ -7,7 +7,9 @@ package control
 // (Config.HangFactor, HangFloor) unless the job's spec says (hang:). The
 // restart counts against the job's restart budget unless one of its
 // servers is at fault (suspect, missing heartbeats, or holding a cordoned
-// GPU of the job).
+// GPU of the job). Only a job replan has seen log an iteration (in any
+// launch) can be found hung: a log replan cannot read shows no
+// iterations, and silence there says nothing.
 
 import (
 	"bufio"
@@ -58,6 +60,12 @@ func (js *jobState) silentSince() time.Time {
 	return t
 }
 
+// readsIterations reports whether replan has seen js log an iteration,
+// in this launch or an earlier one (its progress, stored or not).
+func (js *jobState) readsIterations() bool {
+	return js.loggedIters || js.iters > 0 || js.rec.Iterations > 0 || js.rec.Checkpoint > 0
+}
+
 // hung is a job found silent past its bound.
 type hung struct {
 	js      *jobState
@@ -76,7 +84,7 @@ func (d *Daemon) hangChecks(ctx context.Context) error {
 	now := d.now()
 	var found []hung
 	for id, js := range d.jobs {
-		if js.rec.State != StateRunning || js.stopping || d.unsettled(id) {
+		if js.rec.State != StateRunning || js.stopping || d.unsettled(id) || !js.readsIterations() {
 			continue
 		}
 		since := js.silentSince()
@@ -126,6 +134,9 @@ func (d *Daemon) restartHung(ctx context.Context, h hung, tail []string) error {
 	}
 	if len(tail) > 0 {
 		msg += "; last log lines: " + strings.Join(tail, " ⏎ ") // one line in `replan events`; data.last_lines has them apart
+	}
+	if tail == nil {
+		tail = []string{}
 	}
 	hev := d.ev("hang", h.id, "", msg, hangData{SilentS: h.silent.Seconds(), Checkpoint: ck, Counted: fault == "", LastLines: tail})
 	err := d.write(ctx, []jobUpdate{up}, Batch{Events: []Event{hev, e}}, func() { d.afterRequeue(js, final, true) })

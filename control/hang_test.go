@@ -119,3 +119,25 @@ func TestHangOnAFaultyServerIsNotCharged(t *testing.T) {
 		t.Fatalf("%s, %d failures; events %+v", r.State, r.Failures, evs)
 	}
 }
+
+// TestJobNeverSeenLoggingIsNotHung: a job whose log shows no iteration
+// (a log replan cannot read, or one hung before its first iteration
+// ever) is never restarted as hung: silence says nothing there.
+func TestJobNeverSeenLoggingIsNotHung(t *testing.T) {
+	ctx := context.Background()
+	f := newFaultCluster(t)
+	f.d.cfg.HangFloor = 3 * time.Minute
+	s := spec(t, "quiet", 4, jobspec.BestEffort)
+	j, _ := f.d.Submit(ctx, s)
+	f.d.Round(ctx)
+	if !f.ex.Hang(j.ID) { // still paying its restart cost: no iteration yet
+		t.Fatal("not running")
+	}
+	for k := 0; k < 30; k++ {
+		f.step(t, 20*time.Second)
+	}
+	r, _ := f.st.GetJob(ctx, j.ID)
+	if r.State != StateRunning || r.Failures != 0 || len(f.events(t, "hang")) != 0 {
+		t.Fatalf("after 10 min without any iteration: %s, %d failures, hang events %+v", r.State, r.Failures, f.events(t, "hang"))
+	}
+}

@@ -103,7 +103,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			continue
 		}
 		if o.Iterations > js.iters {
-			js.progressAt = d.now() // a new iteration (hang.go)
+			js.progressAt, js.loggedIters = d.now(), true // a new iteration (hang.go)
 		}
 		iters := max(js.iters, o.Iterations)
 		ckpt := max(js.ckpt, o.Checkpoint)
