@@ -288,6 +288,7 @@ func (d *Daemon) cordonGPUs(ctx context.Context, i int, gpus []GPUStat) ([]*jobS
 	name := d.cfg.Servers[i].Name
 	now := d.now()
 	var b Batch
+	var cordonEvs []Event // first, one per GPU; then the requeues
 	var ups []jobUpdate
 	var moved []*jobState
 	var finals []bool
@@ -313,7 +314,7 @@ func (d *Daemon) cordonGPUs(ctx context.Context, i int, gpus []GPUStat) ([]*jobS
 			r.Seen = f.seen
 		}
 		recs[k] = r
-		var ids []string
+		ids := []string{}
 		if id := d.owner[i].gpu[f.gpu]; id != "" {
 			if js := d.jobs[id]; js != nil && !taken[id] {
 				taken[id] = true
@@ -334,8 +335,9 @@ func (d *Daemon) cordonGPUs(ctx context.Context, i int, gpus []GPUStat) ([]*jobS
 		if len(ids) > 0 {
 			msg += fmt.Sprintf("; moving %s (checkpoint, stop, requeue)", strings.Join(ids, ", "))
 		}
-		b.Events = append([]Event{d.ev("cordon", "", name, msg, cordonData{GPU: f.gpu, Cause: f.cause, Jobs: ids})}, b.Events...)
+		cordonEvs = append(cordonEvs, d.ev("cordon", "", name, msg, cordonData{GPU: f.gpu, Cause: f.cause, Jobs: ids}))
 	}
+	b.Events = append(cordonEvs, b.Events...)
 	ids := make([]string, 0, len(refund))
 	for id := range refund {
 		ids = append(ids, id)
