@@ -184,6 +184,33 @@ func (f *FakeBackend) SetNVLink(i, link int, active bool) error {
 	return nil
 }
 
+// SetMemoryFaults sets GPU i's pending page retirement and row
+// remapping state (pending: waits for a reset; failed: a row could not
+// be remapped).
+func (f *FakeBackend) SetMemoryFaults(i int, retiredPending, remapPending, remapFailed bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, err := f.gpu(i)
+	if err != nil {
+		return err
+	}
+	g.RetiredPagesPending, g.RowRemapPending, g.RowRemapFailed = retiredPending, remapPending, remapFailed
+	return nil
+}
+
+// SetReadError makes every read of GPU i fail with msg ("" clears it),
+// as NVML reads of a GPU that fell off the bus do.
+func (f *FakeBackend) SetReadError(i int, msg string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, err := f.gpu(i)
+	if err != nil {
+		return err
+	}
+	g.ReadError = msg
+	return nil
+}
+
 // InjectXid queues an Xid event on GPU i.
 func (f *FakeBackend) InjectXid(i int, xid uint64) error {
 	return f.inject(i, HealthXid, xid)

@@ -27,6 +27,18 @@ type GPU struct {
 	NVLinks []NVLink `json:"nvlinks"`
 	// Peers describes how this GPU reaches every other GPU of the server.
 	Peers []PeerLink `json:"peers"`
+	// RetiredPagesPending: memory pages were retired for ECC errors and
+	// wait for a GPU reset to take effect (pre-A100 GPUs).
+	RetiredPagesPending bool `json:"retired_pages_pending,omitempty"`
+	// RowRemapPending: a row remapping waits for a GPU reset; RowRemapFailed:
+	// a row could not be remapped (A100 and later; the GPU needs replacing).
+	RowRemapPending bool `json:"row_remap_pending,omitempty"`
+	RowRemapFailed  bool `json:"row_remap_failed,omitempty"`
+	// ReadError is the first read of this GPU that failed in this sample
+	// (e.g. "memory: GPU is lost"), "" when every supported read
+	// succeeded. The daemon cordons a GPU whose reads fail several
+	// samples in a row.
+	ReadError string `json:"read_error,omitempty"`
 }
 
 // GPUProcess is a process holding memory on a GPU.

@@ -184,9 +184,19 @@ func (b *nvmlBackend) GPUs(ctx context.Context) ([]GPU, error) {
 			Peers: append([]PeerLink(nil), b.peers[i]...)}
 		if m, ret := d.GetMemoryInfo(); ret == nvml.SUCCESS {
 			g.MemoryUsedBytes, g.MemoryTotalBytes = m.Used, m.Total
+		} else {
+			noteReadError(&g, "memory", ret)
 		}
 		if u, ret := d.GetUtilizationRates(); ret == nvml.SUCCESS {
 			g.UtilizationPct = u.Gpu
+		} else {
+			noteReadError(&g, "utilization", ret)
+		}
+		if st, ret := d.GetRetiredPagesPendingStatus(); ret == nvml.SUCCESS {
+			g.RetiredPagesPending = st == nvml.FEATURE_ENABLED
+		}
+		if _, _, pending, failed, ret := d.GetRemappedRows(); ret == nvml.SUCCESS {
+			g.RowRemapPending, g.RowRemapFailed = pending, failed
 		}
 		if t, ret := d.GetTemperature(nvml.TEMPERATURE_GPU); ret == nvml.SUCCESS {
 			g.TemperatureC = t
@@ -209,6 +219,15 @@ func (b *nvmlBackend) GPUs(ctx context.Context) ([]GPU, error) {
 		out[i] = g
 	}
 	return out, nil
+}
+
+// noteReadError keeps the first failed read of a GPU in this sample; a
+// field the GPU does not support is no failure.
+func noteReadError(g *GPU, what string, ret nvml.Return) {
+	if ret == nvml.ERROR_NOT_SUPPORTED || g.ReadError != "" {
+		return
+	}
+	g.ReadError = what + ": " + ret.Error()
 }
 
 // HealthEvents drains the NVML event set without blocking.

@@ -20,7 +20,9 @@ func busID(s string) [32]uint8 {
 }
 
 // mockNVML is a 2-GPU server: links 0-3 of each GPU go to the other GPU,
-// link 2 of GPU 1 is down, and GPU 0 has one queued Xid 79.
+// link 2 of GPU 1 is down, and GPU 0 has one queued Xid 79. GPU 0's
+// utilisation cannot be read (GPU is lost) and it has retired pages
+// pending; GPU 1 failed a row remapping; neither supports the other.
 func mockNVML(t *testing.T) *mock.Interface {
 	buses := []string{"00000000:07:00.0", "00000000:0F:00.0"}
 	var devs []*mock.Device
@@ -37,9 +39,26 @@ func mockNVML(t *testing.T) *mock.Interface {
 			GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
 				return nvml.Memory{Total: 80 << 30, Used: uint64(i+1) << 30, Free: 80<<30 - uint64(i+1)<<30}, nvml.SUCCESS
 			},
-			GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{Gpu: uint32(40 + i)}, nvml.SUCCESS },
-			GetTemperatureFunc:      func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 55, nvml.SUCCESS },
-			GetPowerUsageFunc:       func() (uint32, nvml.Return) { return 251500, nvml.SUCCESS },
+			GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) {
+				if i == 0 {
+					return nvml.Utilization{}, nvml.ERROR_GPU_IS_LOST
+				}
+				return nvml.Utilization{Gpu: uint32(40 + i)}, nvml.SUCCESS
+			},
+			GetRetiredPagesPendingStatusFunc: func() (nvml.EnableState, nvml.Return) {
+				if i == 1 {
+					return 0, nvml.ERROR_NOT_SUPPORTED
+				}
+				return nvml.FEATURE_ENABLED, nvml.SUCCESS
+			},
+			GetRemappedRowsFunc: func() (int, int, bool, bool, nvml.Return) {
+				if i == 0 {
+					return 0, 0, false, false, nvml.ERROR_NOT_SUPPORTED
+				}
+				return 0, 1, false, true, nvml.SUCCESS
+			},
+			GetTemperatureFunc: func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 55, nvml.SUCCESS },
+			GetPowerUsageFunc:  func() (uint32, nvml.Return) { return 251500, nvml.SUCCESS },
 			GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) {
 				return []nvml.ProcessInfo{{Pid: uint32(1000 + i), UsedGpuMemory: 1 << 30}}, nvml.SUCCESS
 			},
@@ -103,6 +122,12 @@ func TestNVMLBackendOnMock(t *testing.T) {
 	if g.UUID != "GPU-bbbb" || g.MemoryUsedBytes != 2<<30 || g.MemoryTotalBytes != 80<<30 || g.UtilizationPct != 41 ||
 		g.TemperatureC != 55 || g.PowerW != 251.5 || len(g.Processes) != 1 || g.Processes[0].PID != 1001 {
 		t.Errorf("gpu 1 = %+v", g)
+	}
+	if g.ReadError != "" || g.RetiredPagesPending || g.RowRemapPending || !g.RowRemapFailed {
+		t.Errorf("gpu 1 health = read error %q, retired pending %v, remap pending %v, remap failed %v", g.ReadError, g.RetiredPagesPending, g.RowRemapPending, g.RowRemapFailed)
+	}
+	if g0 := gpus[0]; g0.ReadError != "utilization: "+nvml.ERROR_GPU_IS_LOST.Error() || !g0.RetiredPagesPending || g0.RowRemapFailed {
+		t.Errorf("gpu 0 health = read error %q, retired pending %v, remap failed %v", g0.ReadError, g0.RetiredPagesPending, g0.RowRemapFailed)
 	}
 	if len(g.NVLinks) != 4 || g.NVLinks[2].Active || !g.NVLinks[0].Active || g.NVLinks[0].Peer != 0 {
 		t.Errorf("gpu 1 links = %+v", g.NVLinks)

@@ -41,6 +41,9 @@ type daemonOptions struct {
 	remoteDir                                                        string // agent directory on every server (ssh executor)
 	tick, restartCost, idemRetention, lease                          time.Duration
 	auth                                                             authOptions // daemon_auth.go
+	hangFactor                                                       float64
+	hangFloor                                                        time.Duration
+	gpuReadFailures                                                  int
 }
 
 func serversFromInventory(inv *cluster.Inventory) ([]control.ServerInfo, []control.TenantInfo) {
@@ -88,6 +91,9 @@ See docs/control.md.`,
 	f.DurationVar(&o.restartCost, "restart-cost", 260*time.Second, "simulated checkpoint-restart cost (sim executor)")
 	f.DurationVar(&o.idemRetention, "idempotency-retention", control.DefaultIdempotencyRetention, "how long a submission's Idempotency-Key is kept (a retry within it gets the job the key created)")
 	f.DurationVar(&o.lease, "lease", control.DefaultLease, "agents' lease (ssh executor): an agent that hears nothing from the daemon for this long kills its jobs; a job cut off restarts elsewhere 2 leases + 3 s after its server's last answer; negative: no leases, no fencing")
+	f.Float64Var(&o.hangFactor, "hang-factor", control.DefaultHangFactor, "restart a job that logged no new iteration for this many times its predicted iteration time (or --hang-floor, whichever is longer; a spec's hang: overrides both)")
+	f.DurationVar(&o.hangFloor, "hang-floor", control.DefaultHangFloor, "the shortest silence after which a job counts as hung")
+	f.IntVar(&o.gpuReadFailures, "gpu-read-failures", control.DefaultGPUReadFailures, "cordon a GPU whose reads failed this many observations in a row")
 	addAuthFlags(f, &o.auth) // daemon_auth.go
 	return cmd
 }
@@ -96,6 +102,9 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	if o.idemRetention <= 0 {
 		return fmt.Errorf("daemon: --idempotency-retention %v: want a positive duration", o.idemRetention)
+	}
+	if o.hangFactor <= 0 || o.hangFloor <= 0 || o.gpuReadFailures <= 0 {
+		return fmt.Errorf("daemon: --hang-factor %g, --hang-floor %v, --gpu-read-failures %d: each must be positive", o.hangFactor, o.hangFloor, o.gpuReadFailures)
 	}
 	if o.db == "" {
 		home, _ := os.UserHomeDir()
@@ -167,7 +176,8 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		return err
 	}
 	defer l.Close()
-	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine, IdempotencyRetention: o.idemRetention})
+	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine, IdempotencyRetention: o.idemRetention,
+		HangFactor: o.hangFactor, HangFloor: o.hangFloor, GPUReadFailures: o.gpuReadFailures})
 	if err != nil {
 		return err
 	}

@@ -233,6 +233,9 @@ func writeDaemonNodes(w io.Writer, nodes []control.NodeView, perGPU bool) error 
 		for _, job := range sortedKeys(byJob) {
 			fmt.Fprintf(w, "%s: held by %s but idle (under %d%% utilisation)\n", cluster.ServerGPUs(clean(n.Name), byJob[job]), clean(job), control.IdleUtilPct)
 		}
+		for _, c := range n.CordonedGPUs {
+			fmt.Fprintf(w, "%s GPU %d is cordoned (no new work; `replan uncordon %s:%d` clears it): %s\n", clean(n.Name), c.GPU, clean(n.Name), c.GPU, clean(c.Why))
+		}
 		switch {
 		case n.State == "suspect" && n.SuspectWhy != "":
 			fmt.Fprintf(w, "%s is suspect: %s\n", clean(n.Name), clean(n.SuspectWhy))
@@ -274,6 +277,9 @@ func writeNodeGPUs(w io.Writer, nodes []control.NodeView) error {
 			note := ""
 			if idle[g.Index] {
 				note = "allocated but idle"
+			}
+			if g.Cordoned {
+				note = "cordoned: " + clean(g.CordonWhy)
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f%%\t%.1f/%.0f GB\t%.0f°C\t%.0f W\t%d\t%d\t%s\n", clean(n.Name), g.Index, job,
 				g.UtilPct, g.MemUsedGB, g.MemTotalGB, g.TempC, g.PowerW, g.ECCErrors, g.XidErrors, note)

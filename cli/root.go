@@ -39,6 +39,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newJobOpCmd("release", "Return a held job to the queue"),
 		newNodeOpCmd("drain", "Stop scheduling onto a server and move its jobs off"),
 		newNodeOpCmd("undrain", "Let the scheduler use a drained server again"),
+		newUncordonCmd,
 		newHistoryCmd,
 		newEventsCmd,
 		newLogsCmd,

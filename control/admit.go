@@ -273,10 +273,17 @@ func (d *Daemon) unschedulableWhy(js *jobState, all, now capacity) string {
 				out = append(out, s.Name)
 			}
 		}
-		if len(out) == 0 {
+		var parts []string
+		if len(out) > 0 {
+			parts = append(parts, "drained: "+strings.Join(out, ", "))
+		}
+		if c := d.cordonedCount(); c > 0 {
+			parts = append(parts, fmt.Sprintf("cordoned: %d GPUs", c)) // health.go
+		}
+		if len(parts) == 0 {
 			return ""
 		}
-		return " (drained: " + strings.Join(out, ", ") + ")"
+		return " (" + strings.Join(parts, "; ") + ")"
 	}
 	if need > now.gpus {
 		return fmt.Sprintf("needs at least %d GPUs, the servers in service have %d%s", need, now.gpus, drained())
@@ -301,7 +308,7 @@ func (d *Daemon) checkSchedulable(ctx context.Context) error {
 	}
 	sort.Strings(ids)
 	all := capacityOf(d.cfg.Servers, nil)
-	now := capacityOf(d.cfg.Servers, func(i int) bool { return !d.nodes[i].drained })
+	now := capacityOf(d.healthyServers(), func(i int) bool { return !d.nodes[i].drained }) // less cordoned GPUs (health.go)
 	var errs []error
 	for _, id := range ids {
 		js := d.jobs[id]

@@ -122,6 +122,7 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/queue", a.queue)
 	mux.HandleFunc("GET /v1/nodes", a.nodes)
 	mux.HandleFunc("POST /v1/nodes/{name}/{op}", a.nodeOp)
+	mux.HandleFunc("POST /v1/nodes/{name}/gpus/{gpu}/uncordon", a.uncordon) // health.go
 	mux.HandleFunc("GET /v1/history", a.history)
 	mux.HandleFunc("GET /v1/running", func(w http.ResponseWriter, r *http.Request) {
 		run := slices.Clone(a.D.Running()) // the view's own: not changed

@@ -166,6 +166,8 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 		sv := sched.Server{ID: info.Name, Rack: info.Rack, GPUs: info.GPUs, CPUs: info.CPUs, MemGB: info.MemGB}
 		if !d.usable(i) {
 			sv.GPUs, sv.CPUs, sv.MemGB = 0, 0, 0
+		} else {
+			sv.GPUs -= d.cordonedFree(i) // health.go
 		}
 		s.Servers = append(s.Servers, sv)
 	}

@@ -159,6 +159,9 @@ func TestAuthTwoRealUsers(t *testing.T) {
 	if code, body := as(bobUID, bobGID, "POST", "/v1/nodes/a/drain", nil); code != 403 || !strings.Contains(body, "rule admin") {
 		t.Errorf("bob draining: %d %s", code, body)
 	}
+	if code, body := as(bobUID, bobGID, "POST", "/v1/nodes/a/gpus/3/uncordon", nil); code != 403 || !strings.Contains(body, "rule admin") || !strings.Contains(body, "uncordon a GPU of a") {
+		t.Errorf("bob uncordoning: %d %s", code, body)
+	}
 	if code, body := as(aliceUID, aliceGID, "POST", "/v1/jobs/"+job.ID+"/hold", nil); code != 200 {
 		t.Errorf("alice holding her job: %d %s", code, body)
 	}
@@ -176,6 +179,9 @@ func TestAuthTwoRealUsers(t *testing.T) {
 	}
 	if _, err := root.NodeOp(ctx, "a", "drain"); err != nil {
 		t.Errorf("root draining: %v", err)
+	}
+	if err := root.Uncordon(ctx, "a", 3); err == nil || !strings.Contains(err.Error(), "not cordoned") {
+		t.Errorf("root uncordoning a GPU that is not cordoned: %v", err) // allowed, and refused for the GPU's state
 	}
 	evs, _ := st.Events(ctx, 0, 100)
 	got := map[string]string{}

@@ -80,6 +80,16 @@ type Config struct {
 	// server it failed on is offered to other jobs and the job is placed
 	// elsewhere (default 30 s of the daemon's clock).
 	LaunchBackoff time.Duration
+	// GPUReadFailures is how many observations in a row a GPU's reads
+	// may fail before it is cordoned (default 3; health.go).
+	GPUReadFailures int
+	// HangFactor and HangFloor bound how long a running job may log no
+	// new iteration before it is restarted from its checkpoint: max(
+	// HangFactor × its predicted iteration time, HangFloor) (defaults 20
+	// and 10 minutes of the daemon's clock; a spec's hang: overrides them;
+	// hang.go).
+	HangFactor float64
+	HangFloor  time.Duration
 	// IdempotencyRetention is how long a submission's Idempotency-Key is
 	// kept, of the daemon's clock (default 24 h): a retry within it gets
 	// the job the key created, a later one creates a new job (idem.go).
@@ -161,8 +171,11 @@ type Daemon struct {
 	storeErrors atomic.Int64      // store writes that failed
 	eta         etaState          // background start estimates (eta.go)
 	telemetry   map[int][]GPUStat // per server: its GPUs as last observed (telemetry.go)
-	enc         encCache          // encoded reads (readcache.go)
-	fails       failureStats      // failures observed (checkpoint.go); guarded by mu
+	// gpuHealth is each GPU's health per server index and GPU (health.go);
+	// guarded by mu.
+	gpuHealth map[int]map[int]*gpuHealth
+	enc       encCache     // encoded reads (readcache.go)
+	fails     failureStats // failures observed (checkpoint.go); guarded by mu
 	// idemPurged is when the loop last deleted expired idempotency keys
 	// (idem.go; only the loop's goroutine touches it).
 	idemPurged time.Time
@@ -203,6 +216,10 @@ type jobState struct {
 	launched  time.Time
 	// measAt is when measSPS and iters were last observed together.
 	measAt time.Time
+	// progressAt is when a new iteration was last observed; loggedIters
+	// that one ever was (its log is one replan reads; hang.go).
+	progressAt  time.Time
+	loggedIters bool
 
 	// ckptInfo is how often the current launch checkpoints (checkpoint.go).
 	ckptInfo CheckpointInfo
@@ -269,6 +286,15 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	if cfg.LaunchBackoff <= 0 {
 		cfg.LaunchBackoff = 30 * time.Second
+	}
+	if cfg.GPUReadFailures <= 0 {
+		cfg.GPUReadFailures = DefaultGPUReadFailures
+	}
+	if cfg.HangFactor <= 0 {
+		cfg.HangFactor = DefaultHangFactor
+	}
+	if cfg.HangFloor <= 0 {
+		cfg.HangFloor = DefaultHangFloor
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[ModelType]*perf.Online{}, waits: map[string]string{}, timers: map[string]sched.JobTimers{},
 		snapModels: map[snapKey]*perf.Model{}, modelSaved: map[ModelType]time.Time{}, pending: map[string]JobObservation{}, requeues: map[string]pendingRequeue{}, checked: map[string]time.Time{}, launchFails: map[string][]launchFailure{}}
@@ -395,6 +421,9 @@ func (d *Daemon) recover(ctx context.Context) error {
 			d.nodes[i].drained = n.Drained
 			d.nodes[i].suspect, d.nodes[i].suspectWhy = n.Suspect, n.SuspectWhy
 		}
+	}
+	if err := d.recoverHealth(ctx); err != nil { // health.go
+		return err
 	}
 	recs, err := d.cfg.Store.ListJobs(ctx, JobFilter{States: []JobState{StateQueued, StateHeld, StateRunning, StatePreempted, StateUnschedulable}})
 	if err != nil {

@@ -92,7 +92,7 @@ func (d *Daemon) devicesIn(scratch map[int]*serverDevices, allocs []sched.Alloc,
 		info := d.cfg.Servers[a.Server]
 		s := launch.Server{Name: info.Name, Address: info.Address}
 		for k, o := range sd.gpu {
-			if (o == "" || o == self) && len(s.GPUs) < a.GPUs {
+			if (o == "" || o == self) && len(s.GPUs) < a.GPUs && !d.cordoned(a.Server, k) {
 				s.GPUs = append(s.GPUs, k)
 			}
 		}

@@ -36,11 +36,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for s, n := range states {
 		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(n), string(s))
 	}
-	used, total := 0, 0
+	used, total, cordoned := 0, 0, 0
 	up, down, drained, suspect := 0, 0, 0, 0
 	for _, n := range d.Nodes() {
 		total += n.GPUs
-		used += n.GPUs - n.FreeGPUs
+		idle := 0 // cordoned GPUs no job holds (health.go): not free, not allocated
+		for _, c := range n.CordonedGPUs {
+			if c.GPU >= 0 && c.GPU < len(n.GPUOwners) && n.GPUOwners[c.GPU] == "" {
+				idle++
+			}
+		}
+		cordoned += idle
+		used += n.GPUs - n.FreeGPUs - idle
 		switch {
 		case n.Drained:
 			drained++
@@ -53,7 +60,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(descGPUs, prometheus.GaugeValue, float64(used), "allocated")
-	ch <- prometheus.MustNewConstMetric(descGPUs, prometheus.GaugeValue, float64(total-used), "free")
+	ch <- prometheus.MustNewConstMetric(descGPUs, prometheus.GaugeValue, float64(total-used-cordoned), "free")
+	ch <- prometheus.MustNewConstMetric(descGPUs, prometheus.GaugeValue, float64(cordoned), "cordoned")
 	if total > 0 {
 		ch <- prometheus.MustNewConstMetric(descUtil, prometheus.GaugeValue, float64(used)/float64(total))
 	}

@@ -28,6 +28,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		id string
 	}
 	var stops []stopReq
+	var cordoned []*jobState // jobs on GPUs cordoned now (health.go)
 	d.mu.Lock()
 	d.noteFailures(obs) // checkpoint.go
 	for _, n := range obs.Nodes {
@@ -37,6 +38,13 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		}
 		ns := d.nodes[i]
 		d.keepTelemetry(i, n) // GPU figures (telemetry.go)
+		if n.Reachable {
+			moved, err := d.cordonGPUs(ctx, i, n.GPUs) // health.go
+			if err != nil {
+				errs = append(errs, err)
+			}
+			cordoned = append(cordoned, moved...)
+		}
 		next := ns
 		var b Batch
 		var ups []jobUpdate
@@ -94,6 +102,9 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			delete(d.pending, o.JobID)
 			continue
 		}
+		if o.Iterations > js.iters {
+			js.progressAt, js.loggedIters = d.now(), true // a new iteration (hang.go)
+		}
 		iters := max(js.iters, o.Iterations)
 		ckpt := max(js.ckpt, o.Checkpoint)
 		if o.SamplesPerSec > 0 {
@@ -125,6 +136,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			}
 		case o.Exited:
 			js.iters, js.ckpt = iters, ckpt
+			d.noteExit(js) // a cordon of its GPU soon after gives the failure back (health.go)
 			if err := d.requeue(ctx, js, fmt.Sprintf("exited with code %d%s; restarting from checkpoint %d", o.ExitCode, suffix(o.Err), ckpt), true); err != nil {
 				o.Iterations, o.Checkpoint = iters, ckpt
 				d.pending[id] = o
@@ -193,10 +205,18 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if len(stops) > 0 {
+	for _, js := range cordoned {
+		if err := d.stopAndRelease(ctx, js, js.rec.ID, true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(stops)+len(cordoned) > 0 {
 		d.publishNow()
 	}
 	if err := d.healthChecks(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.hangChecks(ctx); err != nil { // hang.go
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

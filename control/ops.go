@@ -288,6 +288,9 @@ type NodeView struct {
 	// IdleHeld the GPUs a job holds that are idle.
 	GPUStats []GPUStat `json:"gpu_stats"`
 	IdleHeld []int     `json:"idle_held_gpus,omitempty"`
+	// CordonedGPUs are the GPUs that get no new work, with their causes
+	// (health.go); FreeGPUs does not count them.
+	CordonedGPUs []GPUCordon `json:"cordoned_gpus,omitempty"`
 	// AsOf is the daemon's clock when this view was taken.
 	AsOf time.Time `json:"as_of"`
 }

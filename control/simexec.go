@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/replan/replan/agent"
 	"github.com/replan/replan/dataset"
 	"github.com/replan/replan/perf"
 )
@@ -26,10 +27,11 @@ type SimExecutor struct {
 	// GPUsPerServer is what each server reports GPU figures for (0: 8).
 	GPUsPerServer int
 
-	mu      sync.Mutex
-	running map[string]*simJob
-	down    map[string]bool
-	servers []string
+	mu       sync.Mutex
+	running  map[string]*simJob
+	down     map[string]bool
+	servers  []string
+	samplers map[string]*agent.Sampler // servers whose GPU health a backend reports (simexec_faults.go)
 }
 
 type simJob struct {
@@ -37,6 +39,11 @@ type simJob struct {
 	base     float64   // iterations done when it (re)started (its checkpoint)
 	ready    time.Time // when the restart cost has been paid
 	iterTime float64   // seconds per iteration
+	// hung: it makes no progress from frozen on (simexec_faults.go); exit:
+	// its processes died with this code.
+	hung   bool
+	frozen float64
+	exit   *int
 }
 
 // NewSimExecutor returns a simulated executor for the named servers.
@@ -114,6 +121,9 @@ func (e *SimExecutor) Reconfigure(ctx context.Context, from, to Launch, last int
 }
 
 func (e *SimExecutor) progress(j *simJob) float64 {
+	if j.hung {
+		return j.frozen
+	}
 	base := j.base
 	d := e.Clock().Sub(j.ready).Seconds()
 	if d <= 0 {
@@ -158,7 +168,7 @@ func (e *SimExecutor) Observe(ctx context.Context) (Observation, error) {
 		if e.down[s] {
 			n.Err = "simulated failure"
 		} else {
-			n.GPUs = simGPUs(s, e.gpusOn(s, owners[s]), owners[s], e.Clock())
+			n.GPUs = e.gpuHealthOf(ctx, s, simGPUs(s, e.gpusOn(s, owners[s]), owners[s], e.Clock()))
 		}
 		o.Nodes = append(o.Nodes, n)
 	}
@@ -178,10 +188,14 @@ func (e *SimExecutor) Observe(ctx context.Context) (Observation, error) {
 		}
 		it := int(e.progress(j))
 		obs := JobObservation{JobID: id, Iterations: it, Checkpoint: it}
-		if e.Clock().After(j.ready) {
+		if e.Clock().After(j.ready) && !j.hung {
 			obs.SamplesPerSec = float64(j.l.Spec.GlobalBatch) / j.iterTime
 		}
-		if it >= j.l.Spec.Iterations {
+		if j.exit != nil {
+			obs.Exited, obs.ExitCode, obs.Err = true, *j.exit, "killed"
+			obs.SamplesPerSec = 0
+			delete(e.running, id)
+		} else if it >= j.l.Spec.Iterations {
 			obs.Exited, obs.Iterations, obs.Checkpoint = true, j.l.Spec.Iterations, j.l.Spec.Iterations
 			delete(e.running, id)
 		}

@@ -105,6 +105,18 @@ var migrations = []string{
 		user TEXT NOT NULL
 	);
 	ALTER TABLE events ADD COLUMN user TEXT NOT NULL DEFAULT '';`,
+	// 5 (health.go): each GPU's health: cordoned with a cause, and the
+	// newest critical event acted on
+	`CREATE TABLE gpu_health (
+		server TEXT NOT NULL,
+		gpu INTEGER NOT NULL,
+		cordoned INTEGER NOT NULL,
+		cause TEXT NOT NULL,
+		why TEXT NOT NULL,
+		at INTEGER NOT NULL,
+		seen INTEGER NOT NULL,
+		PRIMARY KEY (server, gpu)
+	);`,
 }
 
 // SQLite is the Store on a SQLite database in WAL mode (modernc.org/sqlite,
@@ -369,6 +381,9 @@ func (s *SQLite) Commit(ctx context.Context, b Batch) ([]int64, error) {
 		ON CONFLICT(model_type) DO UPDATE SET data=excluded.data, updated_at=excluded.updated_at`, m.Type, string(m.Data), ns(m.At)); err != nil {
 			return nil, fmt.Errorf("commit: model %s: %w", m.Type, err)
 		}
+	}
+	if err := putGPUHealth(ctx, tx, b.GPUHealth); err != nil { // health.go
+		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)

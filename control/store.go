@@ -149,6 +149,8 @@ type Store interface {
 
 	PutNode(ctx context.Context, n NodeRecord) error
 	Nodes(ctx context.Context) ([]NodeRecord, error)
+	// GPUHealth lists every GPU's stored health (cordons; health.go).
+	GPUHealth(ctx context.Context) ([]GPUHealthRecord, error)
 
 	// SaveModel stores a fitted performance model (perf.Online as JSON)
 	// under its model type; Models returns them all.
@@ -174,6 +176,8 @@ type Batch struct {
 	Events     []Event
 	TimerWaits []TimerWait
 	Models     []ModelWrite
+	// GPUHealth are GPUs' cordons and uncordons (health.go).
+	GPUHealth []GPUHealthRecord
 }
 
 // JobWrite is one job of a Batch: created (Create) or updated with the
@@ -194,5 +198,5 @@ type ModelWrite struct {
 
 // empty reports whether b writes nothing.
 func (b *Batch) empty() bool {
-	return len(b.Jobs)+len(b.Nodes)+len(b.Decisions)+len(b.Events)+len(b.TimerWaits)+len(b.Models) == 0
+	return len(b.Jobs)+len(b.Nodes)+len(b.Decisions)+len(b.Events)+len(b.TimerWaits)+len(b.Models)+len(b.GPUHealth) == 0
 }

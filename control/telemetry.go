@@ -23,6 +23,17 @@ type GPUStat struct {
 	PowerW     float64 `json:"power_w"`
 	ECCErrors  int     `json:"ecc_errors"`
 	XidErrors  int     `json:"xid_errors"`
+	// The agent's memory health and failed reads (agent.GPU), and
+	// whether the daemon cordoned the GPU and why (health.go).
+	RetiredPagesPending bool   `json:"retired_pages_pending,omitempty"`
+	RowRemapPending     bool   `json:"row_remap_pending,omitempty"`
+	RowRemapFailed      bool   `json:"row_remap_failed,omitempty"`
+	ReadError           string `json:"read_error,omitempty"`
+	Cordoned            bool   `json:"cordoned,omitempty"`
+	CordonWhy           string `json:"cordon_why,omitempty"`
+	// critical are the recent Xid and double-bit ECC events that may
+	// cordon the GPU (health.go); not shown.
+	critical []agent.HealthEvent
 }
 
 // IdleUtilPct is the utilisation below which a GPU that a job holds is
@@ -49,6 +60,14 @@ func (d *Daemon) keepTelemetry(i int, n NodeObservation) {
 func (d *Daemon) nodeTelemetry(i int, v *NodeView) {
 	v.AsOf = d.now() // v.State is set by nodesLocked (up, down, drained, suspect)
 	v.GPUStats = append([]GPUStat{}, d.telemetry[i]...)
+	for k := range v.GPUStats {
+		v.GPUStats[k].critical = nil
+		if h := d.gpuHealth[i][v.GPUStats[k].Index]; h != nil && h.rec.Cordoned {
+			v.GPUStats[k].Cordoned, v.GPUStats[k].CordonWhy = true, h.rec.Why
+		}
+	}
+	v.CordonedGPUs = d.cordonsOf(i)
+	v.FreeGPUs = max(v.FreeGPUs-d.cordonedFree(i), 0) // health.go
 	for _, g := range v.GPUStats {
 		if g.Index >= 0 && g.Index < len(v.GPUOwners) && v.GPUOwners[g.Index] != "" && g.UtilPct < IdleUtilPct {
 			v.IdleHeld = append(v.IdleHeld, g.Index)
@@ -96,7 +115,8 @@ func gpuStats(snap agent.GPUSnapshot) []GPUStat {
 	for _, g := range snap.GPUs {
 		at[g.Index] = len(out)
 		out = append(out, GPUStat{Index: g.Index, UtilPct: float64(g.UtilizationPct), MemUsedGB: float64(g.MemoryUsedBytes) / (1 << 30),
-			MemTotalGB: float64(g.MemoryTotalBytes) / (1 << 30), TempC: float64(g.TemperatureC), PowerW: g.PowerW})
+			MemTotalGB: float64(g.MemoryTotalBytes) / (1 << 30), TempC: float64(g.TemperatureC), PowerW: g.PowerW,
+			RetiredPagesPending: g.RetiredPagesPending, RowRemapPending: g.RowRemapPending, RowRemapFailed: g.RowRemapFailed, ReadError: g.ReadError})
 	}
 	for _, h := range snap.Health {
 		k, ok := at[h.GPUIndex]
@@ -107,6 +127,9 @@ func gpuStats(snap agent.GPUSnapshot) []GPUStat {
 			out[k].XidErrors++
 		} else {
 			out[k].ECCErrors++
+		}
+		if _, _, bad := criticalEvent(h); bad {
+			out[k].critical = append(out[k].critical, h)
 		}
 	}
 	return out

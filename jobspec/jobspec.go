@@ -79,6 +79,15 @@ func (s *Supports) Space() perf.Space {
 	return sp
 }
 
+// Hang is a job's bound on silence (spec field hang): the daemon
+// restarts the job from its checkpoint when it logged no new iteration for
+// max(Factor × its predicted iteration time, FloorS seconds). A zero
+// field takes the daemon's value.
+type Hang struct {
+	Factor float64 `json:"factor,omitempty"`
+	FloorS float64 `json:"floor_s,omitempty"`
+}
+
 // Pin restricts what the scheduler may change.
 type Pin struct {
 	Plan  bool        `json:"plan"`  // never change the plan (resources may still change)
@@ -108,6 +117,9 @@ type Spec struct {
 	// lists the jobs it waits for (limits.go).
 	TimeLimit Duration `json:"time_limit,omitempty"`
 	After     []Dep    `json:"after,omitempty"`
+	// Hang overrides the daemon's bound on how long the job may log no
+	// new iteration before it is restarted (nil: the daemon's).
+	Hang *Hang `json:"hang,omitempty"`
 
 	// File is the name the spec was parsed under and Lines the line of
 	// each field ("tenant", "request.gpus", "pin.tiers", ...), so checks
@@ -321,6 +333,20 @@ func ParseAuthorized(name string, data []byte, cat perf.Catalog, authorize func(
 		},
 		"time_limit": func(f string, v *yaml.Node) { s.TimeLimit = parseTimeLimit(w, v, f) },
 		"after":      func(f string, v *yaml.Node) { s.After = parseAfter(w, v, f, line) },
+		"hang": func(f string, v *yaml.Node) {
+			line(f, v)
+			h := &Hang{}
+			w.Mapping(v, f, map[string]func(string, *yaml.Node){
+				"factor": func(f string, v *yaml.Node) { line(f, v); h.Factor, _ = w.Positive(v, f) },
+				"floor": func(f string, v *yaml.Node) {
+					line(f, v)
+					if d, ok := w.Duration(v, f); ok {
+						h.FloorS = d.Seconds()
+					}
+				},
+			})
+			s.Hang = h
+		},
 		"pin": func(f string, v *yaml.Node) {
 			w.Mapping(v, f, map[string]func(string, *yaml.Node){
 				"plan": func(f string, v *yaml.Node) { line(f, v); s.Pin.Plan, _ = w.Bool(v, f) },

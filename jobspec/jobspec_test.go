@@ -346,3 +346,37 @@ request: {gpus: 1}
 		}
 	}
 }
+
+// TestParseHang: hang: {factor, floor} is read; a bad factor or floor is
+// refused with file, line and field.
+func TestParseHang(t *testing.T) {
+	base := `version: 1
+name: h
+tenant: t
+class: best-effort
+model: gpt2
+framework: deepspeed
+workdir: /w
+entrypoint: train.py
+global_batch: 16
+iterations: 10
+checkpoint_dir: /c
+request: {gpus: 1}
+`
+	s, err := Parse("h.yaml", []byte(base+"hang: {factor: 20, floor: 5m}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Hang == nil || s.Hang.Factor != 20 || s.Hang.FloorS != 300 {
+		t.Fatalf("hang %+v", s.Hang)
+	}
+	if s, err := Parse("h.yaml", []byte(base), nil); err != nil || s.Hang != nil {
+		t.Fatalf("no hang: %+v, %v", s, err)
+	}
+	_, err = Parse("h.yaml", []byte(base+"hang: {factor: -1, floor: soon}\n"), nil)
+	for _, want := range []string{"h.yaml:13: hang.factor: must be positive", `h.yaml:13: hang.floor: want a duration like "10s", got "soon"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("bad hang: %v; want %q", err, want)
+		}
+	}
+}

@@ -321,6 +321,13 @@ func (m *Model) summary() string {
 	if !m.sorter.Default() {
 		s += " · " + m.sorter.Label() + " in each rack"
 	}
+	// the selected server's cordoned GPUs, with why
+	if len(m.order) > 0 && m.cursor < len(m.order) {
+		n := m.nodes[m.order[m.cursor]]
+		for _, c := range n.Cordoned {
+			s += " · " + m.st.Bad.Render(fmt.Sprintf("%s GPU %d cordoned: %s", n.Name, c.GPU, c.Why))
+		}
+	}
 	return common.Truncate(s, m.width)
 }
 
@@ -354,6 +361,10 @@ func (m *Model) server(n data.Node, selected bool) string {
 		}
 		run.Reset()
 	}
+	cordoned := map[int]bool{}
+	for _, c := range n.Cordoned {
+		cordoned[c.GPU] = true
+	}
 	for i := range max(n.GPUs, len(n.Owners)) {
 		o := ""
 		if i < len(n.Owners) {
@@ -365,6 +376,8 @@ func (m *Model) server(n data.Node, selected bool) string {
 			style, glyph = -3, "x"
 		case o != "":
 			style, glyph = m.pal.Slot(o), m.pal.Letter(o)
+		case cordoned[i]:
+			style, glyph = -3, "!"
 		case n.Drained:
 			glyph = "-"
 		}
@@ -382,6 +395,8 @@ func (m *Model) server(n data.Node, selected bool) string {
 		b.WriteString(m.st.Bad.Render(common.Pad("down", 6)))
 	case n.Drained:
 		b.WriteString(m.st.Warn.Render(common.Pad("drain", 6)))
+	case len(n.Cordoned) > 0:
+		b.WriteString(m.st.Warn.Render(common.Pad(fmt.Sprintf("%d cord", len(n.Cordoned)), 6)))
 	default:
 		b.WriteString(m.st.OK.Render(common.Pad("ok", 6)))
 	}
@@ -408,6 +423,12 @@ func (m *Model) server(n data.Node, selected bool) string {
 // legendLines lines, "+N more" when they do not fit.
 func (m *Model) legend(ids []string) []string {
 	free := m.st.Dim.Render("·") + " free  " + m.st.Dim.Render("-") + " drained  " + m.st.Bad.Render("x") + " down"
+	for _, n := range m.nodes {
+		if len(n.Cordoned) > 0 {
+			free += "  " + m.st.Bad.Render("!") + " cordoned"
+			break
+		}
+	}
 	lines := []string{""}
 	add := func(item string) bool {
 		last := &lines[len(lines)-1]

@@ -131,3 +131,34 @@ func TestSortWithinRacks(t *testing.T) {
 		t.Errorf("inventory order: %q", got)
 	}
 }
+
+// TestCordonedGPUShown: a cordoned GPU is drawn "!" (the legend says
+// so), its server's state says how many are cordoned, and with the
+// cursor on that server the summary gives why.
+func TestCordonedGPUShown(t *testing.T) {
+	nodes := tuitest.Small().Nodes
+	for i := range nodes {
+		if nodes[i].Name == "srv-02" {
+			nodes[i].Owners[5] = ""
+			nodes[i].Cordoned = []data.Cordon{{GPU: 5, Why: "Xid 79 (GPU has fallen off the bus)"}}
+		}
+	}
+	m := newModel(nodes, 160, 22)
+	v := m.View()
+	var row string
+	for _, l := range strings.Split(v, "\n") {
+		if strings.Contains(l, "srv-02") {
+			row = l
+		}
+	}
+	if !strings.Contains(row, "!") || !strings.Contains(row, "1 cord") {
+		t.Errorf("srv-02's row %q lacks the cordoned GPU", row)
+	}
+	if !strings.Contains(v, "! cordoned") || strings.Contains(v, "cordoned: Xid") {
+		t.Errorf("legend or summary before selecting srv-02:\n%s", v)
+	}
+	press(m, "j")
+	if v := m.View(); !strings.Contains(strings.SplitN(v, "\n", 2)[0], "srv-02 GPU 5 cordoned: Xid 79 (GPU has fallen off the bus)") {
+		t.Errorf("summary with srv-02 selected:\n%s", v)
+	}
+}

@@ -53,6 +53,9 @@ func (b *Backend) Nodes(ctx context.Context) ([]data.Node, error) {
 	for i, n := range ns {
 		out[i] = data.Node{Name: n.Name, Rack: n.Rack, GPUs: n.GPUs, Reachable: n.Reachable, Drained: n.Drained,
 			Missed: n.Missed, FreeGPUs: n.FreeGPUs, Owners: n.GPUOwners, IdleHeld: n.IdleHeld}
+		for _, c := range n.CordonedGPUs {
+			out[i].Cordoned = append(out[i].Cordoned, data.Cordon{GPU: c.GPU, Why: c.Why})
+		}
 		for _, g := range n.GPUStats {
 			out[i].Stats = append(out[i].Stats, data.GPUStat{Index: g.Index, UtilPct: g.UtilPct, MemUsedGB: g.MemUsedGB, MemTotalGB: g.MemTotalGB,
 				TempC: g.TempC, PowerW: g.PowerW, ECC: g.ECCErrors, Xid: g.XidErrors})

@@ -47,6 +47,14 @@ type Node struct {
 	// IdleHeld the indices a job holds that do nothing.
 	Stats    []GPUStat
 	IdleHeld []int
+	// Cordoned are the GPUs that get no new work, with why.
+	Cordoned []Cordon
+}
+
+// Cordon is a cordoned GPU and why (an Xid, an ECC error, ...).
+type Cordon struct {
+	GPU int
+	Why string
 }
 
 // GPUStat is one GPU's telemetry.
