@@ -209,6 +209,7 @@ type nodeState struct {
 	drained    bool
 	suspect    bool
 	suspectWhy string
+	drain      NodeDrain // why, by whom, when (drain.go)
 }
 
 // RoundStats describes the last scheduling round.
@@ -375,6 +376,9 @@ func (d *Daemon) recover(ctx context.Context) error {
 			d.nodes[i].drained = n.Drained
 			d.nodes[i].suspect, d.nodes[i].suspectWhy = n.Suspect, n.SuspectWhy
 		}
+	}
+	if err := d.recoverDrains(ctx); err != nil { // drain.go
+		return err
 	}
 	recs, err := d.cfg.Store.ListJobs(ctx, JobFilter{States: []JobState{StateQueued, StateHeld, StateRunning, StatePreempted, StateUnschedulable}})
 	if err != nil {

@@ -105,6 +105,15 @@ var migrations = []string{
 		user TEXT NOT NULL
 	);
 	ALTER TABLE events ADD COLUMN user TEXT NOT NULL DEFAULT '';`,
+	// 5 (drain.go): why a server was drained, by whom, when, and how
+	// (now: its jobs moved off; after-jobs: its jobs left to finish)
+	`CREATE TABLE node_drains (
+		name TEXT PRIMARY KEY,
+		reason TEXT NOT NULL,
+		by_user TEXT NOT NULL,
+		mode TEXT NOT NULL,
+		at INTEGER NOT NULL
+	);`,
 }
 
 // SQLite is the Store on a SQLite database in WAL mode (modernc.org/sqlite,
@@ -343,6 +352,11 @@ func (s *SQLite) Commit(ctx context.Context, b Batch) ([]int64, error) {
 	}
 	for _, n := range b.Nodes {
 		if err := putNode(ctx, tx, n); err != nil {
+			return nil, err
+		}
+	}
+	for _, dr := range b.Drains {
+		if err := putDrain(ctx, tx, dr); err != nil { // drain.go
 			return nil, err
 		}
 	}

@@ -174,6 +174,9 @@ type Batch struct {
 	Events     []Event
 	TimerWaits []TimerWait
 	Models     []ModelWrite
+	// Drains are servers' drain records (drain.go): set, or cleared
+	// (Mode "").
+	Drains []NodeDrain
 }
 
 // JobWrite is one job of a Batch: created (Create) or updated with the
@@ -194,5 +197,5 @@ type ModelWrite struct {
 
 // empty reports whether b writes nothing.
 func (b *Batch) empty() bool {
-	return len(b.Jobs)+len(b.Nodes)+len(b.Decisions)+len(b.Events)+len(b.TimerWaits)+len(b.Models) == 0
+	return len(b.Jobs)+len(b.Nodes)+len(b.Decisions)+len(b.Events)+len(b.TimerWaits)+len(b.Models)+len(b.Drains) == 0
 }
