@@ -296,7 +296,7 @@ type NodeView struct {
 	SuspectWhy string `json:"suspect_why,omitempty"`
 	// State is one word: up, down, drained, draining (drained after its
 	// jobs, some still run there) or suspect.
-	State    string   `json:"state"`
+	State string `json:"state"`
 	// DrainReason, DrainedBy, DrainedAt and DrainMode (now or
 	// after-jobs) say why, by whom, when and how it was drained
 	// (drain.go); empty when it is not.
@@ -304,8 +304,8 @@ type NodeView struct {
 	DrainedBy   string     `json:"drained_by,omitempty"`
 	DrainedAt   *time.Time `json:"drained_at,omitempty"`
 	DrainMode   string     `json:"drain_mode,omitempty"`
-	FreeGPUs int      `json:"free_gpus"`
-	Jobs     []string `json:"jobs"`
+	FreeGPUs    int        `json:"free_gpus"`
+	Jobs        []string   `json:"jobs"`
 	// GPUOwners is the job holding each GPU index ("" when free).
 	GPUOwners []string `json:"gpu_owners"`
 	// GPUStats are the GPUs' figures as last observed (telemetry.go);
