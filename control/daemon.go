@@ -210,6 +210,9 @@ type nodeState struct {
 	suspect    bool
 	suspectWhy string
 	drain      NodeDrain // why, by whom, when (drain.go)
+	// drainSettled: the event that an after-jobs drain's last job ended
+	// was written (drain.go's settleDrains).
+	drainSettled bool
 }
 
 // RoundStats describes the last scheduling round.

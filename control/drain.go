@@ -128,6 +128,7 @@ func (d *Daemon) drainAfterJobs(ctx context.Context, i int, node NodeRecord, dr 
 	err := d.write(ctx, nil, b, func() {
 		d.nodes[i].drained = true
 		d.nodes[i].drain = dr
+		d.nodes[i].drainSettled = len(ids) == 0 // the event said it is drained
 	})
 	d.clientOp()
 	d.publish()
@@ -186,4 +187,37 @@ func drainRequest(r *http.Request) (DrainRequest, error) {
 		return req, errors.New("reason: one line, please (no newlines)")
 	}
 	return req, nil
+}
+
+// settleDrains writes, once per daemon run, a "drained" event for each
+// server drained --after-jobs whose last job has ended (the view shows
+// it drained from that moment on).
+func (d *Daemon) settleDrains(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var evs []Event
+	var done []int
+	for i := range d.nodes {
+		n := &d.nodes[i]
+		if !n.drained || n.drain.Mode != DrainAfterJobs || n.drainSettled || holdsAny(d.owner[i].gpu) {
+			continue
+		}
+		name := d.cfg.Servers[i].Name
+		ev := d.ev("drained", "", name, name+" drained: its last job has ended"+reasonSuffix(n.drain.Reason), nil)
+		ev.User = n.drain.By
+		evs = append(evs, ev)
+		done = append(done, i)
+	}
+	if len(evs) == 0 {
+		return
+	}
+	if err := d.write(ctx, nil, Batch{Events: evs}, func() {
+		for _, i := range done {
+			d.nodes[i].drainSettled = true
+		}
+	}); err != nil {
+		d.log.Warn("drained event", "err", err)
+		return
+	}
+	d.publish()
 }

@@ -77,6 +77,19 @@ func TestAPIDrainAfterJobsKeepsJobsAndRecordsWhy(t *testing.T) {
 	if n := nodeNamed(t, d.Nodes(), s); n.State != "drained" || n.DrainReason != "bad fan" || len(n.Jobs) != 0 {
 		t.Errorf("after its last job %s is %+v, want drained", s, n)
 	}
+	// The loop says so once, in an event.
+	d.settleDrains(ctx)
+	d.settleDrains(ctx)
+	evs, _ := alice.EventsWhere(ctx, 0, 0, ReadFilter{})
+	var drained []Event
+	for _, e := range evs {
+		if e.Kind == "drained" {
+			drained = append(drained, e)
+		}
+	}
+	if len(drained) != 1 || drained[0].Node != s || drained[0].User != "alice" || drained[0].Msg != s+" drained: its last job has ended (reason: bad fan)" {
+		t.Errorf("drained events %+v, want one for %s", drained, s)
+	}
 	if rec, _ := st.GetJob(ctx, j3.ID); rec.State == StateRunning {
 		t.Errorf("j3 placed on the drained server: %+v", rec)
 	}

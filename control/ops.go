@@ -150,7 +150,7 @@ func (d *Daemon) DrainWith(ctx context.Context, server string, req DrainRequest)
 	b := Batch{Nodes: []NodeRecord{node}, Drains: []NodeDrain{dr}, Events: []Event{d.ev("drain", "", server, drainMsg(server, ids)+reasonSuffix(dr.Reason), drainData{Jobs: ids})}}
 	err := d.write(ctx, ups, b, func() {
 		d.nodes[i].drained = true
-		d.nodes[i].drain = dr
+		d.nodes[i].drain, d.nodes[i].drainSettled = dr, true
 		for _, js := range jobs {
 			d.stopRun(js)
 			js.servers = nil
