@@ -19,6 +19,7 @@ package control
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -267,18 +268,93 @@ func attemptsOf(j JobRecord, hist []Transition, decs []DecisionRecord, now time.
 	return out
 }
 
-// jobAttempts reads job j's history and decisions and derives its
-// attempts.
-func (d *Daemon) jobAttempts(ctx context.Context, j JobRecord) ([]Attempt, error) {
-	h, err := d.cfg.Store.History(ctx, j.ID)
+// launchStore reads, in two queries, what attempts are derived from:
+// every job's state history and its start and reconfigure decisions.
+type launchStore interface {
+	AllTransitions(ctx context.Context) (map[string][]Transition, error)
+	LaunchDecisions(ctx context.Context) (map[string][]DecisionRecord, error)
+}
+
+// AllTransitions is every job's state history, oldest first.
+func (s *SQLite) AllTransitions(ctx context.Context) (map[string][]Transition, error) {
+	rows, err := s.rd.QueryContext(ctx, `SELECT job_id, from_state, to_state, reason, at FROM job_history ORDER BY seq`)
 	if err != nil {
 		return nil, err
 	}
-	ds, err := d.cfg.Store.Decisions(ctx, j.ID, 1<<20)
+	defer rows.Close()
+	out := map[string][]Transition{}
+	for rows.Next() {
+		var t Transition
+		var at int64
+		if err := rows.Scan(&t.JobID, &t.From, &t.To, &t.Reason, &at); err != nil {
+			return nil, err
+		}
+		t.At = fromNS(at)
+		out[t.JobID] = append(out[t.JobID], t)
+	}
+	return out, rows.Err()
+}
+
+// LaunchDecisions is every job's start and reconfigure decisions,
+// oldest first.
+func (s *SQLite) LaunchDecisions(ctx context.Context) (map[string][]DecisionRecord, error) {
+	rows, err := s.rd.QueryContext(ctx, `SELECT id, job_id, kind, detail, reason, at FROM decisions WHERE kind IN ('start', 'reconfigure') ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
-	return attemptsOf(j, h, ds, d.now()), nil
+	defer rows.Close()
+	out := map[string][]DecisionRecord{}
+	for rows.Next() {
+		var d DecisionRecord
+		var detail sql.NullString
+		var at int64
+		if err := rows.Scan(&d.ID, &d.JobID, &d.Kind, &detail, &d.Reason, &at); err != nil {
+			return nil, err
+		}
+		if detail.Valid {
+			d.Detail = json.RawMessage(detail.String)
+		}
+		d.At = fromNS(at)
+		out[d.JobID] = append(out[d.JobID], d)
+	}
+	return out, rows.Err()
+}
+
+// launches gives each job's state history and launch decisions: read
+// at once from a launchStore, else per job.
+type launches struct {
+	d     *Daemon
+	hist  map[string][]Transition
+	decs  map[string][]DecisionRecord
+	whole bool
+}
+
+func (d *Daemon) launches(ctx context.Context) (*launches, error) {
+	l := &launches{d: d}
+	if ls, ok := d.cfg.Store.(launchStore); ok {
+		var err error
+		if l.hist, err = ls.AllTransitions(ctx); err != nil {
+			return nil, err
+		}
+		if l.decs, err = ls.LaunchDecisions(ctx); err != nil {
+			return nil, err
+		}
+		l.whole = true
+	}
+	return l, nil
+}
+
+// of is job id's history and decisions.
+func (l *launches) of(ctx context.Context, id string) ([]Transition, []DecisionRecord, error) {
+	if l.whole {
+		return l.hist[id], l.decs[id], nil
+	}
+	h, err := l.d.cfg.Store.History(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	ds, err := l.d.cfg.Store.Decisions(ctx, id, 1<<20)
+	return h, ds, err
 }
 
 // History lists the finished, failed and cancelled jobs that f selects
@@ -301,13 +377,17 @@ func (d *Daemon) History(ctx context.Context, f ReadFilter) ([]HistoryEntry, err
 	if err != nil {
 		return nil, err
 	}
+	ls, err := d.launches(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := []HistoryEntry{}
 	for _, j := range d.enc.redact.records(jobs) {
 		if !f.match(j, owners[j.ID]) || (!f.Since.IsZero() && j.FinishedAt.Before(f.Since)) || (!f.Until.IsZero() && !j.FinishedAt.Before(f.Until)) {
 			continue
 		}
 		e := HistoryEntry{Job: j, User: owners[j.ID], JCTS: j.FinishedAt.Sub(j.SubmittedAt).Seconds()}
-		h, err := d.cfg.Store.History(ctx, j.ID)
+		h, ds, err := ls.of(ctx, j.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -318,10 +398,6 @@ func (d *Daemon) History(ctx context.Context, f ReadFilter) ([]HistoryEntry, err
 			}
 		}
 		e.JCTS, e.QueueS = max(e.JCTS, 0), max(e.QueueS, 0) // the clock may have stepped back
-		ds, err := d.cfg.Store.Decisions(ctx, j.ID, 1<<20)
-		if err != nil {
-			return nil, err
-		}
 		e.Attempts = attemptsOf(j, h, ds, d.now())
 		if e.Attempts == nil {
 			e.Attempts = []Attempt{}
@@ -371,16 +447,21 @@ func (d *Daemon) Usage(ctx context.Context, f ReadFilter) (Usage, error) {
 	if err != nil {
 		return u, err
 	}
+	ls, err := d.launches(ctx)
+	if err != nil {
+		return u, err
+	}
 	f.States = nil
 	tenants, users := map[string]*UsageRow{}, map[[2]string]*UsageRow{}
 	for _, j := range jobs {
 		if !f.match(j, owners[j.ID]) || !j.SubmittedAt.Before(u.Until) || (j.State.Final() && !f.Since.IsZero() && j.FinishedAt.Before(f.Since)) {
 			continue
 		}
-		as, err := d.jobAttempts(ctx, j)
+		h, ds, err := ls.of(ctx, j.ID)
 		if err != nil {
 			return u, err
 		}
+		as := attemptsOf(j, h, ds, u.Until)
 		var hours float64
 		n := 0
 		for _, a := range as {
