@@ -215,9 +215,14 @@ func newWhoamiCmd(stdout, stderr io.Writer) *cobra.Command {
 
 func newQueueCmd(stdout, stderr io.Writer) *cobra.Command {
 	var start bool
+	var ff filterFlags // usage.go
 	cmd := clientCmd("queue", "Waiting jobs: why each waits, how long, its delay timers and its estimated start (--start: by start time, like squeue --start)", cobra.NoArgs, stdout,
 		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
-			q, err := c.Queue(ctx)
+			f, err := ff.filter(time.Now())
+			if err != nil {
+				return nil, nil, err
+			}
+			q, err := c.QueueWhere(ctx, f)
 			if start {
 				sortByETA(q)
 			}
@@ -239,6 +244,7 @@ func newQueueCmd(stdout, stderr io.Writer) *cobra.Command {
 			}, err
 		})
 	cmd.Flags().BoolVar(&start, "start", false, "expected start times (a forward simulation of the scheduler), soonest first, like squeue --start")
+	ff.add(cmd, true, false)
 	return cmd
 }
 
@@ -288,13 +294,21 @@ func writeStartTable(w io.Writer, q []control.QueueEntry) error {
 
 func newJobsCmd(stdout, stderr io.Writer) *cobra.Command {
 	var all bool
+	var ff filterFlags // usage.go
 	cmd := clientCmd("jobs", "Running and waiting jobs (--all: every job)", cobra.NoArgs, stdout,
 		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
 			states := []control.JobState{control.StateQueued, control.StateHeld, control.StateRunning, control.StatePreempted, control.StateUnschedulable}
 			if all {
 				states = nil
 			}
-			js, err := c.Jobs(ctx, states...)
+			f, err := ff.filter(time.Now())
+			if err != nil {
+				return nil, nil, err
+			}
+			if len(f.States) == 0 {
+				f.States = states
+			}
+			js, err := c.JobsWhere(ctx, f)
 			return js, func(w io.Writer) error {
 				tw := newTable(w)
 				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCLASS\tSTATE\tGPUS\tWHERE\tITERS\tRESTARTS\tPLAN")
@@ -306,6 +320,7 @@ func newJobsCmd(stdout, stderr io.Writer) *cobra.Command {
 			}, err
 		})
 	cmd.Flags().BoolVar(&all, "all", false, "include finished, failed and cancelled jobs")
+	ff.add(cmd, true, false)
 	return cmd
 }
 
@@ -373,24 +388,10 @@ func newNodeOpCmd(op, short string) func(stdout, stderr io.Writer) *cobra.Comman
 	}
 }
 
-func newHistoryCmd(stdout, stderr io.Writer) *cobra.Command {
-	return clientCmd("history", "Finished, failed and cancelled jobs with their JCT and queueing time", cobra.NoArgs, stdout,
-		func(ctx context.Context, c *control.Client, _ []string) (any, func(io.Writer) error, error) {
-			h, err := c.History(ctx)
-			return h, func(w io.Writer) error {
-				tw := newTable(w)
-				fmt.Fprintln(tw, "ID\tNAME\tTENANT\tSTATE\tJCT\tQUEUED\tRESTARTS\tITERS")
-				for _, e := range h {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", e.Job.ID, clean(e.Job.Name), clean(e.Job.Tenant), e.Job.State, age(e.JCTS), age(e.QueueS), e.Job.Restarts, e.Job.Iterations)
-				}
-				return tw.Flush()
-			}, err
-		})
-}
-
 func newEventsCmd(stdout, stderr io.Writer) *cobra.Command {
 	o := &clientOptions{}
 	var follow bool
+	var ff filterFlags // usage.go
 	cmd := &cobra.Command{Use: "events [-f]", Short: "Decisions and state changes with their reasons (-f follows)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := o.client()
@@ -398,13 +399,17 @@ func newEventsCmd(stdout, stderr io.Writer) *cobra.Command {
 				return err
 			}
 			defer o.close()
+			f, err := ff.filter(time.Now())
+			if err != nil {
+				return err
+			}
 			var after int64
 			for {
 				wait := time.Duration(0)
 				if follow {
 					wait = 30 * time.Second
 				}
-				evs, err := c.Events(cmd.Context(), after, wait)
+				evs, err := c.EventsWhere(cmd.Context(), after, wait, f)
 				if err != nil {
 					if cmd.Context().Err() != nil {
 						return nil
@@ -431,6 +436,7 @@ func newEventsCmd(stdout, stderr io.Writer) *cobra.Command {
 		}}
 	o.add(cmd)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following new events")
+	ff.add(cmd, true, false)
 	return cmd
 }
 

@@ -242,6 +242,9 @@ func writeDaemonNodes(w io.Writer, nodes []control.NodeView, perGPU bool) error 
 		case n.State == "down":
 			fmt.Fprintf(w, "%s is down: %d heartbeats missed\n", clean(n.Name), n.Missed)
 		}
+		if line := drainLine(n); line != "" { // drain.go
+			fmt.Fprintln(w, line)
+		}
 	}
 	if perGPU {
 		fmt.Fprintln(w)

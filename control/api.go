@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,6 +60,11 @@ type HistoryEntry struct {
 	Job    JobRecord `json:"job"`
 	JCTS   float64   `json:"jct_s"`   // submission to end
 	QueueS float64   `json:"queue_s"` // time it waited between submission and its end (every wait, not only the first)
+	// User submitted the job ("" when not recorded); Attempts are its
+	// launches, like sacct's lines (accounting.go); GPUHours their sum.
+	User     string    `json:"user,omitempty"`
+	Attempts []Attempt `json:"attempts"`
+	GPUHours float64   `json:"gpu_hours"`
 }
 
 // Status is GET /v1/status.
@@ -124,6 +128,7 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/nodes/{name}/{op}", a.nodeOp)
 	mux.HandleFunc("POST /v1/nodes/{name}/gpus/{gpu}/uncordon", a.uncordon) // health.go
 	mux.HandleFunc("GET /v1/history", a.history)
+	mux.HandleFunc("GET /v1/usage", a.usage)
 	mux.HandleFunc("GET /v1/running", func(w http.ResponseWriter, r *http.Request) {
 		run := slices.Clone(a.D.Running()) // the view's own: not changed
 		if run == nil {
@@ -174,6 +179,8 @@ func statusOf(err error) int {
 		return http.StatusUnauthorized
 	case errors.Is(err, ErrNotFound):
 		return http.StatusNotFound
+	case errors.Is(err, ErrBadRequest):
+		return http.StatusBadRequest
 	case errors.Is(err, ErrBadState), errors.Is(err, ErrConflict):
 		return http.StatusConflict
 	case errors.Is(err, ErrStore):
@@ -312,14 +319,16 @@ func (a *API) replayed(w http.ResponseWriter, rec JobRecord, err error) {
 }
 
 func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
-	var f JobFilter
-	if s := r.URL.Query().Get("state"); s != "" {
-		for _, st := range strings.Split(s, ",") {
-			f.States = append(f.States, JobState(st))
-		}
+	rf, err := parseReadFilter(r.URL.Query())
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
 	}
-	f.Tenant = r.URL.Query().Get("tenant")
-	if viewJobFilter(f) {
+	f := JobFilter{States: rf.States}
+	if len(rf.Tenants) == 1 {
+		f.Tenant = rf.Tenants[0]
+	}
+	if viewJobFilter(f) && len(rf.Users) == 0 && len(rf.Tenants) <= 1 {
 		// Live states only: the published view's encoding (readcache.go).
 		body, at, err := a.D.jobsJSON(f)
 		writeEncoded(w, body, at, err)
@@ -330,11 +339,20 @@ func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, statusOf(err), err)
 		return
 	}
+	if len(rf.Users) > 0 || len(rf.Tenants) > 1 {
+		if jobs, err = a.D.filterJobs(r.Context(), jobs, rf); err != nil {
+			writeErr(w, statusOf(err), err)
+			return
+		}
+	}
 	jobs = a.D.enc.redact.records(jobs) // a copy
 	for i := range jobs {
 		if it, ck, ok := a.D.liveProgress(jobs[i].ID); ok && jobs[i].State == StateRunning {
 			jobs[i].Iterations, jobs[i].Checkpoint = max(it, jobs[i].Iterations), max(ck, jobs[i].Checkpoint)
 		}
+	}
+	if jobs == nil {
+		jobs = []JobRecord{}
 	}
 	writeJSON(w, http.StatusOK, jobs)
 }
@@ -393,6 +411,10 @@ func (a *API) jobOp(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) queue(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.Query()) > 0 {
+		a.filteredQueue(w, r) // accounting.go
+		return
+	}
 	body, at, err := a.D.queueJSON()
 	writeEncoded(w, body, at, err)
 }
@@ -427,7 +449,12 @@ func (a *API) nodeOp(w http.ResponseWriter, r *http.Request) {
 	}
 	switch op {
 	case "drain":
-		moved, err := a.D.Drain(r.Context(), name)
+		req, err := drainRequest(r) // drain.go
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, err)
+			return
+		}
+		moved, err := a.D.DrainWith(r.Context(), name, req)
 		if err != nil && moved == nil {
 			writeErr(w, statusOf(err), err)
 			return
@@ -450,22 +477,15 @@ func (a *API) nodeOp(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) history(w http.ResponseWriter, r *http.Request) {
-	jobs, err := a.D.cfg.Store.ListJobs(r.Context(), JobFilter{States: []JobState{StateFinished, StateFailed, StateCancelled}})
+	f, err := parseReadFilter(r.URL.Query())
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	out, err := a.D.History(r.Context(), f)
 	if err != nil {
 		writeErr(w, statusOf(err), err)
 		return
-	}
-	out := []HistoryEntry{}
-	for _, j := range a.D.enc.redact.records(jobs) {
-		e := HistoryEntry{Job: j, JCTS: j.FinishedAt.Sub(j.SubmittedAt).Seconds()}
-		if !j.StartedAt.IsZero() {
-			e.QueueS = j.StartedAt.Sub(j.SubmittedAt).Seconds()
-			if h, err := a.D.cfg.Store.History(r.Context(), j.ID); err == nil && len(h) > 0 {
-				e.QueueS = waitedInAll(j, h)
-			}
-		}
-		e.JCTS, e.QueueS = max(e.JCTS, 0), max(e.QueueS, 0) // the clock may have stepped back
-		out = append(out, e)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -477,9 +497,15 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 	after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
 	wait, _ := time.ParseDuration(r.URL.Query().Get("wait"))
 	wait = min(wait, 60*time.Second)
+	f, err := parseReadFilter(r.URL.Query())
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
 	deadline := time.Now().Add(wait)
 	for {
-		evs, err := a.D.cfg.Store.Events(r.Context(), after, 1000)
+		evs, scanned, err := a.D.filteredEvents(r.Context(), after, 1000, f) // accounting.go
+		after = scanned
 		if err != nil {
 			writeErr(w, statusOf(err), err)
 			return

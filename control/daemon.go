@@ -233,6 +233,10 @@ type nodeState struct {
 	drained    bool
 	suspect    bool
 	suspectWhy string
+	drain      NodeDrain // why, by whom, when (drain.go)
+	// drainSettled: the event that an after-jobs drain's last job ended
+	// was written (drain.go's settleDrains).
+	drainSettled bool
 }
 
 // RoundStats describes the last scheduling round.
@@ -423,6 +427,9 @@ func (d *Daemon) recover(ctx context.Context) error {
 		}
 	}
 	if err := d.recoverHealth(ctx); err != nil { // health.go
+		return err
+	}
+	if err := d.recoverDrains(ctx); err != nil { // drain.go
 		return err
 	}
 	recs, err := d.cfg.Store.ListJobs(ctx, JobFilter{States: []JobState{StateQueued, StateHeld, StateRunning, StatePreempted, StateUnschedulable}})

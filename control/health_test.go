@@ -85,7 +85,7 @@ func (f *faultCluster) events(t *testing.T, kind string) []Event {
 	return out
 }
 
-func nodeNamed(d *Daemon, name string) NodeView {
+func nodeOf(d *Daemon, name string) NodeView {
 	for _, n := range d.Nodes() {
 		if n.Name == name {
 			return n
@@ -137,7 +137,7 @@ func TestXid79CordonsTheGPUAndMovesOnlyItsJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Within this one observation: cordoned, event, the job requeued.
-	n := nodeNamed(f.d, server)
+	n := nodeOf(f.d, server)
 	if len(n.CordonedGPUs) != 1 || n.CordonedGPUs[0].GPU != bad || n.CordonedGPUs[0].Cause != "xid-79" {
 		t.Fatalf("cordoned GPUs of %s: %+v", server, n.CordonedGPUs)
 	}
@@ -188,7 +188,7 @@ func TestXid79CordonsTheGPUAndMovesOnlyItsJob(t *testing.T) {
 		fillers = append(fillers, r.ID)
 	}
 	f.step(t, 20*time.Second)
-	n = nodeNamed(f.d, server)
+	n = nodeOf(f.d, server)
 	held := 0
 	for g, o := range n.GPUOwners {
 		if g == bad && o != "" {
@@ -222,7 +222,7 @@ func TestXid79CordonsTheGPUAndMovesOnlyItsJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	d2.publish()
-	if cs := nodeNamed(d2, server).CordonedGPUs; len(cs) != 1 || cs[0].GPU != bad {
+	if cs := nodeOf(d2, server).CordonedGPUs; len(cs) != 1 || cs[0].GPU != bad {
 		t.Fatalf("after a restart: cordoned %+v", cs)
 	}
 	if err := d2.Uncordon(ctx, server, bad); err != nil {
@@ -235,7 +235,7 @@ func TestXid79CordonsTheGPUAndMovesOnlyItsJob(t *testing.T) {
 	if err := d2.Observe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if cs := nodeNamed(d2, server).CordonedGPUs; len(cs) != 0 {
+	if cs := nodeOf(d2, server).CordonedGPUs; len(cs) != 0 {
 		t.Fatalf("the old Xid cordoned it again: %+v", cs)
 	}
 	if evs := f.events(t, "uncordon"); len(evs) != 1 || !strings.Contains(evs[0].Msg, "back in service") {
@@ -247,7 +247,7 @@ func TestXid79CordonsTheGPUAndMovesOnlyItsJob(t *testing.T) {
 	if err := d2.Observe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if cs := nodeNamed(d2, server).CordonedGPUs; len(cs) != 1 || cs[0].Cause != "xid-48" {
+	if cs := nodeOf(d2, server).CordonedGPUs; len(cs) != 1 || cs[0].Cause != "xid-48" {
 		t.Fatalf("after a new Xid 48: %+v", cs)
 	}
 }
@@ -270,7 +270,7 @@ func TestDoubleBitECCCheckpointsALiveJob(t *testing.T) {
 	server := f.placement(t, j.ID)[0].Name
 	f.gpu[server].InjectXid(5, 13)
 	f.step(t, 20*time.Second)
-	if cs := nodeNamed(f.d, server).CordonedGPUs; len(cs) != 0 {
+	if cs := nodeOf(f.d, server).CordonedGPUs; len(cs) != 0 {
 		t.Fatalf("Xid 13 cordoned %+v", cs)
 	}
 	f.gpu[server].InjectECC(5, true)
@@ -282,7 +282,7 @@ func TestDoubleBitECCCheckpointsALiveJob(t *testing.T) {
 	if err := f.d.Observe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cs := nodeNamed(f.d, server).CordonedGPUs
+	cs := nodeOf(f.d, server).CordonedGPUs
 	if len(cs) != 1 || cs[0].GPU != 5 || cs[0].Cause != "ecc-dbe" {
 		t.Fatalf("cordoned %+v", cs)
 	}
@@ -312,7 +312,7 @@ func TestMemoryFaultsAndFailedReadsCordon(t *testing.T) {
 		if err := f.d.Observe(ctx); err != nil {
 			t.Fatal(err)
 		}
-		a, b := nodeNamed(f.d, "a").CordonedGPUs, nodeNamed(f.d, "b").CordonedGPUs
+		a, b := nodeOf(f.d, "a").CordonedGPUs, nodeOf(f.d, "b").CordonedGPUs
 		if len(a) != 1 || a[0].Cause != "retired-pages" {
 			t.Fatalf("observation %d: a cordoned %+v", k, a)
 		}
@@ -328,7 +328,7 @@ func TestMemoryFaultsAndFailedReadsCordon(t *testing.T) {
 			t.Fatalf("observation %d: b cordoned %+v, want GPUs %v", k, b, want)
 		}
 	}
-	if b := nodeNamed(f.d, "b"); b.CordonedGPUs[0].Cause != "read-errors" || !strings.Contains(b.CordonedGPUs[0].Why, "GPU is lost") || b.FreeGPUs != 6 {
+	if b := nodeOf(f.d, "b"); b.CordonedGPUs[0].Cause != "read-errors" || !strings.Contains(b.CordonedGPUs[0].Why, "GPU is lost") || b.FreeGPUs != 6 {
 		t.Fatalf("b: %+v, %d free", b.CordonedGPUs, b.FreeGPUs)
 	}
 }
@@ -410,7 +410,7 @@ func TestExitJustBeforeTheXidIsGivenBack(t *testing.T) {
 	if err := f.d.Observe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if cs := nodeNamed(f.d, pk.Name).CordonedGPUs; !slices.ContainsFunc(cs, func(c GPUCordon) bool { return c.GPU == pk.GPUs[1] }) {
+	if cs := nodeOf(f.d, pk.Name).CordonedGPUs; !slices.ContainsFunc(cs, func(c GPUCordon) bool { return c.GPU == pk.GPUs[1] }) {
 		t.Fatalf("not cordoned: %+v", cs)
 	}
 	if r, _ := f.st.GetJob(ctx, k.ID); r.Failures != 1 {

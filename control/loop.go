@@ -60,6 +60,7 @@ func (d *Daemon) Run(ctx context.Context, tick time.Duration) error {
 			d.log.Warn("observe", "err", err)
 		}
 		d.expireIdempotencyKeys(ctx) // idem.go: hourly by default
+		d.settleDrains(ctx)          // drain.go: after-jobs drains whose last job ended
 		if st, err := d.Round(ctx); err != nil {
 			d.log.Warn("round", "err", err)
 		} else if st.Actions > 0 {

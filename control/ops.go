@@ -114,17 +114,31 @@ func (d *Daemon) nodeRecord(i int) NodeRecord {
 // each job is checkpointed and stopped, and the next round places it
 // elsewhere (the reconfiguration sequence split across two rounds).
 func (d *Daemon) Drain(ctx context.Context, server string) ([]string, error) {
+	return d.DrainWith(ctx, server, DrainRequest{})
+}
+
+// DrainWith drains server as req says (drain.go): with req.AfterJobs its
+// running jobs are left to finish (no new work goes there); otherwise
+// they are moved off now, as Drain does. The reason, the caller in ctx
+// and the time are stored with the drain.
+func (d *Daemon) DrainWith(ctx context.Context, server string, req DrainRequest) ([]string, error) {
 	d.mu.Lock()
 	i, ok := d.srvIdx[server]
 	if !ok {
 		d.mu.Unlock()
 		return nil, fmt.Errorf("drain: unknown server %q: %w", server, ErrNotFound)
 	}
+	dr := d.drainRecord(ctx, server, req)
 	ctx = context.WithoutCancel(ctx)
 	node := d.nodeRecord(i)
 	node.Drained = true
 	var ups []jobUpdate
 	jobs := d.jobsOn(server)
+	if req.AfterJobs {
+		err := d.drainAfterJobs(ctx, i, node, dr, jobs)
+		d.mu.Unlock()
+		return []string{}, err
+	}
 	ids := make([]string, len(jobs))
 	for k, js := range jobs {
 		rec := js.rec
@@ -133,9 +147,10 @@ func (d *Daemon) Drain(ctx context.Context, server string) ([]string, error) {
 		ups = append(ups, jobUpdate{js, rec, "drain " + server})
 		ids[k] = js.rec.ID
 	}
-	b := Batch{Nodes: []NodeRecord{node}, Events: []Event{d.ev("drain", "", server, drainMsg(server, ids), drainData{Jobs: ids})}}
+	b := Batch{Nodes: []NodeRecord{node}, Drains: []NodeDrain{dr}, Events: []Event{d.ev("drain", "", server, drainMsg(server, ids)+reasonSuffix(dr.Reason), drainData{Jobs: ids})}}
 	err := d.write(ctx, ups, b, func() {
 		d.nodes[i].drained = true
+		d.nodes[i].drain, d.nodes[i].drainSettled = dr, true
 		for _, js := range jobs {
 			d.stopRun(js)
 			js.servers = nil
@@ -187,9 +202,10 @@ func (d *Daemon) Undrain(ctx context.Context, server string) error {
 	}
 	node := d.nodeRecord(i)
 	node.Drained, node.Suspect, node.SuspectWhy = false, false, ""
-	b := Batch{Nodes: []NodeRecord{node}, Events: []Event{d.ev("undrain", "", server, server+" back in service", nil)}}
+	b := Batch{Nodes: []NodeRecord{node}, Drains: []NodeDrain{{Name: server}}, Events: []Event{d.ev("undrain", "", server, server+" back in service", nil)}}
 	if err := d.write(ctx, nil, b, func() {
 		d.nodes[i].drained, d.nodes[i].suspect, d.nodes[i].suspectWhy = false, false, ""
+		d.nodes[i].drain = NodeDrain{}
 		delete(d.launchFails, server)
 	}); err != nil {
 		return fmt.Errorf("undrain %s: %w", server, err)
@@ -278,10 +294,18 @@ type NodeView struct {
 	// until undrain or a passing health check. SuspectWhy names them.
 	Suspect    bool   `json:"suspect,omitempty"`
 	SuspectWhy string `json:"suspect_why,omitempty"`
-	// State is one word: up, down, drained or suspect.
-	State    string   `json:"state"`
-	FreeGPUs int      `json:"free_gpus"`
-	Jobs     []string `json:"jobs"`
+	// State is one word: up, down, drained, draining (drained after its
+	// jobs, some still run there) or suspect.
+	State string `json:"state"`
+	// DrainReason, DrainedBy, DrainedAt and DrainMode (now or
+	// after-jobs) say why, by whom, when and how it was drained
+	// (drain.go); empty when it is not.
+	DrainReason string     `json:"drain_reason,omitempty"`
+	DrainedBy   string     `json:"drained_by,omitempty"`
+	DrainedAt   *time.Time `json:"drained_at,omitempty"`
+	DrainMode   string     `json:"drain_mode,omitempty"`
+	FreeGPUs    int        `json:"free_gpus"`
+	Jobs        []string   `json:"jobs"`
 	// GPUOwners is the job holding each GPU index ("" when free).
 	GPUOwners []string `json:"gpu_owners"`
 	// GPUStats are the GPUs' figures as last observed (telemetry.go);
@@ -304,7 +328,10 @@ func (d *Daemon) nodesLocked() []NodeView {
 		n := d.nodes[i]
 		v := NodeView{ServerInfo: info, Reachable: n.missed < d.cfg.HeartbeatMisses, Drained: n.drained, Missed: n.missed, Jobs: []string{},
 			Suspect: n.suspect, SuspectWhy: n.suspectWhy, GPUOwners: append([]string(nil), d.owner[i].gpu...)}
+		v.setDrain(n.drain) // drain.go
 		switch {
+		case n.drained && n.drain.Mode == DrainAfterJobs && holdsAny(d.owner[i].gpu):
+			v.State = "draining"
 		case n.drained:
 			v.State = "drained"
 		case !v.Reachable:

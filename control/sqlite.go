@@ -117,6 +117,15 @@ var migrations = []string{
 		seen INTEGER NOT NULL,
 		PRIMARY KEY (server, gpu)
 	);`,
+	// 6 (drain.go): why a server was drained, by whom, when, and how
+	// (now: its jobs moved off; after-jobs: its jobs left to finish)
+	`CREATE TABLE node_drains (
+		name TEXT PRIMARY KEY,
+		reason TEXT NOT NULL,
+		by_user TEXT NOT NULL,
+		mode TEXT NOT NULL,
+		at INTEGER NOT NULL
+	);`,
 }
 
 // SQLite is the Store on a SQLite database in WAL mode (modernc.org/sqlite,
@@ -355,6 +364,11 @@ func (s *SQLite) Commit(ctx context.Context, b Batch) ([]int64, error) {
 	}
 	for _, n := range b.Nodes {
 		if err := putNode(ctx, tx, n); err != nil {
+			return nil, err
+		}
+	}
+	for _, dr := range b.Drains {
+		if err := putDrain(ctx, tx, dr); err != nil { // drain.go
 			return nil, err
 		}
 	}

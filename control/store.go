@@ -178,6 +178,9 @@ type Batch struct {
 	Models     []ModelWrite
 	// GPUHealth are GPUs' cordons and uncordons (health.go).
 	GPUHealth []GPUHealthRecord
+	// Drains are servers' drain records (drain.go): set, or cleared
+	// (Mode "").
+	Drains []NodeDrain
 }
 
 // JobWrite is one job of a Batch: created (Create) or updated with the
@@ -198,5 +201,5 @@ type ModelWrite struct {
 
 // empty reports whether b writes nothing.
 func (b *Batch) empty() bool {
-	return len(b.Jobs)+len(b.Nodes)+len(b.Decisions)+len(b.Events)+len(b.TimerWaits)+len(b.Models)+len(b.GPUHealth) == 0
+	return len(b.Jobs)+len(b.Nodes)+len(b.Decisions)+len(b.Events)+len(b.TimerWaits)+len(b.Models)+len(b.GPUHealth)+len(b.Drains) == 0
 }
