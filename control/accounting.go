@@ -19,7 +19,6 @@ package control
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -302,22 +301,9 @@ func (s *SQLite) LaunchDecisions(ctx context.Context) (map[string][]DecisionReco
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	out := map[string][]DecisionRecord{}
-	for rows.Next() {
-		var d DecisionRecord
-		var detail sql.NullString
-		var at int64
-		if err := rows.Scan(&d.ID, &d.JobID, &d.Kind, &detail, &d.Reason, &at); err != nil {
-			return nil, err
-		}
-		if detail.Valid {
-			d.Detail = json.RawMessage(detail.String)
-		}
-		d.At = fromNS(at)
-		out[d.JobID] = append(out[d.JobID], d)
-	}
-	return out, rows.Err()
+	err = scanDecisions(rows, func(d DecisionRecord) { out[d.JobID] = append(out[d.JobID], d) })
+	return out, err
 }
 
 // launches gives each job's state history and launch decisions: read

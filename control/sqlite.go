@@ -546,22 +546,29 @@ func (s *SQLite) Decisions(ctx context.Context, jobID string, limit int) ([]Deci
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	var out []DecisionRecord
+	err = scanDecisions(rows, func(d DecisionRecord) { out = append(out, d) })
+	return out, err
+}
+
+// scanDecisions reads rows of (id, job_id, kind, detail, reason, at)
+// into decision records, handing each to add, and closes rows.
+func scanDecisions(rows *sql.Rows, add func(DecisionRecord)) error {
+	defer rows.Close()
 	for rows.Next() {
 		var d DecisionRecord
 		var detail sql.NullString
 		var at int64
 		if err := rows.Scan(&d.ID, &d.JobID, &d.Kind, &detail, &d.Reason, &at); err != nil {
-			return nil, err
+			return err
 		}
 		if detail.Valid {
 			d.Detail = json.RawMessage(detail.String)
 		}
 		d.At = fromNS(at)
-		out = append(out, d)
+		add(d)
 	}
-	return out, rows.Err()
+	return rows.Err()
 }
 
 // AddEvent implements Store.
