@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -106,6 +107,11 @@ type Demo struct {
 	tempDir   bool
 	submitted atomic.Int64 // trace jobs submitted so far
 	start     time.Time
+	// gaps are the virtual seconds between consecutive rounds (watchRounds)
+	// and gapTarget what the demo aims at (its tick at its speed).
+	gapsMu    sync.Mutex
+	gaps      []float64
+	gapTarget float64
 	errc      chan error
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -212,7 +218,9 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	d.cancel = cancel
 	api := &control.API{D: d.Daemon, Version: "demo"}
-	d.wg.Add(3)
+	d.gapTarget = o.Tick.Seconds() * o.Speed
+	d.wg.Add(4)
+	go func() { defer d.wg.Done(); d.watchRounds(rctx, o.Tick) }()
 	go func() { defer d.wg.Done(); d.errc <- control.Serve(rctx, l, api.Handler()) }()
 	go func() { defer d.wg.Done(); d.errc <- d.Daemon.Run(rctx, o.Tick) }()
 	go func() { defer d.wg.Done(); d.errc <- d.replay(rctx, o.Tick) }()
@@ -314,6 +322,50 @@ func (d *Demo) replay(ctx context.Context, tick time.Duration) error {
 	return nil
 }
 
+// watchRounds records the virtual time between consecutive rounds: the
+// demo runs in real time, so a machine slower than its speed asks for
+// rounds further apart in virtual time than replan sim, which runs one at
+// every arrival and completion, and jobs wait longer.
+func (d *Demo) watchRounds(ctx context.Context, tick time.Duration) {
+	t := time.NewTicker(max(tick/4, time.Millisecond))
+	defer t.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		at := d.Daemon.LastRound().At
+		if at.IsZero() || !at.After(last) {
+			continue
+		}
+		if !last.IsZero() {
+			d.gapsMu.Lock()
+			d.gaps = append(d.gaps, at.Sub(last).Seconds())
+			d.gapsMu.Unlock()
+		}
+		last = at
+	}
+}
+
+// roundLag fills s's round figures and, when rounds ran much further
+// apart than the demo aims at, says so and what it costs.
+func (d *Demo) roundLag(s *Summary) {
+	d.gapsMu.Lock()
+	gaps := slices.Clone(d.gaps)
+	d.gapsMu.Unlock()
+	s.RoundGapTargetS = d.gapTarget
+	if len(gaps) == 0 {
+		return
+	}
+	slices.Sort(gaps)
+	s.RoundGapP90S = gaps[int(0.9*float64(len(gaps)-1))]
+	if s.RoundGapP90S > 2*d.gapTarget {
+		s.Note = fmt.Sprintf("rounds ran %.0f virtual seconds apart (p90), against the %.0f s this speed aims at: this machine is slower than --speed %g asks, so jobs waited longer for decisions than in `replan sim` on the same trace (which decides at every arrival and completion); lower --speed to compare", s.RoundGapP90S, d.gapTarget, d.Clock.Speed())
+	}
+}
+
 // Summary is what a demo run did.
 type Summary struct {
 	Source      string        `json:"source"`
@@ -343,6 +395,14 @@ type Summary struct {
 	// estimate can know of.
 	ETAErrP90Undisturbed float64 `json:"eta_err_p90_undisturbed"`
 	ETAJobsUndisturbed   int     `json:"eta_jobs_undisturbed"`
+	// RoundGapP90S is the 90th percentile of the virtual seconds between
+	// consecutive scheduling rounds, RoundGapTargetS what the demo aims at
+	// (its tick times its speed). Note says when the first is more than
+	// twice the second: the demo then decided less often than replan sim
+	// and its JCTs are longer.
+	RoundGapP90S    float64 `json:"round_gap_p90_s"`
+	RoundGapTargetS float64 `json:"round_gap_target_s"`
+	Note            string  `json:"note,omitempty"`
 }
 
 // ETAMinWait is the shortest wait the ETA accuracy counts: below it the
@@ -415,6 +475,7 @@ func (d *Demo) Summary(ctx context.Context) (Summary, error) {
 	s.Jobs = len(d.Trace)
 	s.RealElapsed = time.Since(d.start)
 	s.VirtualH = d.Clock.Now().Sub(Epoch).Hours()
+	d.roundLag(&s)
 	return s, nil
 }
 
@@ -491,6 +552,12 @@ func (s Summary) Print(w io.Writer) error {
 	if err == nil && s.ETAJobs > 0 {
 		_, err = fmt.Fprintf(w, "  start estimates: |first ETA − start| / wait p50 %.2f, p90 %.2f over %d jobs that waited %s or more (%d without an estimate); p90 %.2f over the %d no later job overtook\n",
 			s.ETAErrP50, s.ETAErrP90, s.ETAJobs, ETAMinWait, s.ETANoEstimate, s.ETAErrP90Undisturbed, s.ETAJobsUndisturbed)
+	}
+	if err == nil && s.RoundGapTargetS > 0 {
+		_, err = fmt.Fprintf(w, "  rounds %.0f virtual seconds apart (p90; aimed at %.0f)\n", s.RoundGapP90S, s.RoundGapTargetS)
+	}
+	if err == nil && s.Note != "" {
+		_, err = fmt.Fprintf(w, "  note: %s\n", s.Note)
 	}
 	return err
 }
