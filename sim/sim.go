@@ -167,37 +167,42 @@ const (
 )
 
 type job struct {
-	w         dataset.WorkloadJob
-	model     string
-	m         *perf.Model
-	reqPlan   perf.Plan
-	class     sched.Class
-	promise   float64 // iterations per second at the request
-	st        jstate
-	alloc     []sched.Alloc
-	plan      perf.Plan
-	pl        perf.Placement
-	cpg       int
-	done      float64
-	last      float64
-	restart   float64 // no progress before this time
-	rate      float64 // iterations per second while not restarting
-	measured  bool
-	version   int
-	started   bool
-	first     float64
-	finish    float64
-	restarts  int
-	preempts  int
-	sla       float64
-	gpuSec    float64
-	measSec   float64
-	runSec    float64
-	idealSec  float64 // seconds its iterations would take at idealIter
-	idealIter float64 // seconds per iteration of its plan packed, alone
-	gpus      int
-	changed   float64 // time of the last start or reconfiguration
-	why       string  // the policy's last reason for keeping it waiting
+	w       dataset.WorkloadJob
+	model   string
+	m       *perf.Model
+	reqPlan perf.Plan
+	class   sched.Class
+	promise float64 // iterations per second at the request (the simulator's truth)
+	// promised is what the control plane promised when it first saw the
+	// job (promisedFor): handed to the policies as Job.Promise and what
+	// SLA violations count against; set once, at promisedSet.
+	promised    float64
+	promisedSet bool
+	st          jstate
+	alloc       []sched.Alloc
+	plan        perf.Plan
+	pl          perf.Placement
+	cpg         int
+	done        float64
+	last        float64
+	restart     float64 // no progress before this time
+	rate        float64 // iterations per second while not restarting
+	measured    bool
+	version     int
+	started     bool
+	first       float64
+	finish      float64
+	restarts    int
+	preempts    int
+	sla         float64
+	gpuSec      float64
+	measSec     float64
+	runSec      float64
+	idealSec    float64 // seconds its iterations would take at idealIter
+	idealIter   float64 // seconds per iteration of its plan packed, alone
+	gpus        int
+	changed     float64 // time of the last start or reconfiguration
+	why         string  // the policy's last reason for keeping it waiting
 	// network
 	lastRun  float64 // when it last held resources
 	phase    float64 // a time at which one of its iterations began
@@ -372,6 +377,39 @@ func (s *simulator) init(trace []dataset.WorkloadJob) error {
 	return nil
 }
 
+// promisedFor is the speed (iterations per second) of j's request as the
+// control plane knows it when it first sees the job: the measured speed
+// with --oracle, or when some job has already run the request's
+// configuration (the online knowledge of the default); else, and always
+// with --hide-measured, the fitted model's prediction (issue 29: the
+// policies were handed the measured promise whatever they knew). A
+// request larger than a rack is promised its predicted guaranteed share
+// of the spine either way.
+func (s *simulator) promisedFor(j *job) float64 {
+	reqPl := perf.PackedPlacement(j.w.GPUs, s.cfg.GPUsPerServer)
+	if s.cfg.ServersPerRack > 0 && j.w.GPUs > s.cfg.ServersPerRack*s.cfg.GPUsPerServer {
+		return j.promise // predicted already
+	}
+	if _, measured := s.r.iter(j.model, j.reqPlan, reqPl, false, j.cpg); !measured {
+		return j.promise // the model's prediction already
+	}
+	if !s.cfg.HideMeasured {
+		if s.cfg.Oracle {
+			return j.promise
+		}
+		if s.online != nil {
+			if _, ok := s.online.Throughput(j.m, j.reqPlan, reqPl, j.cpg); ok {
+				return j.promise
+			}
+		}
+	}
+	b, err := j.m.Predict(j.reqPlan, perf.Resources{Placement: reqPl, CPUsPerGPU: float64(j.cpg)})
+	if err != nil || b.Iter <= 0 {
+		return 0 // unknown: the policy predicts it itself; no SLA to count
+	}
+	return 1 / b.Iter
+}
+
 func (s *simulator) emit(j *job, kind string) {
 	if s.cfg.OnEvent == nil {
 		return
@@ -401,7 +439,7 @@ func (s *simulator) advance(j *job, t float64) {
 		if j.measured {
 			j.measSec += d
 		}
-		if j.class == sched.Guaranteed && j.rate < j.promise*(1-1e-9) {
+		if j.class == sched.Guaranteed && j.rate < j.promised*(1-1e-9) {
 			j.sla += d
 		}
 	}
@@ -575,6 +613,9 @@ func (s *simulator) round() error {
 	snap.Tenants = s.tenants
 	snap.Jobs = snap.Jobs[:0]
 	for _, j := range s.active {
+		if !j.promisedSet {
+			j.promised, j.promisedSet = s.promisedFor(j), true
+		}
 		s.advance(j, s.now)
 		tenant := "B"
 		if j.class == sched.Guaranteed {
@@ -592,7 +633,7 @@ func (s *simulator) round() error {
 		}
 		snap.Jobs = append(snap.Jobs, sched.Job{
 			ID: j.w.Name, Tenant: tenant, Class: j.class, Model: j.m,
-			ReqGPUs: j.w.GPUs, ReqCPUs: reqCPUs, ReqPlan: j.reqPlan, Promise: j.promise * float64(j.m.Arch.GlobalBatch),
+			ReqGPUs: j.w.GPUs, ReqCPUs: reqCPUs, ReqPlan: j.reqPlan, Promise: j.promised * float64(j.m.Arch.GlobalBatch),
 			Alloc: j.alloc, Plan: j.plan, Submit: j.w.Submit,
 			ItersDone: j.done, ItersTotal: float64(j.w.Steps), Restarts: j.restarts, LastChange: j.changed,
 			LastRun: j.lastRun, RunSeconds: j.runSec, IdealSeconds: ideal, Phase: j.phase,
