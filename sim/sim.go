@@ -338,6 +338,12 @@ func (s *simulator) init(trace []dataset.WorkloadJob) error {
 		if plan.MicroBatch == 0 {
 			plan.MicroBatch = 1
 		}
+		if plan.TP > c.GPUsPerServer {
+			// A TP group never spans servers: the daemon's admission
+			// refuses this plan, and a policy that runs the user's plan
+			// would leave the job waiting for ever.
+			return fmt.Errorf("trace:%d: job %s: its plan %s has TP %d, a server has %d GPUs (--gpus-per-server): a tensor-parallel group never spans servers, it could never start", w.Line, w.Name, plan, plan.TP, c.GPUsPerServer)
+		}
 		j := &job{w: w, model: name, m: m, reqPlan: plan, class: sched.BestEffort}
 		if w.SLA && c.QuotaGPUs > 0 && w.GPUs > c.QuotaGPUs {
 			return fmt.Errorf("trace:%d: guaranteed job %s asks for %d GPUs, its tenant's quota is %d: it could never start", w.Line, w.Name, w.GPUs, c.QuotaGPUs)
