@@ -23,6 +23,9 @@ import (
 //     of the allocation holds a multiple of TP;
 //   - a plan keeps the job's global batch (its running plan's, else its
 //     requested plan's, else its model type's);
+//   - when the snapshot has tenants, the guaranteed jobs of each hold at
+//     most its quota after the round (a tenant not listed has none), or
+//     no more than they held before it (a quota lowered under them);
 //   - after the round no server has more GPUs, cores or host memory in
 //     use than it has (what the snapshot says is held outside its jobs
 //     counts as in use).
@@ -128,6 +131,9 @@ func CheckInvariants(s Snapshot, d Decisions) error {
 			mem[x.Server] += x.MemGB
 		}
 	}
+	if err := checkQuotas(s, changed); err != nil {
+		return err
+	}
 	for i, sv := range s.Servers {
 		switch {
 		case gpu[i] > sv.GPUs:
@@ -166,4 +172,39 @@ func globalBatch(j *Job) int {
 		return j.Model.Arch.GlobalBatch
 	}
 	return 0
+}
+
+// checkQuotas is CheckInvariants' quota rule: the GPUs each tenant's
+// guaranteed jobs hold after the round (changed: the round's decisions by
+// job index) stay within its quota, or do not grow.
+func checkQuotas(s Snapshot, changed map[int]*Decision) error {
+	if len(s.Tenants) == 0 {
+		return nil
+	}
+	quota := make(map[string]int, len(s.Tenants))
+	for _, t := range s.Tenants {
+		quota[t.Name] = t.QuotaGPUs
+	}
+	before, after := map[string]int{}, map[string]int{}
+	for k := range s.Jobs {
+		j := &s.Jobs[k]
+		if j.Class != Guaranteed {
+			continue
+		}
+		g := j.GPUs()
+		before[j.Tenant] += g
+		if a := changed[k]; a != nil {
+			g = 0
+			for _, al := range a.Alloc {
+				g += al.GPUs
+			}
+		}
+		after[j.Tenant] += g
+	}
+	for t, n := range after {
+		if q := quota[t]; n > q && n > before[t] {
+			return fmt.Errorf("tenant %s: its guaranteed jobs would hold %d GPUs, its quota is %d", t, n, q)
+		}
+	}
+	return nil
 }

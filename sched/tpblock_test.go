@@ -94,3 +94,27 @@ func TestInvariantsRefuseSplitTPAndWrongPlacement(t *testing.T) {
 		}
 	}
 }
+
+// TestInvariantsRefuseGuaranteedAboveQuota: CheckInvariants refuses a
+// round after which a tenant's guaranteed jobs hold more than its quota
+// (issue 29), and accepts the same start within it.
+func TestInvariantsRefuseGuaranteedAboveQuota(t *testing.T) {
+	m := model(t, "bert")
+	g := running(t, waiting(t, "g", m, 4, 0), 0, 4)
+	g.Class, g.Tenant = sched.Guaranteed, "A"
+	w := waiting(t, "w", m, 4, 0)
+	w.Class, w.Tenant = sched.Guaranteed, "A"
+	s := snapshot(servers(2, 8), g, w)
+	start := sched.Decisions{Actions: []sched.Decision{{Kind: sched.Start, Job: "w", Index: 1, Plan: w.ReqPlan,
+		Alloc: []sched.Alloc{{Server: 1, GPUs: 4, CPUs: 32}}, Placement: perf.Placement{4}}}}
+	s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: 8}}
+	if err := sched.CheckInvariants(s, start); err != nil {
+		t.Fatalf("within the quota: %v", err)
+	}
+	s.Tenants = []sched.Tenant{{Name: "A", QuotaGPUs: 6}}
+	if err := sched.CheckInvariants(s, start); err == nil {
+		t.Fatal("8 GPUs of guaranteed jobs under a quota of 6 accepted")
+	} else {
+		t.Log(err)
+	}
+}
