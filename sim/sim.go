@@ -173,36 +173,41 @@ type job struct {
 	reqPlan perf.Plan
 	class   sched.Class
 	promise float64 // iterations per second at the request (the simulator's truth)
-	// promised is what the control plane promised when it first saw the
-	// job (promisedFor): handed to the policies as Job.Promise and what
-	// SLA violations count against; set once, at promisedSet.
-	promised    float64
-	promisedSet bool
-	st          jstate
-	alloc       []sched.Alloc
-	plan        perf.Plan
-	pl          perf.Placement
-	cpg         int
-	done        float64
-	last        float64
-	restart     float64 // no progress before this time
-	rate        float64 // iterations per second while not restarting
-	measured    bool
-	version     int
-	started     bool
-	first       float64
-	finish      float64
-	restarts    int
-	preempts    int
-	sla         float64
-	gpuSec      float64
-	measSec     float64
-	runSec      float64
-	idealSec    float64 // seconds its iterations would take at idealIter
-	idealIter   float64 // seconds per iteration of its plan packed, alone
-	gpus        int
-	changed     float64 // time of the last start or reconfiguration
-	why         string  // the policy's last reason for keeping it waiting
+	// promised is the promise as the control plane knows it at the
+	// latest round (promisedFor): handed to the policies as Job.Promise
+	// and what SLA violations count against. fixedPromise: the control
+	// plane's own (forward simulations); reqKnown: the request's measured
+	// speed is known (knowledge only grows); predicted: the model's
+	// prediction of the request (0: not computed yet, <0: none).
+	promised     float64
+	fixedPromise bool
+	reqKnown     bool
+	predicted    float64
+	st           jstate
+	alloc        []sched.Alloc
+	plan         perf.Plan
+	pl           perf.Placement
+	cpg          int
+	done         float64
+	last         float64
+	restart      float64 // no progress before this time
+	rate         float64 // iterations per second while not restarting
+	measured     bool
+	version      int
+	started      bool
+	first        float64
+	finish       float64
+	restarts     int
+	preempts     int
+	sla          float64
+	gpuSec       float64
+	measSec      float64
+	runSec       float64
+	idealSec     float64 // seconds its iterations would take at idealIter
+	idealIter    float64 // seconds per iteration of its plan packed, alone
+	gpus         int
+	changed      float64 // time of the last start or reconfiguration
+	why          string  // the policy's last reason for keeping it waiting
 	// network
 	lastRun  float64 // when it last held resources
 	phase    float64 // a time at which one of its iterations began
@@ -384,36 +389,42 @@ func (s *simulator) init(trace []dataset.WorkloadJob) error {
 }
 
 // promisedFor is the speed (iterations per second) of j's request as the
-// control plane knows it when it first sees the job: the measured speed
-// with --oracle, or when some job has already run the request's
-// configuration (the online knowledge of the default); else, and always
-// with --hide-measured, the fitted model's prediction (issue 29: the
-// policies were handed the measured promise whatever they knew). A
-// request larger than a rack is promised its predicted guaranteed share
-// of the spine either way.
+// control plane knows it now: the measured speed with --oracle, or once
+// some job has run the request's configuration (the online knowledge of
+// the default); else, and always with --hide-measured, the fitted model's
+// prediction, as the daemon promises (issue 29: the policies were handed
+// the measured promise whatever they knew). A request larger than a rack
+// is promised its predicted guaranteed share of the spine either way.
 func (s *simulator) promisedFor(j *job) float64 {
+	if j.reqKnown {
+		return j.promise
+	}
 	reqPl := perf.PackedPlacement(j.w.GPUs, s.cfg.GPUsPerServer)
-	if s.cfg.ServersPerRack > 0 && j.w.GPUs > s.cfg.ServersPerRack*s.cfg.GPUsPerServer {
-		return j.promise // predicted already
+	known := false
+	if j.predicted == 0 {
+		// first look: a request larger than a rack, or one with no
+		// measured row, is promised the model's prediction already
+		_, measured := s.r.iter(j.model, j.reqPlan, reqPl, false, j.cpg)
+		known = !measured || s.cfg.ServersPerRack > 0 && j.w.GPUs > s.cfg.ServersPerRack*s.cfg.GPUsPerServer
 	}
-	if _, measured := s.r.iter(j.model, j.reqPlan, reqPl, false, j.cpg); !measured {
-		return j.promise // the model's prediction already
-	}
-	if !s.cfg.HideMeasured {
+	if !known && !s.cfg.HideMeasured {
 		if s.cfg.Oracle {
-			return j.promise
-		}
-		if s.online != nil {
-			if _, ok := s.online.Throughput(j.m, j.reqPlan, reqPl, j.cpg); ok {
-				return j.promise
-			}
+			known = true
+		} else if s.online != nil {
+			_, known = s.online.Throughput(j.m, j.reqPlan, reqPl, j.cpg)
 		}
 	}
-	b, err := j.m.Predict(j.reqPlan, perf.Resources{Placement: reqPl, CPUsPerGPU: float64(j.cpg)})
-	if err != nil || b.Iter <= 0 {
-		return 0 // unknown: the policy predicts it itself; no SLA to count
+	if known {
+		j.reqKnown = true
+		return j.promise
 	}
-	return 1 / b.Iter
+	if j.predicted == 0 {
+		j.predicted = -1
+		if b, err := j.m.Predict(j.reqPlan, perf.Resources{Placement: reqPl, CPUsPerGPU: float64(j.cpg)}); err == nil && b.Iter > 0 {
+			j.predicted = 1 / b.Iter
+		}
+	}
+	return max(j.predicted, 0) // 0: unknown, the policy predicts it itself
 }
 
 func (s *simulator) emit(j *job, kind string) {
@@ -619,10 +630,10 @@ func (s *simulator) round() error {
 	snap.Tenants = s.tenants
 	snap.Jobs = snap.Jobs[:0]
 	for _, j := range s.active {
-		if !j.promisedSet {
-			j.promised, j.promisedSet = s.promisedFor(j), true
+		s.advance(j, s.now) // the last interval at the promise it ran under
+		if !j.fixedPromise {
+			j.promised = s.promisedFor(j)
 		}
-		s.advance(j, s.now)
 		tenant := "B"
 		if j.class == sched.Guaranteed {
 			tenant = "A"
