@@ -118,3 +118,41 @@ func TestInvariantsRefuseGuaranteedAboveQuota(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+// TestGandivaMigrationKeepsTPBlocks: Gandiva's migration into one rack
+// took the rack's free GPUs without the TP-block rule (issue 29): a
+// DP2·TP8 job across racks moved onto 8+7+1 GPUs. It moves only onto
+// blocks of TP, else stays.
+func TestGandivaMigrationKeepsTPBlocks(t *testing.T) {
+	small := model(t, "bert")
+	big := model(t, "llama7b")
+	srv := servers(6, 8)
+	for i := range srv {
+		if i >= 3 {
+			srv[i].Rack = "r1"
+		}
+	}
+	plan := perf.Plan{DP: 2, TP: 8, PP: 1, MicroBatch: 4, GA: 1, ZeRO: 1}
+	w := sched.Job{ID: "w", Tenant: "B", Class: sched.BestEffort, Model: big, ReqGPUs: 16, ReqCPUs: 128, ReqPlan: plan, Plan: plan,
+		Alloc: []sched.Alloc{{Server: 0, GPUs: 8, CPUs: 64}, {Server: 3, GPUs: 8, CPUs: 64}}, ItersDone: 1, ItersTotal: 1e6}
+	s := snapshot(srv,
+		running(t, waiting(t, "a", small, 8, 0), 1, 8),
+		running(t, waiting(t, "b", small, 8, 0), 2, 8),
+		running(t, waiting(t, "c", small, 1, 0), 4, 1),
+		running(t, waiting(t, "d", small, 4, 0), 5, 4),
+		running(t, waiting(t, "e", small, 2, 0), 5, 2),
+		running(t, waiting(t, "f", small, 1, 0), 5, 1),
+		w)
+	p := sched.NewGandiva()
+	d := p.Schedule(s)
+	if err := sched.CheckInvariants(s, d); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := find(d, "w"); ok {
+		for _, al := range a.Alloc {
+			if al.GPUs%8 != 0 {
+				t.Fatalf("migrated onto %s: a TP group across servers", a.Placement)
+			}
+		}
+	}
+}
