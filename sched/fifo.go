@@ -344,9 +344,12 @@ func (f *FIFO) placeNet(st *state, nr *netRound, i int) (bool, string) {
 	}
 	if !tpBlocks(js.alloc, tp) {
 		st.rollback(mark)
-		if got := f.fillBlocks(st, i, need, tp); got < need {
+		if f.blocksFewestRacks(st, i, need, tp) < need {
 			st.rollback(mark)
-			return false, f.why(whyTP, need, tp, got)
+			if got := f.fillBlocks(st, i, need, tp); got < need {
+				st.rollback(mark)
+				return false, f.why(whyTP, need, tp, got)
+			}
 		}
 	}
 	if f.Net != nil && js.job.Model != nil {
@@ -550,6 +553,54 @@ func (f *FIFO) fillBlocks(st *state, i, need, tp int) int {
 	}
 	st.idx.unskip()
 	sortAlloc(js.alloc)
+	return got
+}
+
+// blocksFewestRacks gives job i need free GPUs in blocks of a multiple of
+// tp per server over as few racks as it can (as takeFewestRacks does
+// without blocks): each step the rack whose blocks alone hold what is
+// still needed with the least to spare, else the rack with the most, its
+// servers with the largest blocks first. It returns how many it got.
+func (f *FIFO) blocksFewestRacks(st *state, i, need, tp int) int {
+	cpg := max(st.jobs[i].cpg, 1)
+	block := func(s int) int {
+		n := min(st.free[s], st.freeCPU[s]/cpg)
+		return max(n-n%tp, 0)
+	}
+	used := make([]bool, len(st.racks))
+	got := 0
+	for got < need {
+		rest := need - got
+		fit, big, fitN, bigN := -1, -1, 0, 0
+		for r, l := range st.racks {
+			if used[r] {
+				continue
+			}
+			n := 0
+			for _, s := range l {
+				n += block(s)
+			}
+			if n == 0 {
+				continue
+			}
+			if n >= rest && (fit < 0 || n < fitN) {
+				fit, fitN = r, n
+			}
+			if big < 0 || n > bigN {
+				big, bigN = r, n
+			}
+		}
+		r := fit
+		if r < 0 {
+			r = big
+		}
+		if r < 0 {
+			break
+		}
+		used[r] = true
+		got += st.fillRack(i, r, need-got, block)
+	}
+	sortAlloc(st.jobs[i].alloc)
 	return got
 }
 
