@@ -141,7 +141,9 @@ func (d *Daemon) Admit(ctx context.Context, spec *jobspec.Spec, acc *Access) err
 	per := max(all.perServer, 1)
 	if req.HasPlan && req.GPUs >= 1 && req.GPUs <= all.gpus {
 		pl := perf.PackedPlacement(req.GPUs, per)
-		if err := perf.Check(arch, req.Plan, pl); err != nil {
+		if req.Plan.TP > per {
+			add("request.plan", "TP %d is more than the %d GPUs of the largest server: a tensor-parallel group never spans servers, so plan %s can never run here", req.Plan.TP, per, req.Plan)
+		} else if err := perf.Check(arch, req.Plan, pl); err != nil {
 			add("request.plan", "%v (on %d GPUs packed onto servers of %d: %s)", err, req.GPUs, per, pl)
 		} else if err := perf.EstimateMemory(arch, req.Plan, pl).Fits(env); err != nil {
 			add("request.plan", "%v", err)

@@ -315,7 +315,14 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 		s.gather = vGather / (dpGBps * 1e9)
 	}
 	if vTP > 0 {
-		s.commTP = vTP / (e.IntraGBps * 1e9)
+		// A TP group inside one server runs at NVLink speed; one split
+		// over servers (Check forbids it, a measured run may still have
+		// it) crosses the narrowest server's NICs.
+		tpGBps := e.IntraGBps
+		if tpSplit(p, server) {
+			tpGBps = math.Min(tpGBps, e.nodeGBps(pl.MinPerServer(), r.CrossRack))
+		}
+		s.commTP = vTP / (tpGBps * 1e9)
 	}
 	if vPP > 0 {
 		s.commPP = vPP / (ppGBps * 1e9)
@@ -409,6 +416,20 @@ func (s *shape) eval(k Params) Breakdown {
 		out.InterServer += commPP
 	}
 	return out
+}
+
+// tpSplit reports whether a tensor-parallel group of p (TP consecutive
+// ranks, as Megatron lays them out) spans servers.
+func tpSplit(p Plan, server []int) bool {
+	if p.TP <= 1 {
+		return false
+	}
+	for g := 0; g+p.TP <= len(server); g += p.TP {
+		if server[g] != server[g+p.TP-1] {
+			return true
+		}
+	}
+	return false
 }
 
 // linkBandwidths returns the effective bandwidth of the DP and PP

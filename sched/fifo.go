@@ -320,9 +320,19 @@ func (f *FIFO) placeNet(st *state, nr *netRound, i int) (bool, string) {
 	if limit == perf.TierServer {
 		return false, "delay scheduling: refuses offers spanning servers (" + why + ")"
 	}
+	// Across servers every server holds a multiple of the plan's TP size
+	// (a TP group never spans servers, as place does): an offer that
+	// would split a TP group is taken again in TP blocks.
+	tp := max(js.job.ReqPlan.TP, 1)
 	if st.takeRack(i, need) == need {
-		sortAlloc(js.alloc)
-		return true, ""
+		if tpBlocks(js.alloc, tp) {
+			sortAlloc(js.alloc)
+			return true, ""
+		}
+		st.rollback(mark)
+		if ok, _ := f.placeInRack(st, i, need, tp); ok {
+			return true, ""
+		}
 	}
 	st.rollback(mark)
 	if limit == perf.TierRack {
@@ -331,6 +341,16 @@ func (f *FIFO) placeNet(st *state, nr *netRound, i int) (bool, string) {
 	if got := st.takeFree(i, need); got < need {
 		st.rollback(mark)
 		return false, f.why(whyFree, need, st.freeGPUs)
+	}
+	if !tpBlocks(js.alloc, tp) {
+		st.rollback(mark)
+		if f.blocksFewestRacks(st, i, need, tp) < need {
+			st.rollback(mark)
+			if got := f.fillBlocks(st, i, need, tp); got < need {
+				st.rollback(mark)
+				return false, f.why(whyTP, need, tp, got)
+			}
+		}
 	}
 	if f.Net != nil && js.job.Model != nil {
 		// Dally: among equally good cross-rack offers, the one whose
@@ -456,7 +476,8 @@ func (f *FIFO) migrate(st *state) {
 			}
 		}
 		if !ok && was == perf.TierCrossRack && len(st.racks) > 1 {
-			ok = st.takeRack(i, js.orig) == js.orig
+			// in TP blocks: a TP group never spans servers
+			ok = st.takeRack(i, js.orig) == js.orig && tpBlocks(js.alloc, max(js.job.ReqPlan.TP, 1))
 		}
 		sortAlloc(js.alloc)
 		if !ok || tierOf(st.snap.Servers, js.alloc) >= was {
@@ -499,6 +520,18 @@ func (f *FIFO) place(st *state, i int) (bool, string) {
 	if j.widest() == perf.TierRack {
 		return f.placeInRack(st, i, need, tp) // pin.go
 	}
+	if got := f.fillBlocks(st, i, need, tp); got < need {
+		st.rollback(mark)
+		return false, f.why(whyTP, need, tp, got)
+	}
+	return true, ""
+}
+
+// fillBlocks gives job i up to need free GPUs, the servers with the most
+// free GPUs first, each holding a multiple of tp (so no TP group spans
+// servers). It returns how many it got.
+func (f *FIFO) fillBlocks(st *state, i, need, tp int) int {
+	js := &st.jobs[i]
 	got := 0
 	for k := st.maxPer; k >= tp && got < need; k-- {
 		for got < need {
@@ -520,11 +553,70 @@ func (f *FIFO) place(st *state, i int) (bool, string) {
 	}
 	st.idx.unskip()
 	sortAlloc(js.alloc)
-	if got < need {
-		st.rollback(mark)
-		return false, f.why(whyTP, need, tp, got)
+	return got
+}
+
+// blocksFewestRacks gives job i need free GPUs in blocks of a multiple of
+// tp per server over as few racks as it can (as takeFewestRacks does
+// without blocks): each step the rack whose blocks alone hold what is
+// still needed with the least to spare, else the rack with the most, its
+// servers with the largest blocks first. It returns how many it got.
+func (f *FIFO) blocksFewestRacks(st *state, i, need, tp int) int {
+	cpg := max(st.jobs[i].cpg, 1)
+	block := func(s int) int {
+		n := min(st.free[s], st.freeCPU[s]/cpg)
+		return max(n-n%tp, 0)
 	}
-	return true, ""
+	used := make([]bool, len(st.racks))
+	got := 0
+	for got < need {
+		rest := need - got
+		fit, big, fitN, bigN := -1, -1, 0, 0
+		for r, l := range st.racks {
+			if used[r] {
+				continue
+			}
+			n := 0
+			for _, s := range l {
+				n += block(s)
+			}
+			if n == 0 {
+				continue
+			}
+			if n >= rest && (fit < 0 || n < fitN) {
+				fit, fitN = r, n
+			}
+			if big < 0 || n > bigN {
+				big, bigN = r, n
+			}
+		}
+		r := fit
+		if r < 0 {
+			r = big
+		}
+		if r < 0 {
+			break
+		}
+		used[r] = true
+		got += st.fillRack(i, r, need-got, block)
+	}
+	sortAlloc(st.jobs[i].alloc)
+	return got
+}
+
+// tpBlocks reports whether every server of allocs holds a multiple of tp
+// GPUs: tensor-parallel groups (consecutive ranks) then never span
+// servers.
+func tpBlocks(allocs []Alloc, tp int) bool {
+	if tp <= 1 {
+		return true
+	}
+	for _, a := range allocs {
+		if a.GPUs%tp != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // The wait reasons place gives, by kind.

@@ -3,6 +3,8 @@ package sched
 import (
 	"fmt"
 	"math"
+
+	"github.com/replan/replan/perf"
 )
 
 // CheckInvariants reports the first way applying d to s would break the
@@ -15,6 +17,15 @@ import (
 //   - a start or reconfigure has GPUs on known servers, no server twice,
 //     no negative counts, and a plan of exactly its GPUs when the plan is
 //     set;
+//   - the Placement of a start or reconfigure, when set, is its
+//     allocation's (GPUs per server, fullest first);
+//   - a plan's tensor-parallel groups stay inside a server: every server
+//     of the allocation holds a multiple of TP;
+//   - a plan keeps the job's global batch (its running plan's, else its
+//     requested plan's, else its model type's);
+//   - when the snapshot has tenants, the guaranteed jobs of each hold at
+//     most its quota after the round (a tenant not listed has none), or
+//     no more than they held before it (a quota lowered under them);
 //   - after the round no server has more GPUs, cores or host memory in
 //     use than it has (what the snapshot says is held outside its jobs
 //     counts as in use).
@@ -71,6 +82,19 @@ func CheckInvariants(s Snapshot, d Decisions) error {
 		if a.Plan.DP > 0 && a.Plan.GPUs() != gpus {
 			return fmt.Errorf("job %s: plan %s for %d GPUs on %d", a.Job, a.Plan, a.Plan.GPUs(), gpus)
 		}
+		if pl := placementOf(a.Alloc); len(a.Placement) > 0 && !samePlacement(pl, a.Placement) {
+			return fmt.Errorf("job %s: placement %s, its allocation is %s", a.Job, a.Placement, pl)
+		}
+		if tp := a.Plan.TP; tp > 1 {
+			for _, al := range a.Alloc {
+				if al.GPUs%tp != 0 {
+					return fmt.Errorf("job %s: plan %s puts a TP group across servers: %d GPUs on server %s", a.Job, a.Plan, al.GPUs, s.Servers[al.Server].ID)
+				}
+			}
+		}
+		if want := globalBatch(j); want > 0 && a.Plan.DP > 0 && a.Plan.MicroBatch > 0 && a.Plan.GlobalBatch() != want {
+			return fmt.Errorf("job %s: plan %s changes the global batch from %d to %d", a.Job, a.Plan, want, a.Plan.GlobalBatch())
+		}
 		changed[a.Index] = a
 	}
 	n := len(s.Servers)
@@ -107,6 +131,9 @@ func CheckInvariants(s Snapshot, d Decisions) error {
 			mem[x.Server] += x.MemGB
 		}
 	}
+	if err := checkQuotas(s, changed); err != nil {
+		return err
+	}
 	for i, sv := range s.Servers {
 		switch {
 		case gpu[i] > sv.GPUs:
@@ -115,6 +142,68 @@ func CheckInvariants(s Snapshot, d Decisions) error {
 			return fmt.Errorf("server %s over-committed: %d of %d cores in use", sv.ID, cpu[i], sv.CPUs)
 		case mem[i] > sv.MemGB*(1+1e-9)+1e-6:
 			return fmt.Errorf("server %s over-committed: %.1f of %.1f GiB of host memory in use", sv.ID, mem[i], sv.MemGB)
+		}
+	}
+	return nil
+}
+
+// samePlacement reports whether two placements are equal.
+func samePlacement(a, b perf.Placement) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// globalBatch is the job's fixed global batch: its running plan's, else
+// its requested plan's, else its model type's (0: unknown).
+func globalBatch(j *Job) int {
+	for _, p := range []perf.Plan{j.Plan, j.ReqPlan} {
+		if p.DP > 0 && p.MicroBatch > 0 && p.GA > 0 {
+			return p.GlobalBatch()
+		}
+	}
+	if j.Model != nil {
+		return j.Model.Arch.GlobalBatch
+	}
+	return 0
+}
+
+// checkQuotas is CheckInvariants' quota rule: the GPUs each tenant's
+// guaranteed jobs hold after the round (changed: the round's decisions by
+// job index) stay within its quota, or do not grow.
+func checkQuotas(s Snapshot, changed map[int]*Decision) error {
+	if len(s.Tenants) == 0 {
+		return nil
+	}
+	quota := make(map[string]int, len(s.Tenants))
+	for _, t := range s.Tenants {
+		quota[t.Name] = t.QuotaGPUs
+	}
+	before, after := map[string]int{}, map[string]int{}
+	for k := range s.Jobs {
+		j := &s.Jobs[k]
+		if j.Class != Guaranteed {
+			continue
+		}
+		g := j.GPUs()
+		before[j.Tenant] += g
+		if a := changed[k]; a != nil {
+			g = 0
+			for _, al := range a.Alloc {
+				g += al.GPUs
+			}
+		}
+		after[j.Tenant] += g
+	}
+	for t, n := range after {
+		if q := quota[t]; n > q && n > before[t] {
+			return fmt.Errorf("tenant %s: its guaranteed jobs would hold %d GPUs, its quota is %d", t, n, q)
 		}
 	}
 	return nil

@@ -355,6 +355,18 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			used[js.job.Tenant] += js.minG
 		}
 	}
+	// A tenant's quota bounds two things: the minRes of its guaranteed
+	// jobs (admission: a waiting one is privileged when its minRes fits
+	// beside theirs) and the GPUs they hold (no growth above minRes
+	// takes them past it; a privileged job's tenant-mates give back GPUs
+	// above their minRes first).
+	if len(quota) > 0 {
+		st.trackQuota()
+	}
+	over := func(i, g int) bool {
+		js := &st.jobs[i]
+		return st.gHeld != nil && js.job.Class == Guaranteed && st.gHeld[js.job.Tenant]-js.total+g > quota[js.job.Tenant]
+	}
 
 	// Lines 2-3: privileged guaranteed jobs (waiting, within quota), in
 	// submission order, placed at their minRes.
@@ -377,6 +389,11 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			continue
 		}
 		mark := len(st.journal)
+		if over(i, js.minG) && !p.quotaRoom(st, i, quota[t]) {
+			st.rollback(mark)
+			js.reason = fmt.Sprintf("quota of tenant %s: its guaranteed jobs hold %d of %d GPUs and cannot give back enough above their minRes for this one's %d", t, st.gHeld[t], quota[t], js.minG)
+			continue
+		}
 		ok := p.grow(st, i, js.minG, math.Inf(1), true, false)
 		if ok && nr != nil {
 			if fine, _, why := nr.allows(s.Servers, i, js.alloc); !fine {
@@ -492,6 +509,12 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 						js.reason = fmt.Sprintf("no GPU count up to %d gives this job enough throughput per GPU", limit)
 					}
 					break
+				}
+				if over(i, f) {
+					if js.total == 0 && js.reason == "" {
+						js.reason = fmt.Sprintf("quota of tenant %s: its guaranteed jobs hold %d of %d GPUs", js.job.Tenant, st.gHeld[js.job.Tenant], quota[js.job.Tenant])
+					}
+					break // guaranteed jobs never hold more than their tenant's quota
 				}
 				step := len(st.journal)
 				ok := p.grow(st, i, f, sl, false, settling)
@@ -743,6 +766,41 @@ func (p *Morphling) pays(js *jstate, from, to float64) bool {
 	gain := js.u(to-from) * h
 	cost := p.opt.GainFactor * js.u(from) * p.opt.RestartCost
 	return gain > cost
+}
+
+// quotaRoom shrinks the other guaranteed jobs of waiting job i's tenant
+// toward their minRes, the one furthest above it first, until i's minRes
+// fits under the tenant's quota q beside what they hold; a job whose
+// promise its smaller placement would break is left alone. It reports
+// whether it made the room (the caller rolls back when not).
+func (p *Morphling) quotaRoom(st *state, i, q int) bool {
+	js := &st.jobs[i]
+	t := js.job.Tenant
+	banned := map[int]bool{}
+	for st.gHeld[t]-js.total+js.minG > q {
+		v := -1
+		for k := range st.jobs {
+			ks := &st.jobs[k]
+			if k == i || banned[k] || ks.job.Class != Guaranteed || ks.job.Tenant != t || ks.cv == nil || ks.total <= ks.minG {
+				continue
+			}
+			if v < 0 || ks.total-ks.minG > st.jobs[v].total-st.jobs[v].minG {
+				v = k
+			}
+		}
+		if v < 0 {
+			return false
+		}
+		vs := &st.jobs[v]
+		to := max(vs.cv.below(vs.total), vs.minG)
+		before := len(st.journal)
+		p.shrink(st, v, to, i)
+		if vs.total > 0 && !vs.meets(p.planFor(st, v)) {
+			st.rollback(before)
+			banned[v] = true
+		}
+	}
+	return true
 }
 
 // grow tries to bring job i to target GPUs: free GPUs first, then by

@@ -49,6 +49,19 @@ type state struct {
 	circles map[int]roundCircle
 	seenAt  []int
 	seenGen int
+	// gHeld, when set (trackQuota), is the GPUs each tenant's guaranteed
+	// jobs hold, kept by move and rollback: the quota bounds it.
+	gHeld map[string]int
+}
+
+// trackQuota starts keeping gHeld from the jobs' allocations.
+func (st *state) trackQuota() {
+	st.gHeld = map[string]int{}
+	for i := range st.jobs {
+		if js := &st.jobs[i]; js.job.Class == Guaranteed {
+			st.gHeld[js.job.Tenant] += js.total
+		}
+	}
 }
 
 // op is one journal entry: job took (gpus > 0) or gave back GPUs and cores
@@ -213,6 +226,9 @@ func (st *state) move(j, s, delta int) {
 	a.GPUs += delta
 	a.CPUs += cpus
 	js.total += delta
+	if st.gHeld != nil && js.job.Class == Guaranteed {
+		st.gHeld[js.job.Tenant] += delta
+	}
 	st.free[s] -= delta
 	st.freeCPU[s] -= cpus
 	st.freeGPUs -= delta
@@ -273,6 +289,9 @@ func (st *state) rollback(mark int) {
 		a.GPUs -= o.gpus
 		a.CPUs -= o.cpus
 		js.total -= o.gpus
+		if st.gHeld != nil && js.job.Class == Guaranteed {
+			st.gHeld[js.job.Tenant] -= o.gpus
+		}
 		st.free[o.server] += o.gpus
 		st.freeCPU[o.server] += o.cpus
 		st.freeGPUs += o.gpus

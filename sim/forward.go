@@ -178,6 +178,7 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 		if sj.Promise > 0 && sj.Model.Arch.GlobalBatch > 0 {
 			j.promise = sj.Promise / float64(sj.Model.Arch.GlobalBatch)
 		}
+		j.promised, j.fixedPromise = j.promise, true // the control plane's own
 		if sj.Submit > snap.Now {
 			j.st = pending // an expected arrival
 			s.jobs = append(s.jobs, j)

@@ -167,37 +167,47 @@ const (
 )
 
 type job struct {
-	w         dataset.WorkloadJob
-	model     string
-	m         *perf.Model
-	reqPlan   perf.Plan
-	class     sched.Class
-	promise   float64 // iterations per second at the request
-	st        jstate
-	alloc     []sched.Alloc
-	plan      perf.Plan
-	pl        perf.Placement
-	cpg       int
-	done      float64
-	last      float64
-	restart   float64 // no progress before this time
-	rate      float64 // iterations per second while not restarting
-	measured  bool
-	version   int
-	started   bool
-	first     float64
-	finish    float64
-	restarts  int
-	preempts  int
-	sla       float64
-	gpuSec    float64
-	measSec   float64
-	runSec    float64
-	idealSec  float64 // seconds its iterations would take at idealIter
-	idealIter float64 // seconds per iteration of its plan packed, alone
-	gpus      int
-	changed   float64 // time of the last start or reconfiguration
-	why       string  // the policy's last reason for keeping it waiting
+	w       dataset.WorkloadJob
+	model   string
+	m       *perf.Model
+	reqPlan perf.Plan
+	class   sched.Class
+	promise float64 // iterations per second at the request (the simulator's truth)
+	// promised is the promise as the control plane knows it at the
+	// latest round (promisedFor): handed to the policies as Job.Promise
+	// and what SLA violations count against. fixedPromise: the control
+	// plane's own (forward simulations); reqKnown: the request's measured
+	// speed is known (knowledge only grows); predicted: the model's
+	// prediction of the request (0: not computed yet, <0: none).
+	promised     float64
+	fixedPromise bool
+	reqKnown     bool
+	predicted    float64
+	st           jstate
+	alloc        []sched.Alloc
+	plan         perf.Plan
+	pl           perf.Placement
+	cpg          int
+	done         float64
+	last         float64
+	restart      float64 // no progress before this time
+	rate         float64 // iterations per second while not restarting
+	measured     bool
+	version      int
+	started      bool
+	first        float64
+	finish       float64
+	restarts     int
+	preempts     int
+	sla          float64
+	gpuSec       float64
+	measSec      float64
+	runSec       float64
+	idealSec     float64 // seconds its iterations would take at idealIter
+	idealIter    float64 // seconds per iteration of its plan packed, alone
+	gpus         int
+	changed      float64 // time of the last start or reconfiguration
+	why          string  // the policy's last reason for keeping it waiting
 	// network
 	lastRun  float64 // when it last held resources
 	phase    float64 // a time at which one of its iterations began
@@ -333,6 +343,12 @@ func (s *simulator) init(trace []dataset.WorkloadJob) error {
 		if plan.MicroBatch == 0 {
 			plan.MicroBatch = 1
 		}
+		if plan.TP > c.GPUsPerServer {
+			// A TP group never spans servers: the daemon's admission
+			// refuses this plan, and a policy that runs the user's plan
+			// would leave the job waiting for ever.
+			return fmt.Errorf("trace:%d: job %s: its plan %s has TP %d, a server has %d GPUs (--gpus-per-server): a tensor-parallel group never spans servers, it could never start", w.Line, w.Name, plan, plan.TP, c.GPUsPerServer)
+		}
 		j := &job{w: w, model: name, m: m, reqPlan: plan, class: sched.BestEffort}
 		if w.SLA && c.QuotaGPUs > 0 && w.GPUs > c.QuotaGPUs {
 			return fmt.Errorf("trace:%d: guaranteed job %s asks for %d GPUs, its tenant's quota is %d: it could never start", w.Line, w.Name, w.GPUs, c.QuotaGPUs)
@@ -372,6 +388,45 @@ func (s *simulator) init(trace []dataset.WorkloadJob) error {
 	return nil
 }
 
+// promisedFor is the speed (iterations per second) of j's request as the
+// control plane knows it now: the measured speed with --oracle, or once
+// some job has run the request's configuration (the online knowledge of
+// the default); else, and always with --hide-measured, the fitted model's
+// prediction, as the daemon promises (issue 29: the policies were handed
+// the measured promise whatever they knew). A request larger than a rack
+// is promised its predicted guaranteed share of the spine either way.
+func (s *simulator) promisedFor(j *job) float64 {
+	if j.reqKnown {
+		return j.promise
+	}
+	reqPl := perf.PackedPlacement(j.w.GPUs, s.cfg.GPUsPerServer)
+	known := false
+	if j.predicted == 0 {
+		// first look: a request larger than a rack, or one with no
+		// measured row, is promised the model's prediction already
+		_, measured := s.r.iter(j.model, j.reqPlan, reqPl, false, j.cpg)
+		known = !measured || s.cfg.ServersPerRack > 0 && j.w.GPUs > s.cfg.ServersPerRack*s.cfg.GPUsPerServer
+	}
+	if !known && !s.cfg.HideMeasured {
+		if s.cfg.Oracle {
+			known = true
+		} else if s.online != nil {
+			_, known = s.online.Throughput(j.m, j.reqPlan, reqPl, j.cpg)
+		}
+	}
+	if known {
+		j.reqKnown = true
+		return j.promise
+	}
+	if j.predicted == 0 {
+		j.predicted = -1
+		if b, err := j.m.Predict(j.reqPlan, perf.Resources{Placement: reqPl, CPUsPerGPU: float64(j.cpg)}); err == nil && b.Iter > 0 {
+			j.predicted = 1 / b.Iter
+		}
+	}
+	return max(j.predicted, 0) // 0: unknown, the policy predicts it itself
+}
+
 func (s *simulator) emit(j *job, kind string) {
 	if s.cfg.OnEvent == nil {
 		return
@@ -401,7 +456,7 @@ func (s *simulator) advance(j *job, t float64) {
 		if j.measured {
 			j.measSec += d
 		}
-		if j.class == sched.Guaranteed && j.rate < j.promise*(1-1e-9) {
+		if j.class == sched.Guaranteed && j.rate < j.promised*(1-1e-9) {
 			j.sla += d
 		}
 	}
@@ -575,7 +630,10 @@ func (s *simulator) round() error {
 	snap.Tenants = s.tenants
 	snap.Jobs = snap.Jobs[:0]
 	for _, j := range s.active {
-		s.advance(j, s.now)
+		s.advance(j, s.now) // the last interval at the promise it ran under
+		if !j.fixedPromise {
+			j.promised = s.promisedFor(j)
+		}
 		tenant := "B"
 		if j.class == sched.Guaranteed {
 			tenant = "A"
@@ -592,7 +650,7 @@ func (s *simulator) round() error {
 		}
 		snap.Jobs = append(snap.Jobs, sched.Job{
 			ID: j.w.Name, Tenant: tenant, Class: j.class, Model: j.m,
-			ReqGPUs: j.w.GPUs, ReqCPUs: reqCPUs, ReqPlan: j.reqPlan, Promise: j.promise * float64(j.m.Arch.GlobalBatch),
+			ReqGPUs: j.w.GPUs, ReqCPUs: reqCPUs, ReqPlan: j.reqPlan, Promise: j.promised * float64(j.m.Arch.GlobalBatch),
 			Alloc: j.alloc, Plan: j.plan, Submit: j.w.Submit,
 			ItersDone: j.done, ItersTotal: float64(j.w.Steps), Restarts: j.restarts, LastChange: j.changed,
 			LastRun: j.lastRun, RunSeconds: j.runSec, IdealSeconds: ideal, Phase: j.phase,
