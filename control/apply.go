@@ -178,7 +178,7 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 	order := make([]entry, 0, len(d.jobs))
 	now := d.now()
 	for id, js := range d.jobs {
-		if js.stopping || now.Before(js.backoff) || d.unsettled(id) {
+		if js.stopping || now.Before(js.backoff) || d.unsettled(id) || d.profileHolds(js) {
 			continue
 		}
 		if js.rec.State == StateQueued || js.rec.State == StatePreempted || js.rec.State == StateRunning {

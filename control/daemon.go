@@ -75,6 +75,9 @@ type Config struct {
 	// server it failed on is offered to other jobs and the job is placed
 	// elsewhere (default 30 s of the daemon's clock).
 	LaunchBackoff time.Duration
+	// Profile bounds the profiling phase of a model type never fitted
+	// (profile.go; off when Enabled is false, unless a spec asks).
+	Profile ProfileOptions
 }
 
 // HealthChecker is implemented by executors that can check a server
@@ -154,6 +157,10 @@ type Daemon struct {
 	telemetry   map[int][]GPUStat // per server: its GPUs as last observed (telemetry.go)
 	enc         encCache          // encoded reads (readcache.go)
 	fails       failureStats      // failures observed (checkpoint.go); guarded by mu
+	// profiles are the profiling phases in progress, per model type
+	// (profile.go); profileSeq numbers the on-demand ones. Guarded by mu.
+	profiles   map[ModelType]*profilePhase
+	profileSeq int
 }
 
 type jobState struct {

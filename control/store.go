@@ -174,6 +174,8 @@ type Batch struct {
 	Events     []Event
 	TimerWaits []TimerWait
 	Models     []ModelWrite
+	// ProfileSamples are runs of profiling phases (profile.go).
+	ProfileSamples []ProfileSample
 }
 
 // JobWrite is one job of a Batch: created (Create) or updated with the
@@ -194,5 +196,5 @@ type ModelWrite struct {
 
 // empty reports whether b writes nothing.
 func (b *Batch) empty() bool {
-	return len(b.Jobs)+len(b.Nodes)+len(b.Decisions)+len(b.Events)+len(b.TimerWaits)+len(b.Models) == 0
+	return len(b.Jobs)+len(b.Nodes)+len(b.Decisions)+len(b.Events)+len(b.TimerWaits)+len(b.Models)+len(b.ProfileSamples) == 0
 }
