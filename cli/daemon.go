@@ -40,6 +40,10 @@ type daemonOptions struct {
 	remoteDir                                                        string // agent directory on every server (ssh executor)
 	tick, restartCost                                                time.Duration
 	auth                                                             authOptions // daemon_auth.go
+	// profiling on arrival (control.ProfileOptions); profileSet: --profile
+	// was given (the sim executor profiles only then)
+	profile    control.ProfileOptions
+	profileSet bool
 }
 
 func serversFromInventory(inv *cluster.Inventory) ([]control.ServerInfo, []control.TenantInfo) {
@@ -68,6 +72,7 @@ replan deploy installed (same --remote-dir), over SSH with the inventory's optio
 See docs/control.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.profileSet = cmd.Flags().Changed("profile")
 			control.TuneGC() // a long-lived daemon trades heap for fewer collections
 			return runDaemon(cmd.Context(), o, stderr)
 		},
@@ -84,6 +89,11 @@ See docs/control.md.`,
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding one bearer token of the TCP listener, which acts as the daemon's own user")
 	f.DurationVar(&o.tick, "tick", 5*time.Second, "observe and schedule at least this often")
 	f.DurationVar(&o.restartCost, "restart-cost", 260*time.Second, "simulated checkpoint-restart cost (sim executor)")
+	f.BoolVar(&o.profile.Enabled, "profile", true, "profile a job's model type on arrival when it has no fitted model (a few bounded test runs on free GPUs, docs/perf.md); the sim executor profiles only when this is given")
+	f.IntVar(&o.profile.MaxConfigs, "profile-configs", perf.MaxProfileConfigs, "most configurations a profiling phase runs (at most 7)")
+	f.IntVar(&o.profile.Iterations, "profile-iterations", 20, "a profile run ends once it measured this many iterations")
+	f.DurationVar(&o.profile.RunTimeout, "profile-run-timeout", 3*time.Minute, "a profile run ends after this long, measured or not")
+	f.DurationVar(&o.profile.PhaseTimeout, "profile-phase-timeout", 10*time.Minute, "a profiling phase ends after this long")
 	addAuthFlags(f, &o.auth) // daemon_auth.go
 	return cmd
 }
@@ -160,7 +170,16 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		return err
 	}
 	defer l.Close()
-	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine})
+	if o.profile.MaxConfigs < 1 || o.profile.MaxConfigs > perf.MaxProfileConfigs {
+		return fmt.Errorf("daemon: --profile-configs %d: want 1..%d", o.profile.MaxConfigs, perf.MaxProfileConfigs)
+	}
+	if o.profile.Iterations < 1 || o.profile.RunTimeout <= 0 || o.profile.PhaseTimeout <= 0 {
+		return fmt.Errorf("daemon: --profile-iterations, --profile-run-timeout and --profile-phase-timeout must be positive")
+	}
+	if o.executor == "sim" && !o.profileSet {
+		o.profile.Enabled = false // simulated model types come from the data
+	}
+	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine, Profile: o.profile})
 	if err != nil {
 		return err
 	}

@@ -253,6 +253,7 @@ func (d *Daemon) beginProfile(ctx context.Context, id, job string, spec *jobspec
 			d.profiles = map[ModelType]*profilePhase{}
 		}
 		d.profiles[t] = p
+		delete(d.waits, job)
 	}); err != nil {
 		return fmt.Errorf("profile %s: %w", t, err)
 	}
