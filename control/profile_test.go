@@ -84,7 +84,7 @@ func TestProfileOnArrival(t *testing.T) {
 	}
 	began := c.now()
 	reasonRE := regexp.MustCompile(`^profiling (\d)/(\d): (.+)$`)
-	reasons := map[string]bool{}
+	reasons, queued := map[string]bool{}, map[string]bool{}
 	var started time.Time
 	for i := 0; i < 400 && started.IsZero(); i++ {
 		if err := d.Observe(ctx); err != nil {
@@ -99,6 +99,11 @@ func TestProfileOnArrival(t *testing.T) {
 		}
 		if m := reasonRE.FindStringSubmatch(j.Reason); m != nil {
 			reasons[j.Reason] = true
+		}
+		for _, e := range d.Queue() { // what replan queue and the TUI show
+			if e.Job.ID == rec.ID && reasonRE.MatchString(e.Reason) {
+				queued[e.Reason] = true
+			}
 		}
 		if j.State == StateRunning {
 			started = c.now()
@@ -140,8 +145,8 @@ func TestProfileOnArrival(t *testing.T) {
 	if bad != 1 || len(ex.failed) != 1 {
 		t.Errorf("%d samples did not fit (launches failed: %v), want the one TP run", bad, ex.failed)
 	}
-	if len(reasons) < 3 {
-		t.Errorf("the job's reason said the profiling step %d times (%v), want one per run", len(reasons), reasons)
+	if len(reasons) < 3 || len(queued) < 3 {
+		t.Errorf("the job's reason said the profiling step %d times (%v), the queue %d times (%v), want one per run", len(reasons), reasons, len(queued), queued)
 	}
 	// Every run ran in the phase, one after another, each within its bound.
 	if took := started.Sub(began); took > 10*time.Minute+10*time.Second {
@@ -290,5 +295,57 @@ func TestProfileOffByDefault(t *testing.T) {
 	j, _ := st.GetJob(ctx, rec.ID)
 	if j.State != StateRunning {
 		t.Errorf("job %s: %s (%s), want running", rec.ID, j.State, j.Reason)
+	}
+}
+
+// TestProfileUsesFreeGPUsOnly: a phase never touches a running job: its
+// configurations are chosen on the free GPUs and its runs take only free
+// devices.
+func TestProfileUsesFreeGPUsOnly(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	sim := NewSimExecutor(c.now, []string{"a", "b"}, nil, mineTruth, 5*time.Second)
+	d, _ := newDaemonWith(t, st, sim, "replan", c)
+	busy := spec(t, "busy", 8, jobspec.BestEffort)
+	busy.Iterations = 1000000
+	busy.Pin.Plan = true // stays on its 8 GPUs: the other server is free
+	br, _ := d.Submit(ctx, busy)
+	d.Observe(ctx)
+	d.Round(ctx)
+	if j, _ := st.GetJob(ctx, br.ID); j.State != StateRunning {
+		t.Fatalf("busy job: %s (%s)", j.State, j.Reason)
+	}
+	rec, _ := d.Submit(ctx, mineSpec(t, "mine-f", 4, "profile: {enabled: true, iterations: 5}\n"))
+	for i := 0; i < 300; i++ {
+		c.advance(5 * time.Second)
+		d.Observe(ctx)
+		d.Round(ctx)
+		d.mu.Lock()
+		for si := range d.owner {
+			held := map[string]int{}
+			for _, o := range d.owner[si].gpu {
+				held[o]++
+			}
+			if held[br.ID] != 0 && held[br.ID] != 8 {
+				t.Fatalf("server %d: the busy job holds %d GPUs", si, held[br.ID])
+			}
+		}
+		d.mu.Unlock()
+		if j, _ := st.GetJob(ctx, rec.ID); j.State == StateRunning {
+			break
+		}
+	}
+	samples, _ := st.ProfileSamples(ctx, "mine/32/deepspeed")
+	if len(samples) < 3 {
+		t.Fatalf("%d samples", len(samples))
+	}
+	for _, s := range samples {
+		if len(s.Servers) != 1 || !s.Fits {
+			t.Errorf("sample %s on %v (fits %v, %s): want one server, the free one", s.Config, s.Servers, s.Fits, s.Err)
+		}
+	}
+	if j, _ := st.GetJob(ctx, br.ID); j.State != StateRunning || j.Restarts != 0 {
+		t.Errorf("busy job: %s after %d restarts", j.State, j.Restarts)
 	}
 }
