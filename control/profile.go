@@ -515,12 +515,35 @@ func (d *Daemon) endProfile(ctx context.Context, p *profilePhase) error {
 	took := at.Sub(p.began).Round(time.Second)
 	msg := fmt.Sprintf("profiled %s in %s: %d configurations measured, %d did not fit; nothing to fit, its model stays unfitted", t, took, len(added), bad)
 	if len(added) > 0 {
-		k, st, err := perf.Fit(c.Model, c.Samples, perf.FitOptions{})
-		if err != nil {
-			msg = fmt.Sprintf("profiled %s in %s: %d configurations measured, %d did not fit; the fit failed (%v), its model stays unfitted", t, took, len(added), bad, err)
+		// A type never fitted has a forward profile nobody measured
+		// (perf.DefaultForward, from FLOPs): the runs estimate it too,
+		// and the fit with the forward that explains them better wins.
+		cands := []perf.Model{c.Model}
+		if o.FittedAt.IsZero() && o.Model.Params == perf.DefaultParams {
+			if f, err := perf.EstimateForward(c.Model.Arch, c.Samples); err == nil {
+				m := c.Model
+				m.Forward = f
+				cands = append(cands, m)
+			}
+		}
+		bestErr := math.Inf(1)
+		var ferr error
+		for _, m := range cands {
+			k, st, err := perf.Fit(m, c.Samples, perf.FitOptions{})
+			if err != nil {
+				ferr = err
+				continue
+			}
+			m.Params = k
+			if e := ModelErrPct(m, c.Samples); e < bestErr {
+				bestErr = e
+				c.Model, c.Stats, c.FittedAt = m, st, at
+			}
+		}
+		if c.FittedAt.IsZero() {
+			msg = fmt.Sprintf("profiled %s in %s: %d configurations measured, %d did not fit; the fit failed (%v), its model stays unfitted", t, took, len(added), bad, ferr)
 		} else {
-			c.Model.Params, c.Stats, c.FittedAt = k, st, at
-			msg = fmt.Sprintf("profiled %s in %s: %d configurations measured, %d did not fit; fitted, %.1f%% mean error on its samples", t, took, len(added), bad, ModelErrPct(c.Model, c.Samples))
+			msg = fmt.Sprintf("profiled %s in %s: %d configurations measured, %d did not fit; fitted, %.1f%% mean error on its samples", t, took, len(added), bad, bestErr)
 		}
 	}
 	raw, err := json.Marshal(&c)

@@ -191,3 +191,30 @@ func smallerDivisor(n, d int) int {
 	}
 	return 1
 }
+
+// EstimateForward estimates a model type's forward profile from measured
+// iterations when no profiler timed the forward pass: on the
+// data-parallel runs without offload, model parallelism or a measured
+// forward, the forward is taken as the iteration over 1 + k_bwd (the
+// default backward ratio: gradient sync, optimizer step and overheads
+// are small beside the compute of a run on few GPUs), then fitted like a
+// profile (FitForward: Alpha + Beta per sample on a GPU). Runs that carry
+// a measured forward keep it.
+func EstimateForward(a Arch, samples []Sample) (Forward, error) {
+	var est []Sample
+	for _, s := range samples {
+		p := s.Plan
+		if p.TP != 1 || p.PP != 1 || p.Offload || s.IterS <= 0 {
+			continue
+		}
+		if s.FwdS <= 0 {
+			f := s.IterS / (1 + DefaultParams.KBwd)
+			if p.Ckpt {
+				f = s.IterS / (2 + DefaultParams.KBwd) // the recomputed forward
+			}
+			s.FwdS = f
+		}
+		est = append(est, s)
+	}
+	return FitForward(a, est)
+}

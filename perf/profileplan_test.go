@@ -118,3 +118,55 @@ func TestProfileConfigsPinTheModel(t *testing.T) {
 		t.Fatalf("the unfitted model is already within %.1f%%: the test proves nothing", 100*worstDefault)
 	}
 }
+
+// TestEstimateForwardFarOff: a small model on a slow device (the torch
+// end to end's emulated one: its forward 10⁴× what FLOPs say) cannot be
+// fitted by the parameters alone; with the forward estimated from the
+// profile runs it is predicted within 10% on placements it never ran.
+func TestEstimateForwardFarOff(t *testing.T) {
+	a := Arch{Name: "tinygpt", Params: 134912, Layers: 2, Hidden: 64, Heads: 1, SeqLen: 32, Vocab: 256, GlobalBatch: 16}
+	start := DefaultModel(a, A800)
+	start.Space = MegatronSpace
+	truth := start
+	truth.Forward = Forward{Alpha: 0.002, Beta: 0.015}
+	var samples []Sample
+	for _, c := range ProfileConfigs(start, []int{2, 2, 2}, 0) {
+		r := Resources{Placement: c.Placement, CPUsPerGPU: 1}
+		b, _ := truth.Predict(c.Plan, r)
+		samples = append(samples, Sample{Plan: c.Plan, Resources: r, IterS: b.Iter})
+	}
+	if len(samples) < 3 {
+		t.Fatalf("%d configurations", len(samples))
+	}
+	f, err := EstimateForward(a, samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := func(m Model) float64 {
+		k, _, err := Fit(m, samples, FitOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Params = k
+		w := 0.0
+		for _, pl := range []Placement{{4}, {1, 1}, {2, 2, 2, 2}} {
+			g := pl.GPUs()
+			p := Plan{DP: g, TP: 1, PP: 1, MicroBatch: 16 / g, GA: 1}
+			r := Resources{Placement: pl, CPUsPerGPU: 1}
+			want, _ := truth.Predict(p, r)
+			got, _ := m.Predict(p, r)
+			w = math.Max(w, math.Abs(got.Iter-want.Iter)/want.Iter)
+		}
+		return w
+	}
+	est := start
+	est.Forward = f
+	wd, we := worst(start), worst(est)
+	t.Logf("forward estimated alpha %.4f beta %.4f (true 0.002, 0.015); worst error on unseen placements: default forward %.0f%%, estimated %.1f%%", f.Alpha, f.Beta, 100*wd, 100*we)
+	if we > 0.10 {
+		t.Errorf("with the estimated forward: worst error %.1f%%, want ≤ 10%%", 100*we)
+	}
+	if wd < 0.3 {
+		t.Fatalf("the default forward already fits within %.0f%%: the test proves nothing", 100*wd)
+	}
+}
