@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -419,6 +420,13 @@ func (d *Daemon) stepPhase(ctx context.Context, t ModelType) error {
 	}
 	spec := *p.spec
 	spec.Iterations = p.opts.Iterations * 1000 // stopped by the daemon, not by its end
+	// The trainer can tell a profile run (skip its logging, its
+	// experiment tracking): REPLAN_PROFILE_RUN is the run's id.
+	spec.Env = maps.Clone(spec.Env)
+	if spec.Env == nil {
+		spec.Env = map[string]string{}
+	}
+	spec.Env["REPLAN_PROFILE_RUN"] = run.id
 	if spec.CheckpointDir != "" {
 		// The runs never touch the job's checkpoints.
 		spec.CheckpointDir = strings.TrimRight(spec.CheckpointDir, "/") + "/replan-profile/" + run.id
