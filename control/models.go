@@ -120,6 +120,7 @@ func (d *Daemon) ImportModel(ctx context.Context, req ImportRequest) (ModelInfo,
 		o.Model.Space = t.Space()
 	}
 	c := *o
+	n0 := len(o.Samples)
 	c.Samples = append(slices.Clone(o.Samples), req.Samples...)
 	if n := len(c.Samples); n > 256 {
 		c.Samples = c.Samples[n-256:]
@@ -138,7 +139,7 @@ func (d *Daemon) ImportModel(ctx context.Context, req ImportRequest) (ModelInfo,
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if cur, ok2 := d.models[t]; ok2 != ok || (ok && cur != o) || (ok && len(cur.Samples) != len(o.Samples)) {
+	if cur, ok2 := d.models[t]; ok2 != ok || (ok && (cur != o || len(cur.Samples) != n0)) {
 		return ModelInfo{}, fmt.Errorf("import %s: %w (the model changed during the fit; import again)", t, ErrConflict)
 	}
 	at := d.now()
