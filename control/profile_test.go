@@ -349,3 +349,17 @@ func TestProfileUsesFreeGPUsOnly(t *testing.T) {
 		t.Errorf("busy job: %s after %d restarts", j.State, j.Restarts)
 	}
 }
+
+// TestProfileRunThroughputMedian: a run's throughput is the median of its
+// measurements after the warm-up one, so one odd iteration does not make
+// the sample (before: the latest measurement alone).
+func TestProfileRunThroughputMedian(t *testing.T) {
+	r := &profileRun{sps: 30, seen: []float64{5, 10, 30, 10.5}}
+	if got := r.throughput(); got != 10.5 {
+		t.Errorf("median of 10, 30, 10.5 after a 5 warm-up: got %g", got)
+	}
+	r = &profileRun{sps: 12, seen: []float64{4, 12}}
+	if got := r.throughput(); got != 12 {
+		t.Errorf("two measurements: the latest, got %g", got)
+	}
+}
