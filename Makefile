@@ -25,8 +25,11 @@ test:
 # (control/testdata/torchtrainer) under Debian's torch with real torchrun
 # over the sshd test hosts, placed on 2 servers x 2 processes and shrunk
 # DP 4 -> 2 for a guaranteed job by replan's default policy (on the
-# trainer's profiled devices), compared with an uninterrupted run. Ends with its one summary line. Skips (with a
-# message) where torch is missing, unless CI=true, where that fails.
+# trainer's profiled devices), compared with an uninterrupted run; then a
+# model type with no profile and no injected model, profiled on arrival
+# (issue 25), placed on 2 servers x 2 processes, one host's link cut. Ends
+# with its two summary lines. Skips (with a message) where torch is
+# missing, unless CI=true, where that fails.
 TORCH_PYTHON ?= /usr/bin/python3
 e2e-torch:
 	@if ! $(TORCH_PYTHON) -c 'import torch, torch.distributed.run' >/dev/null 2>&1 || [ ! -x /usr/bin/torchrun ]; then \
@@ -34,8 +37,8 @@ e2e-torch:
 		echo "torch e2e: skipped: no torch for $(TORCH_PYTHON) or no /usr/bin/torchrun (apt-get install python3-torch)"; exit 0; \
 	fi; \
 	sum=$$(mktemp); log=$$(mktemp); \
-	if REPLAN_TORCH_E2E=1 REPLAN_TORCH_E2E_SUMMARY=$$sum $(GO) test -count=1 -timeout 14m -run '^TestTorchEndToEnd$$' -v ./control/ >$$log 2>&1 && [ -s $$sum ]; then \
-		grep -E '^\s+torch_e2e_test.go:[0-9]+: ' $$log | sed -E 's/^\s+torch_e2e_test.go:[0-9]+: /  /' | grep -v -E '^  (torch e2e:|[0-9hms.]+: torch: )'; \
+	if REPLAN_TORCH_E2E=1 REPLAN_TORCH_E2E_SUMMARY=$$sum $(GO) test -count=1 -timeout 14m -run '^TestTorch(EndToEnd|ProfileEndToEnd)$$' -v ./control/ >$$log 2>&1 && [ $$(wc -l <$$sum) -eq 2 ]; then \
+		grep -E '^\s+torch_(profile_)?e2e_test.go:[0-9]+: ' $$log | sed -E 's/^\s+torch_(profile_)?e2e_test.go:[0-9]+: /  /' | grep -v -E '^  (torch e2e:|torch profile:|[0-9hms.]+: torch: )'; \
 		cat $$sum; rm -f $$sum $$log; \
 	elif grep -q -- '--- SKIP' $$log && [ "$${CI:-}" != true ]; then \
 		grep -A1 -- '--- SKIP' $$log; rm -f $$sum $$log; echo "torch e2e: skipped"; \

@@ -44,6 +44,10 @@ type daemonOptions struct {
 	hangFactor                                                       float64
 	hangFloor                                                        time.Duration
 	gpuReadFailures                                                  int
+	// profiling on arrival (control.ProfileOptions); profileSet: --profile
+	// was given (the sim executor profiles only then)
+	profile    control.ProfileOptions
+	profileSet bool
 }
 
 func serversFromInventory(inv *cluster.Inventory) ([]control.ServerInfo, []control.TenantInfo) {
@@ -73,6 +77,7 @@ replan deploy installed (same --remote-dir), over SSH with the inventory's optio
 See docs/control.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.profileSet = cmd.Flags().Changed("profile")
 			control.TuneGC() // a long-lived daemon trades heap for fewer collections
 			return runDaemon(cmd.Context(), o, stderr)
 		},
@@ -94,6 +99,11 @@ See docs/control.md.`,
 	f.Float64Var(&o.hangFactor, "hang-factor", control.DefaultHangFactor, "restart a job that logged no new iteration for this many times its predicted iteration time (or --hang-floor, whichever is longer; a spec's hang: overrides both)")
 	f.DurationVar(&o.hangFloor, "hang-floor", control.DefaultHangFloor, "the shortest silence after which a job counts as hung")
 	f.IntVar(&o.gpuReadFailures, "gpu-read-failures", control.DefaultGPUReadFailures, "cordon a GPU whose reads failed this many observations in a row")
+	f.BoolVar(&o.profile.Enabled, "profile", true, "profile a job's model type on arrival when it has no fitted model (a few bounded test runs on free GPUs, docs/perf.md); the sim executor profiles only when this is given")
+	f.IntVar(&o.profile.MaxConfigs, "profile-configs", perf.MaxProfileConfigs, "most configurations a profiling phase runs (at most 7)")
+	f.IntVar(&o.profile.Iterations, "profile-iterations", 20, "a profile run ends once it measured this many iterations")
+	f.DurationVar(&o.profile.RunTimeout, "profile-run-timeout", 3*time.Minute, "a profile run ends after this long, measured or not")
+	f.DurationVar(&o.profile.PhaseTimeout, "profile-phase-timeout", 10*time.Minute, "a profiling phase ends after this long")
 	addAuthFlags(f, &o.auth) // daemon_auth.go
 	return cmd
 }
@@ -176,8 +186,17 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		return err
 	}
 	defer l.Close()
+	if o.profile.MaxConfigs < 1 || o.profile.MaxConfigs > perf.MaxProfileConfigs {
+		return fmt.Errorf("daemon: --profile-configs %d: want 1..%d", o.profile.MaxConfigs, perf.MaxProfileConfigs)
+	}
+	if o.profile.Iterations < 1 || o.profile.RunTimeout <= 0 || o.profile.PhaseTimeout <= 0 {
+		return fmt.Errorf("daemon: --profile-iterations, --profile-run-timeout and --profile-phase-timeout must be positive")
+	}
+	if o.executor == "sim" && !o.profileSet {
+		o.profile.Enabled = false // simulated model types come from the data
+	}
 	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine, IdempotencyRetention: o.idemRetention,
-		HangFactor: o.hangFactor, HangFloor: o.hangFloor, GPUReadFailures: o.gpuReadFailures})
+		HangFactor: o.hangFactor, HangFloor: o.hangFloor, GPUReadFailures: o.gpuReadFailures, Profile: o.profile})
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newSimCmd,
 		newDeployCmd,
 		newNodesCmd,
+		newModelsCmd,  // models.go
+		newProfileCmd, // models.go
 	} {
 		root.AddCommand(add(stdout, stderr))
 	}

@@ -124,6 +124,9 @@ func (a *API) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/jobs/{id}/{op}", a.jobOp)
 	mux.HandleFunc("GET /v1/queue", a.queue)
+	mux.HandleFunc("GET /v1/models", a.models)              // models.go
+	mux.HandleFunc("POST /v1/models/import", a.importModel) // models.go
+	mux.HandleFunc("POST /v1/profile", a.profile)           // models.go
 	mux.HandleFunc("GET /v1/nodes", a.nodes)
 	mux.HandleFunc("POST /v1/nodes/{name}/{op}", a.nodeOp)
 	mux.HandleFunc("POST /v1/nodes/{name}/gpus/{gpu}/uncordon", a.uncordon) // health.go

@@ -181,7 +181,7 @@ func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 	order := make([]entry, 0, len(d.jobs))
 	now := d.now()
 	for id, js := range d.jobs {
-		if js.stopping || now.Before(js.backoff) || d.unsettled(id) || !js.depsMet() {
+		if js.stopping || now.Before(js.backoff) || d.unsettled(id) || !js.depsMet() || d.profileHolds(js) {
 			continue
 		}
 		if js.rec.State == StateQueued || js.rec.State == StatePreempted || js.rec.State == StateRunning {

@@ -94,6 +94,9 @@ type Config struct {
 	// kept, of the daemon's clock (default 24 h): a retry within it gets
 	// the job the key created, a later one creates a new job (idem.go).
 	IdempotencyRetention time.Duration
+	// Profile bounds the profiling phase of a model type never fitted
+	// (profile.go; off when Enabled is false, unless a spec asks).
+	Profile ProfileOptions
 }
 
 // HealthChecker is implemented by executors that can check a server
@@ -179,6 +182,10 @@ type Daemon struct {
 	// idemPurged is when the loop last deleted expired idempotency keys
 	// (idem.go; only the loop's goroutine touches it).
 	idemPurged time.Time
+	// profiles are the profiling phases in progress, per model type
+	// (profile.go); profileSeq numbers the on-demand ones. Guarded by mu.
+	profiles   map[ModelType]*profilePhase
+	profileSeq int
 }
 
 type jobState struct {

@@ -61,6 +61,16 @@ type snapKey struct {
 	Space perf.Space
 }
 
+// dropSnapModels forgets the snapshot models of type t, whatever their
+// plan space (a refit or an import made them stale). The caller holds mu.
+func (d *Daemon) dropSnapModels(t ModelType) {
+	for k := range d.snapModels {
+		if k.Type == t {
+			delete(d.snapModels, k)
+		}
+	}
+}
+
 // snapKeyOf is the key of a snapshot model.
 func snapKeyOf(m *perf.Model) snapKey { return snapKey{snapModelType(m), m.Space} }
 

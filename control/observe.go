@@ -30,7 +30,8 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	var stops []stopReq
 	var cordoned []*jobState // jobs on GPUs cordoned now (health.go)
 	d.mu.Lock()
-	d.noteFailures(obs) // checkpoint.go
+	d.noteFailures(obs)         // checkpoint.go
+	d.observeProfiles(obs.Jobs) // profile.go: runs of profiling phases
 	for _, n := range obs.Nodes {
 		i, ok := d.srvIdx[n.Name]
 		if !ok {
@@ -219,6 +220,9 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	if err := d.hangChecks(ctx); err != nil { // hang.go
 		errs = append(errs, err)
 	}
+	if err := d.profileStep(ctx); err != nil { // profile.go
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -269,11 +273,12 @@ func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) error {
 		*o = c
 		return nil
 	}
+	at := d.now()
+	c.FittedAt = at
 	raw, err := json.Marshal(&c)
 	if err != nil {
 		return fmt.Errorf("refit %s: %w", typ, err)
 	}
-	at := d.now()
 	b := Batch{Models: []ModelWrite{{Type: typ.String(), Data: raw, At: at}}}
 	if moved := perf.PredictionShift(o.Model, c.Model, c.Samples); moved > perf.RefitMoved {
 		b.Events = []Event{d.ev("refit", js.rec.ID, "", fmt.Sprintf("model %s refitted on %d samples (measured %.2f samples/s): predictions moved up to %.0f%%", typ, len(c.Samples), sps, 100*moved), nil)}
@@ -281,11 +286,7 @@ func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) error {
 	if err := d.write(ctx, nil, b, func() {
 		*o = c
 		d.modelSaved[typ] = at
-		for k := range d.snapModels {
-			if k.Type == typ {
-				delete(d.snapModels, k)
-			}
-		}
+		d.dropSnapModels(typ)
 		for _, other := range d.jobs {
 			if other.rec.State == StateRunning && len(other.servers) > 0 && modelTypeOf(other.spec) == typ {
 				if p := d.predictRunning(other); p > 0 {

@@ -126,6 +126,15 @@ var migrations = []string{
 		mode TEXT NOT NULL,
 		at INTEGER NOT NULL
 	);`,
+	// 7 (profile.go): the runs of profiling phases, one row each
+	`CREATE TABLE profile_samples (
+		seq INTEGER PRIMARY KEY AUTOINCREMENT,
+		model_type TEXT NOT NULL,
+		job_id TEXT NOT NULL DEFAULT '',
+		data TEXT NOT NULL,
+		at INTEGER NOT NULL
+	);
+	CREATE INDEX profile_samples_type ON profile_samples(model_type, seq);`,
 }
 
 // SQLite is the Store on a SQLite database in WAL mode (modernc.org/sqlite,
@@ -398,6 +407,15 @@ func (s *SQLite) Commit(ctx context.Context, b Batch) ([]int64, error) {
 	}
 	if err := putGPUHealth(ctx, tx, b.GPUHealth); err != nil { // health.go
 		return nil, err
+	}
+	for _, p := range b.ProfileSamples {
+		raw, err := json.Marshal(p)
+		if err != nil {
+			return nil, fmt.Errorf("commit: profile sample of %s: %w", p.Type, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO profile_samples(model_type, job_id, data, at) VALUES (?,?,?,?)`, p.Type, p.JobID, string(raw), ns(p.At)); err != nil {
+			return nil, fmt.Errorf("commit: profile sample of %s: %w", p.Type, err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
@@ -702,3 +720,26 @@ func (s *SQLite) TimerWaits(ctx context.Context, since time.Time) ([]TimerWait, 
 }
 
 var _ Store = (*SQLite)(nil)
+
+// ProfileSamples returns the stored runs of profiling phases, oldest
+// first: of model type typ, or of every type when typ is "".
+func (s *SQLite) ProfileSamples(ctx context.Context, typ string) ([]ProfileSample, error) {
+	rows, err := s.rd.QueryContext(ctx, `SELECT data FROM profile_samples WHERE ? = '' OR model_type = ? ORDER BY seq`, typ, typ)
+	if err != nil {
+		return nil, fmt.Errorf("profile samples: %w", err)
+	}
+	defer rows.Close()
+	var out []ProfileSample
+	for rows.Next() {
+		var raw string
+		if err := rows.Scan(&raw); err != nil {
+			return nil, fmt.Errorf("profile samples: %w", err)
+		}
+		var p ProfileSample
+		if err := json.Unmarshal([]byte(raw), &p); err != nil {
+			return nil, fmt.Errorf("profile samples: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}

@@ -62,6 +62,8 @@ type testDaemonConfig struct {
 	// and CallTimeout (the outage test's short ones).
 	LeaseMS       int `json:"lease_ms,omitempty"`
 	CallTimeoutMS int `json:"call_timeout_ms,omitempty"`
+	// Profile is the daemon's profiling on arrival (off when nil).
+	Profile *control.ProfileOptions `json:"profile,omitempty"`
 }
 
 // runTestDaemon is `replan daemon --executor ssh` in miniature: the SSH
@@ -129,7 +131,11 @@ func runTestDaemon(path string) error {
 	for _, t := range inv.Tenants {
 		tenants = append(tenants, control.TenantInfo{Name: t.Name, QuotaGPUs: t.GPUQuota})
 	}
-	d, err := control.New(ctx, control.Config{Store: st, Exec: ex, Policy: policy, Servers: servers, Tenants: tenants, Model: model, Logger: log, ProgressEvery: 200 * time.Millisecond})
+	cc := control.Config{Store: st, Exec: ex, Policy: policy, Servers: servers, Tenants: tenants, Model: model, Logger: log, ProgressEvery: 200 * time.Millisecond}
+	if cfg.Profile != nil {
+		cc.Profile = *cfg.Profile
+	}
+	d, err := control.New(ctx, cc)
 	if err != nil {
 		return err
 	}

@@ -181,6 +181,8 @@ type Batch struct {
 	// Drains are servers' drain records (drain.go): set, or cleared
 	// (Mode "").
 	Drains []NodeDrain
+	// ProfileSamples are runs of profiling phases (profile.go).
+	ProfileSamples []ProfileSample
 }
 
 // JobWrite is one job of a Batch: created (Create) or updated with the
@@ -201,5 +203,5 @@ type ModelWrite struct {
 
 // empty reports whether b writes nothing.
 func (b *Batch) empty() bool {
-	return len(b.Jobs)+len(b.Nodes)+len(b.Decisions)+len(b.Events)+len(b.TimerWaits)+len(b.Models)+len(b.GPUHealth)+len(b.Drains) == 0
+	return len(b.Jobs)+len(b.Nodes)+len(b.Decisions)+len(b.Events)+len(b.TimerWaits)+len(b.Models)+len(b.GPUHealth)+len(b.Drains)+len(b.ProfileSamples) == 0
 }

@@ -9,6 +9,7 @@
 package dataset
 
 import (
+	"cmp"
 	"context"
 	"encoding/csv"
 	"errors"
@@ -129,6 +130,13 @@ type ProfileRow struct {
 	IterMS       float64
 	Strategy     string
 	Recompute    bool // strategy's forward multiplier is 2
+	// Written by `replan models export` besides the Morphling columns
+	// (optional; the Morphling layout's readers ignore them): the exact
+	// plan, placement, cores per GPU and model type of the run.
+	Plan       *perf.Plan
+	Placement  perf.Placement
+	CPUsPerGPU float64
+	ModelType  string
 }
 
 // Profile is a model's sampled runs.
@@ -167,6 +175,28 @@ func ParseProfile(model, configName string, config io.Reader, dataName string, d
 		r.OptMS = dt.float(i, "Topt", &errs)
 		r.IterMS = dt.float(i, "iter_time", &errs)
 		r.Strategy, _ = dt.cell(i, "strategy")
+		if v, ok := ct.cell(i, "plan"); ok && v != "" {
+			pl, err := perf.ParsePlanSpec(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s:%d: plan: %v", configName, r.Line, err))
+			} else {
+				r.Plan = &pl
+			}
+		}
+		if v, ok := ct.cell(i, "placement"); ok && v != "" {
+			pl, err := ParsePlacementString(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s:%d: placement: %v", configName, r.Line, err))
+			}
+			r.Placement = pl
+		}
+		if v, ok := ct.cell(i, "cpus_per_gpu"); ok && v != "" {
+			r.CPUsPerGPU = ct.float(i, "cpus_per_gpu", &errs)
+		}
+		r.ModelType, _ = ct.cell(i, "model_type")
+		if r.Plan != nil && r.Placement != nil && r.Plan.GPUs() != r.Placement.GPUs() {
+			errs = append(errs, fmt.Errorf("%s:%d: plan: %d GPUs, placement %s has %d", configName, r.Line, r.Plan.GPUs(), r.Placement, r.Placement.GPUs()))
+		}
 		if r.Nodes < 1 || r.GPUs < r.Nodes {
 			errs = append(errs, fmt.Errorf("%s:%d: gpus: want gpus >= nodes >= 1, got %d gpus on %d nodes", configName, r.Line, r.GPUs, r.Nodes))
 		}
@@ -193,6 +223,12 @@ func ParseProfile(model, configName string, config io.Reader, dataName string, d
 func (p Profile) Samples(a perf.Arch) []perf.Sample {
 	var out []perf.Sample
 	for _, r := range p.Rows {
+		if r.Plan != nil && r.Placement != nil {
+			// an exported run: its exact plan and placement
+			out = append(out, perf.Sample{Plan: *r.Plan, Resources: perf.Resources{Placement: r.Placement, CPUsPerGPU: cmp.Or(r.CPUsPerGPU, float64(max(r.CPUThreads, 1)))},
+				IterS: r.IterMS / 1000, FwdS: r.ForwardMS / 1000, OptS: r.OptMS / 1000})
+			continue
+		}
 		plan := perf.Plan{DP: r.GPUs, TP: 1, PP: 1, GA: 1, Ckpt: r.Recompute}
 		switch r.ZeroType {
 		case 1:

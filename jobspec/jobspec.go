@@ -88,6 +88,17 @@ type Hang struct {
 	FloorS float64 `json:"floor_s,omitempty"`
 }
 
+// Profile is a spec's profile block: whether the model type is profiled
+// on arrival when it has no fitted model, and the phase's bounds (0: the
+// daemon's).
+type Profile struct {
+	Enabled      *bool   `json:"enabled,omitempty"`
+	MaxConfigs   int     `json:"max_configs,omitempty"`
+	Iterations   int     `json:"iterations,omitempty"`
+	RunSeconds   float64 `json:"run_seconds,omitempty"`
+	PhaseSeconds float64 `json:"phase_seconds,omitempty"`
+}
+
 // Pin restricts what the scheduler may change.
 type Pin struct {
 	Plan  bool        `json:"plan"`  // never change the plan (resources may still change)
@@ -120,6 +131,9 @@ type Spec struct {
 	// Hang overrides the daemon's bound on how long the job may log no
 	// new iteration before it is restarted (nil: the daemon's).
 	Hang *Hang `json:"hang,omitempty"`
+	// Profile overrides the daemon's profiling bounds for the job's
+	// model type (nil: the daemon's).
+	Profile *Profile `json:"profile,omitempty"`
 
 	// File is the name the spec was parsed under and Lines the line of
 	// each field ("tenant", "request.gpus", "pin.tiers", ...), so checks
@@ -346,6 +360,30 @@ func ParseAuthorized(name string, data []byte, cat perf.Catalog, authorize func(
 				},
 			})
 			s.Hang = h
+		},
+		"profile": func(f string, v *yaml.Node) {
+			p := &Profile{}
+			w.Mapping(v, f, map[string]func(string, *yaml.Node){
+				"enabled": func(f string, v *yaml.Node) {
+					line(f, v)
+					if b, ok := w.Bool(v, f); ok {
+						p.Enabled = &b
+					}
+				},
+				"max_configs": func(f string, v *yaml.Node) {
+					line(f, v)
+					if n, ok := w.Count(v, f); ok {
+						if n > perf.MaxProfileConfigs {
+							w.Errf(v, f, "at most %d, got %d", perf.MaxProfileConfigs, n)
+						}
+						p.MaxConfigs = n
+					}
+				},
+				"iterations":    func(f string, v *yaml.Node) { line(f, v); p.Iterations, _ = w.Count(v, f) },
+				"run_seconds":   func(f string, v *yaml.Node) { line(f, v); p.RunSeconds, _ = w.Positive(v, f) },
+				"phase_seconds": func(f string, v *yaml.Node) { line(f, v); p.PhaseSeconds, _ = w.Positive(v, f) },
+			})
+			s.Profile = p
 		},
 		"pin": func(f string, v *yaml.Node) {
 			w.Mapping(v, f, map[string]func(string, *yaml.Node){

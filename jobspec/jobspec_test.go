@@ -380,3 +380,42 @@ request: {gpus: 1}
 		}
 	}
 }
+
+// TestParseProfileBlock: the profile block's fields are read, and a bad
+// one is named with its line and field.
+func TestParseProfileBlock(t *testing.T) {
+	base := `version: 1
+name: mine
+tenant: t
+class: best-effort
+model: {name: mymodel, params: 1.3e9, layers: 24, hidden: 2048, heads: 16, seq_len: 2048, vocab: 50000}
+framework: deepspeed
+workdir: /w
+entrypoint: train.py
+global_batch: 64
+iterations: 10
+checkpoint_dir: /c
+request: {gpus: 4}
+`
+	s, err := Parse("m.yaml", []byte(base+"profile: {enabled: false, max_configs: 5, iterations: 10, run_seconds: 90, phase_seconds: 300}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Profile
+	if p == nil || p.Enabled == nil || *p.Enabled || p.MaxConfigs != 5 || p.Iterations != 10 || p.RunSeconds != 90 || p.PhaseSeconds != 300 {
+		t.Errorf("profile %+v", p)
+	}
+	if s, _ := Parse("m.yaml", []byte(base), nil); s.Profile != nil {
+		t.Errorf("no block: got %+v", s.Profile)
+	}
+	for extra, want := range map[string]string{
+		"profile: {max_configs: 9}\n":  "m.yaml:13: profile.max_configs: at most 7, got 9",
+		"profile: {run_seconds: -1}\n": "m.yaml:13: profile.run_seconds",
+		"profile: {enable: true}\n":    "m.yaml:13: profile.enable",
+	} {
+		_, err := Parse("m.yaml", []byte(base+extra), nil)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want %q", extra, err, want)
+		}
+	}
+}

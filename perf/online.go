@@ -3,6 +3,7 @@ package perf
 import (
 	"errors"
 	"math"
+	"time"
 )
 
 // Online is a model type's fitted model together with the samples it was
@@ -21,6 +22,13 @@ type Online struct {
 	// seconds (0: not measured yet): the checkpoint interval is chosen
 	// from it (SaveInterval).
 	CheckpointS float64 `json:"checkpoint_s,omitempty"`
+	// FittedAt is when the parameters were last fitted (a profiling
+	// phase or an online refit; zero: never, the starting model).
+	FittedAt time.Time `json:"fitted_at,omitzero"`
+	// ProfiledAt is when a profiling phase of the type ended (zero:
+	// never profiled); a type profiled once is not profiled on arrival
+	// again.
+	ProfiledAt time.Time `json:"profiled_at,omitzero"`
 }
 
 // Trusted reports whether the model has enough samples of the right kinds

@@ -39,6 +39,7 @@ pass of this device the way a profiler measures a GPU's.
 Environment (for tests only, none changes the math):
   TRAINER_FORWARD_S   emulated device seconds per sample of a forward pass
   TRAINER_LOSS_LOG    file rank 0 appends "iteration loss" lines to
+                      (not in a profile run: REPLAN_PROFILE_RUN set)
 """
 
 import argparse
@@ -254,7 +255,9 @@ def main():
     ddp = DDP(model)
     start = it
     fwd_s = forward_s()
-    loss_log = os.environ.get("TRAINER_LOSS_LOG") if rank == 0 else None
+    # A profile run of replan (REPLAN_PROFILE_RUN) logs no loss: the log
+    # is the job's.
+    loss_log = os.environ.get("TRAINER_LOSS_LOG") if rank == 0 and not os.environ.get("REPLAN_PROFILE_RUN") else None
     while it < args.train_iters:
         t0 = time.time()
         it += 1

@@ -1,0 +1,172 @@
+package perf
+
+import (
+	"math"
+	"testing"
+)
+
+// TestProfileConfigsChoice: at most seven distinct configurations, each
+// valid, inside the framework's space, fitting memory and the free GPUs,
+// covering one GPU at two micro-batches, DP inside a server and across two.
+func TestProfileConfigsChoice(t *testing.T) {
+	a := Arch{Name: "mine", Params: 1.3e9, Layers: 24, Hidden: 2048, Heads: 16, SeqLen: 1024, Vocab: 50257, GlobalBatch: 32}
+	m := DefaultModel(a, A800)
+	cs := ProfileConfigs(m, []int{8, 8, 3}, 0)
+	if len(cs) < 5 || len(cs) > MaxProfileConfigs {
+		t.Fatalf("got %d configurations, want 5..7: %+v", len(cs), cs)
+	}
+	labels := map[string]bool{}
+	seen := map[string]bool{}
+	mbs := map[int]bool{}
+	for _, c := range cs {
+		k := c.Plan.Spec() + "@" + c.Placement.String()
+		if seen[k] {
+			t.Errorf("duplicate configuration %s", k)
+		}
+		seen[k] = true
+		labels[c.Label] = true
+		if err := Check(a, c.Plan, c.Placement); err != nil {
+			t.Errorf("%s: %v", c.Label, err)
+		}
+		if err := EstimateMemory(a, c.Plan, c.Placement).Fits(A800); err != nil {
+			t.Errorf("%s: %v", c.Label, err)
+		}
+		if len(c.Placement) > 2 || c.Placement[0] > 8 {
+			t.Errorf("%s: placement %v beyond the free GPUs", c.Label, c.Placement)
+		}
+		if c.Placement.GPUs() == 1 && !c.Plan.Offload {
+			mbs[c.Plan.MicroBatch] = true
+		}
+	}
+	for _, want := range []string{"DP8 on 1 server", "DP16 on 2 servers", "TP2 on 1 server", "ZeRO-Offload on 1 GPU"} {
+		if !labels[want] {
+			t.Errorf("no %q among %v", want, labels)
+		}
+	}
+	if len(mbs) < 2 {
+		t.Errorf("one GPU at %d micro-batch sizes, want 2", len(mbs))
+	}
+	// A limit is kept; free GPUs bound the placements.
+	if got := ProfileConfigs(m, []int{8, 8}, 3); len(got) != 3 {
+		t.Errorf("limit 3: got %d", len(got))
+	}
+	for _, c := range ProfileConfigs(m, []int{2}, 0) {
+		if c.Placement.GPUs() > 2 || len(c.Placement) > 1 {
+			t.Errorf("2 free GPUs on one server: got %s on %v", c.Label, c.Placement)
+		}
+	}
+	if got := ProfileConfigs(m, []int{0, 0}, 0); len(got) != 0 {
+		t.Errorf("no free GPU: got %d configurations", len(got))
+	}
+	// Megatron runs no offload: none is chosen.
+	mm := m
+	mm.Space = MegatronSpace
+	for _, c := range ProfileConfigs(mm, []int{8, 8}, 0) {
+		if c.Plan.Offload || c.Plan.ZeRO > 1 {
+			t.Errorf("Megatron: got %s (%s)", c.Label, c.Plan)
+		}
+	}
+}
+
+// TestProfileConfigsPinTheModel: a model whose true parameters and
+// forward differ from the defaults, measured only on the chosen
+// configurations, is fitted to within 15% on placements it never ran
+// (the whole point of choosing them).
+func TestProfileConfigsPinTheModel(t *testing.T) {
+	a := Arch{Name: "mine", Params: 1.3e9, Layers: 24, Hidden: 2048, Heads: 16, SeqLen: 1024, Vocab: 50257, GlobalBatch: 32}
+	start := DefaultModel(a, A800)
+	truth := start
+	truth.Forward.Alpha *= 1.6
+	truth.Forward.Beta *= 1.6
+	truth.Params.KBwd, truth.Params.KSync, truth.Params.KConst, truth.Params.KOptOff = 2.4, 1.3, 0.05, 1.8
+	cs := ProfileConfigs(start, []int{8, 8}, 0)
+	var samples []Sample
+	for _, c := range cs {
+		r := Resources{Placement: c.Placement, CPUsPerGPU: 8}
+		b, err := truth.Predict(c.Plan, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples = append(samples, Sample{Plan: c.Plan, Resources: r, IterS: b.Iter})
+	}
+	k, _, err := Fit(start, samples, FitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fitted := start
+	fitted.Params = k
+	worstFit, worstDefault := 0.0, 0.0
+	for _, g := range []int{4, 16} {
+		for _, pl := range []Placement{PackedPlacement(g, 8), EvenPlacement(g, 2)} {
+			r := Resources{Placement: pl, CPUsPerGPU: 8}
+			p := Plan{DP: g, TP: 1, PP: 1, MicroBatch: 32 / g, GA: 1}
+			want, err := truth.Predict(p, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := fitted.Predict(p, r)
+			def, _ := start.Predict(p, r)
+			worstFit = math.Max(worstFit, math.Abs(got.Iter-want.Iter)/want.Iter)
+			worstDefault = math.Max(worstDefault, math.Abs(def.Iter-want.Iter)/want.Iter)
+		}
+	}
+	t.Logf("worst error on unseen placements: fitted %.1f%%, unfitted %.1f%%", 100*worstFit, 100*worstDefault)
+	if worstFit > 0.15 {
+		t.Errorf("fitted on the profile: worst error %.1f%% on unseen placements, want ≤ 15%%", 100*worstFit)
+	}
+	if worstDefault < 0.3 {
+		t.Fatalf("the unfitted model is already within %.1f%%: the test proves nothing", 100*worstDefault)
+	}
+}
+
+// TestEstimateForwardFarOff: a small model on a slow device (the torch
+// end to end's emulated one: its forward 10⁴× what FLOPs say) cannot be
+// fitted by the parameters alone; with the forward estimated from the
+// profile runs it is predicted within 10% on placements it never ran.
+func TestEstimateForwardFarOff(t *testing.T) {
+	a := Arch{Name: "tinygpt", Params: 134912, Layers: 2, Hidden: 64, Heads: 1, SeqLen: 32, Vocab: 256, GlobalBatch: 16}
+	start := DefaultModel(a, A800)
+	start.Space = MegatronSpace
+	truth := start
+	truth.Forward = Forward{Alpha: 0.002, Beta: 0.015}
+	var samples []Sample
+	for _, c := range ProfileConfigs(start, []int{2, 2, 2}, 0) {
+		r := Resources{Placement: c.Placement, CPUsPerGPU: 1}
+		b, _ := truth.Predict(c.Plan, r)
+		samples = append(samples, Sample{Plan: c.Plan, Resources: r, IterS: b.Iter})
+	}
+	if len(samples) < 3 {
+		t.Fatalf("%d configurations", len(samples))
+	}
+	f, err := EstimateForward(a, samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := func(m Model) float64 {
+		k, _, err := Fit(m, samples, FitOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Params = k
+		w := 0.0
+		for _, pl := range []Placement{{4}, {1, 1}, {2, 2, 2, 2}} {
+			g := pl.GPUs()
+			p := Plan{DP: g, TP: 1, PP: 1, MicroBatch: 16 / g, GA: 1}
+			r := Resources{Placement: pl, CPUsPerGPU: 1}
+			want, _ := truth.Predict(p, r)
+			got, _ := m.Predict(p, r)
+			w = math.Max(w, math.Abs(got.Iter-want.Iter)/want.Iter)
+		}
+		return w
+	}
+	est := start
+	est.Forward = f
+	wd, we := worst(start), worst(est)
+	t.Logf("forward estimated alpha %.4f beta %.4f (true 0.002, 0.015); worst error on unseen placements: default forward %.0f%%, estimated %.1f%%", f.Alpha, f.Beta, 100*wd, 100*we)
+	if we > 0.10 {
+		t.Errorf("with the estimated forward: worst error %.1f%%, want ≤ 10%%", 100*we)
+	}
+	if wd < 0.3 {
+		t.Fatalf("the default forward already fits within %.0f%%: the test proves nothing", 100*wd)
+	}
+}
