@@ -205,6 +205,9 @@ func TestTorchEndToEnd(t *testing.T) {
 
 	const iterations = 60
 	lossLog := filepath.Join(tmp, "loss-e2e.txt")
+	// The trainer fixture is data-parallel only: its spec says so
+	// (supports), so no refit can move it to a TP or PP plan it refuses
+	// (seen under load before supports existed: PP2, failed to its limit).
 	torchSpec := func(name, ckpt, args string) []byte {
 		return fmt.Appendf(nil, `version: 1
 name: %s
@@ -220,6 +223,7 @@ global_batch: 16
 iterations: %d
 checkpoint_dir: %s
 request: {gpus: 4, cpus: 4, plan: "dp=4,tp=1,pp=1,mb=2,ga=2"}
+supports: {tp: false, pp: false}
 `, name, tinyModel, work, trainer, args, forwardS, lossLog, iterations, ckpt)
 	}
 	torchCkpt := filepath.Join(tmp, "ckpt", "torch")
