@@ -13,9 +13,11 @@ import (
 // max ≤ 10 %) where the model reaches them, else the figure it reached
 // (2026-11-27, docs/perf.md) with a little room, so a change that makes
 // it worse fails. bert, t5 and llama7b_bsz16 miss targets: see
-// docs/perf.md (uneven placements, llama7b_bsz16's offload rows).
+// docs/perf.md (uneven placements, llama7b_bsz16's offload rows). bert's
+// room was set again after split TP groups were priced at the NIC path
+// (issue 29): 15.16 / 48.57 %, regret 14.04 / 48.54 %.
 var looTarget = map[string]struct{ avg, max, regretMean, regretMax float64 }{
-	"bert":          {16, 42, 13.5, 50},
+	"bert":          {16, 50, 15, 50},
 	"gpt2":          {8, 25, 3, 10},
 	"llama30":       {8, 25, 3, 10},
 	"llama7":        {8, 25, 3, 10},
