@@ -149,42 +149,8 @@ func TestTorchEndToEnd(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	// Three hosts with two fake GPUs each, routed to each other.
-	agentBin := buildAgent(t, tmp)
-	clientKey := sshtest.ClientKey(t)
-	hosts, netns := sshtest.StartHosts(t, 3, clientKey, "rp-tt", 11)
-	if err := sshtest.Route(t, hosts); err != nil {
-		t.Fatalf("route between the test hosts: %v", err)
-	}
-	remoteDir := filepath.Join(tmp, "{server}")
-	var dirs []string
-	for _, h := range hosts {
-		dirs = append(dirs, fleet.ExpandDir(remoteDir, h.Name, "/"))
-	}
-	t.Cleanup(func() { killLeftovers(dirs) })
-	knownHosts := filepath.Join(tmp, "known_hosts")
-	for _, h := range hosts {
-		h.SSHD.AppendKnownHosts(knownHosts)
-	}
-	invPath := writeInventoryGPUs(t, tmp, hosts, clientKey, knownHosts, 2)
-	inv, err := cluster.Load(invPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := ssh.NewPool(ssh.FromInventory(inv, log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	fl := fleet.New(pool, fleet.Options{RemoteDir: remoteDir, Logger: log})
-	res, err := fl.Deploy(ctx, inv.Servers, fleet.DeployOptions{AgentBinary: agentBin, FakeGPUs: "2xA800"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res {
-		if r.Status != fleet.StatusDeployed || r.GPUs != 2 {
-			t.Fatalf("deploy %s: %+v", r.Server, r)
-		}
-	}
+	th := startTorchHosts(t, ctx, tmp, "rp-tt", 11, log)
+	netns, invPath, remoteDir, dirs := th.netns, th.invPath, th.remoteDir, th.dirs
 	t.Logf("torch %s; 3 hosts (network namespaces, routed: %v) with agents at %s", version, netns, time.Since(began).Round(time.Millisecond))
 
 	// The second job is the fake DeepSpeed stack of sshexec_e2e_test.go,
@@ -659,4 +625,59 @@ func TestTrainerRefusesModelParallel(t *testing.T) {
 	if want := "only TP = PP = 1 (data parallel) is supported, asked for TP = 2, PP = 4"; err == nil || !strings.Contains(string(out), want) {
 		t.Errorf("TP 2, PP 4: %v: %s", err, out)
 	}
+}
+
+// torchHosts are the torch end-to-end tests' cluster: three sshd hosts in
+// network namespaces (loopback where they cannot be made), two fake GPUs
+// each, routed to each other, with agents deployed under remoteDir (dirs
+// per host, whose leftovers are killed at the end).
+type torchHosts struct {
+	hosts     []testHost
+	netns     bool
+	invPath   string
+	remoteDir string
+	dirs      []string
+}
+
+// startTorchHosts starts and deploys them (prefix and seed name the
+// hosts and their addresses apart from other tests').
+func startTorchHosts(t *testing.T, ctx context.Context, tmp, prefix string, seed int, log *slog.Logger) torchHosts {
+	t.Helper()
+	agentBin := buildAgent(t, tmp)
+	clientKey := sshtest.ClientKey(t)
+	hosts, netns := sshtest.StartHosts(t, 3, clientKey, prefix, seed)
+	if err := sshtest.Route(t, hosts); err != nil {
+		t.Fatalf("route between the test hosts: %v", err)
+	}
+	remoteDir := filepath.Join(tmp, "{server}")
+	var dirs []string
+	for _, h := range hosts {
+		dirs = append(dirs, fleet.ExpandDir(remoteDir, h.Name, "/"))
+	}
+	t.Cleanup(func() { killLeftovers(dirs) })
+	knownHosts := filepath.Join(tmp, "known_hosts")
+	for _, h := range hosts {
+		h.SSHD.AppendKnownHosts(knownHosts)
+	}
+	invPath := writeInventoryGPUs(t, tmp, hosts, clientKey, knownHosts, 2)
+	inv, err := cluster.Load(invPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := ssh.NewPool(ssh.FromInventory(inv, log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	fl := fleet.New(pool, fleet.Options{RemoteDir: remoteDir, Logger: log})
+	res, err := fl.Deploy(ctx, inv.Servers, fleet.DeployOptions{AgentBinary: agentBin, FakeGPUs: "2xA800"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Status != fleet.StatusDeployed || r.GPUs != 2 {
+			t.Fatalf("deploy %s: %+v", r.Server, r)
+		}
+	}
+	return torchHosts{hosts: hosts, netns: netns, invPath: invPath, remoteDir: remoteDir, dirs: dirs}
 }

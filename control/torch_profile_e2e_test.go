@@ -13,13 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/control"
-	"github.com/replan/replan/fleet"
 	"github.com/replan/replan/internal/sshtest"
 	"github.com/replan/replan/internal/waitfor"
 	"github.com/replan/replan/launch"
-	"github.com/replan/replan/ssh"
 )
 
 // TestTorchProfileEndToEnd (issue 25, item 5): the trainer fixture's
@@ -54,42 +51,8 @@ func TestTorchProfileEndToEnd(t *testing.T) {
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	agentBin := buildAgent(t, tmp)
-	clientKey := sshtest.ClientKey(t)
-	hosts, netns := sshtest.StartHosts(t, 3, clientKey, "rp-tp", 23)
-	if err := sshtest.Route(t, hosts); err != nil {
-		t.Fatalf("route between the test hosts: %v", err)
-	}
-	remoteDir := filepath.Join(tmp, "{server}")
-	var dirs []string
-	for _, h := range hosts {
-		dirs = append(dirs, fleet.ExpandDir(remoteDir, h.Name, "/"))
-	}
-	t.Cleanup(func() { killLeftovers(dirs) })
-	knownHosts := filepath.Join(tmp, "known_hosts")
-	for _, h := range hosts {
-		h.SSHD.AppendKnownHosts(knownHosts)
-	}
-	invPath := writeInventoryGPUs(t, tmp, hosts, clientKey, knownHosts, 2)
-	inv, err := cluster.Load(invPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := ssh.NewPool(ssh.FromInventory(inv, log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	fl := fleet.New(pool, fleet.Options{RemoteDir: remoteDir, Logger: log})
-	res, err := fl.Deploy(ctx, inv.Servers, fleet.DeployOptions{AgentBinary: agentBin, FakeGPUs: "2xA800"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res {
-		if r.Status != fleet.StatusDeployed || r.GPUs != 2 {
-			t.Fatalf("deploy %s: %+v", r.Server, r)
-		}
-	}
+	th := startTorchHosts(t, ctx, tmp, "rp-tp", 23, log)
+	hosts, netns, invPath, remoteDir, dirs := th.hosts, th.netns, th.invPath, th.remoteDir, th.dirs
 	t.Logf("3 hosts (network namespaces, routed: %v) with agents at %s", netns, time.Since(began).Round(time.Millisecond))
 
 	work := filepath.Join(tmp, "work")
