@@ -146,6 +146,14 @@ func TestOverTheAPI(t *testing.T) {
 	if start == nil || start.Plan == "" || start.Placement == "" || len(detail.History) == 0 {
 		t.Errorf("detail %+v", detail)
 	}
+	// its attempts, as history will list them, and its spec
+	if a := detail.Attempts; len(a) != 1 || a[0].N != 1 || a[0].Kind != "start" || a[0].GPUs != j.GPUs() || a[0].Plan != j.PlanString ||
+		a[0].State != "running" || !a[0].End.IsZero() || a[0].Start.IsZero() {
+		t.Errorf("attempts of a running job: %+v", a)
+	}
+	if spec := strings.Join(detail.Spec, "\n"); !strings.Contains(spec, `"name": "bert-a"`) || len(detail.Spec) < 5 {
+		t.Errorf("spec lines:\n%s", spec)
+	}
 
 	st2, err := b.Status(ctx)
 	if err != nil || st2.GPUs != 16 || st2.Servers != 2 || st2.Policy == "" {
@@ -163,6 +171,9 @@ func TestOverTheAPI(t *testing.T) {
 	}
 	if err := b.Cancel(ctx, id); err == nil || !strings.Contains(err.Error(), "cancelled") {
 		t.Errorf("second cancel: %v", err)
+	}
+	if detail, err := b.Job(ctx, id); err != nil || len(detail.Attempts) != 1 || detail.Attempts[0].State != "cancelled" || detail.Attempts[0].End.IsZero() {
+		t.Errorf("attempts of the cancelled job: %+v %v", detail.Attempts, err)
 	}
 	if _, err := b.Job(ctx, "j-999999"); err == nil {
 		t.Error("an unknown job was found")
@@ -206,5 +217,24 @@ func TestUserTextIsCleaned(t *testing.T) {
 	rows := QueueRows([]control.QueueEntry{{Job: control.JobRecord{ID: "j-2", Name: "n\x1b[H", Tenant: "t"}, Reason: "r\x1b[?1049h"}}, time.Now())
 	if rows[0].Name != "n" || rows[0].Reason != "r" {
 		t.Fatalf("queue row kept control sequences: %+v", rows[0])
+	}
+}
+
+// TestLogLinesAreCleaned: the log pane shows a log as `replan logs` does,
+// without the terminal's control sequences (colours, cursor moves, a
+// title change), with tabs expanded and blank lines dropped.
+func TestLogLinesAreCleaned(t *testing.T) {
+	got := LogLines("\x1b[31miter 1\x1b[0m loss 2.0\r\n\n\x1b]0;pwned\x07iter 2\tloss 1.9\n\x1b[2Jiter 3\n")
+	want := []string{"iter 1 loss 2.0", "iter 2    loss 1.9", "iter 3"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("LogLines = %q, want %q", got, want)
+	}
+	for _, l := range got {
+		if strings.ContainsAny(l, "\x1b\x07\r\t") {
+			t.Errorf("a control character stayed: %q", l)
+		}
+	}
+	if s := SpecLines([]byte(`{"name":"x\u001b[2Jy","env":{"K":"<redacted>"}}`)); len(s) != 6 || strings.Contains(strings.Join(s, ""), "\x1b") {
+		t.Errorf("SpecLines = %q", s)
 	}
 }
