@@ -570,3 +570,26 @@ func TestDetailSparklines(t *testing.T) {
 		t.Errorf("samples older than an hour stay:\n%s", v)
 	}
 }
+
+// TestDetailListsGPUProcesses: the detail lists each GPU the job holds
+// with its figures and the processes on it (PID, GPU memory), as the
+// servers were last polled.
+func TestDetailListsGPUProcesses(t *testing.T) {
+	h := newHarness(t)
+	h.send(tea.WindowSizeMsg{Width: 160, Height: 100}) // all of the detail
+	h.openDetail()
+	var lines []string
+	for _, l := range strings.Split(h.view(), "\n") {
+		if strings.HasPrefix(l, "srv-") && strings.Contains(l, " GPU ") {
+			lines = append(lines, strings.TrimRight(l, " "))
+		}
+	}
+	if len(lines) != 16 {
+		t.Fatalf("%d GPU lines, want 16 (srv-03 and srv-05 × 8):\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	for _, want := range []string{"srv-03 GPU 0   92%   61.0/80 GiB   71°C  360W  pid 3000 60.5 GiB  pid 3099 0.5 GiB", "srv-05 GPU 7   92%   61.0/80 GiB   71°C  360W  pid 5007 60.5 GiB"} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("no line %q in:\n%s", want, strings.Join(lines, "\n"))
+		}
+	}
+}

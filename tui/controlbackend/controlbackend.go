@@ -60,6 +60,10 @@ func (b *Backend) Nodes(ctx context.Context) ([]data.Node, error) {
 		for _, g := range n.GPUStats {
 			out[i].Stats = append(out[i].Stats, data.GPUStat{Index: g.Index, UtilPct: g.UtilPct, MemUsedGB: g.MemUsedGB, MemTotalGB: g.MemTotalGB,
 				TempC: g.TempC, PowerW: g.PowerW, ECC: g.ECCErrors, Xid: g.XidErrors})
+			st := &out[i].Stats[len(out[i].Stats)-1]
+			for _, p := range g.Processes {
+				st.Processes = append(st.Processes, data.GPUProcess{PID: int(p.PID), MemGB: p.MemUsedGB})
+			}
 		}
 	}
 	return out, nil

@@ -63,6 +63,15 @@ type GPUStat struct {
 	UtilPct, MemUsedGB, MemTotalGB float64
 	TempC, PowerW                  float64
 	ECC, Xid                       int
+	// Processes are the compute processes on the GPU (nil: none or not
+	// reported).
+	Processes []GPUProcess
+}
+
+// GPUProcess is a process on a GPU and the GPU memory it uses.
+type GPUProcess struct {
+	PID   int
+	MemGB float64
 }
 
 // Util is the mean utilisation of a server's GPUs and how many report.

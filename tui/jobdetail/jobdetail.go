@@ -398,6 +398,8 @@ func (m *Model) content() []string {
 		}
 	}
 
+	out = append(out, m.gpus(j)...)
+
 	section("Plan history")
 	type item struct {
 		at   time.Time
@@ -631,4 +633,36 @@ func (m *Model) sparklines(id string) []string {
 		"samples/s  " + line(func(s sample) float64 { return s.sps }, 0, "", 0),
 		"GPU util   " + line(func(s sample) float64 { return s.util }, 100, "%", 1),
 	}
+}
+
+// gpus is one line per GPU the job holds, as the servers were last
+// polled: utilisation, memory used of total, temperature, power and the
+// processes on it with the memory each uses (like nvitop). Nothing when
+// the job holds none or no server reports figures.
+func (m *Model) gpus(j data.Job) []string {
+	var out []string
+	for _, s := range j.Placement {
+		for _, nd := range m.nodes {
+			if nd.Name != s.Name {
+				continue
+			}
+			for _, g := range nd.Stats {
+				if !slices.Contains(s.GPUs, g.Index) {
+					continue
+				}
+				l := fmt.Sprintf("%s GPU %d  %3.0f%%  %5.1f/%.0f GiB  %3.0f°C %4.0fW", nd.Name, g.Index, g.UtilPct, g.MemUsedGB, g.MemTotalGB, g.TempC, g.PowerW)
+				if len(g.Processes) == 0 {
+					l += m.st.Faint.Render("  no process reported")
+				}
+				for _, p := range g.Processes {
+					l += fmt.Sprintf("  pid %d %.1f GiB", p.PID, p.MemGB)
+				}
+				out = append(out, l)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return append([]string{"", m.st.Header.Render("GPUs (as last polled: utilisation, memory, temperature, power, processes)")}, out...)
 }

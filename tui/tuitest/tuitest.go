@@ -103,6 +103,11 @@ func Small() Snapshot {
 			st := data.GPUStat{Index: g, UtilPct: 0, MemUsedGB: 0.5, MemTotalGB: 80, TempC: 34, PowerW: 60}
 			if o != "" && o != "j-000002" {
 				st.UtilPct, st.MemUsedGB, st.TempC, st.PowerW = 92, 61, 71, 360
+				// one rank per GPU (and a profiler beside it on GPU 0)
+				st.Processes = []data.GPUProcess{{PID: 1000*(i+1) + g, MemGB: 60.5}}
+				if g == 0 {
+					st.Processes = append(st.Processes, data.GPUProcess{PID: 1000*(i+1) + 99, MemGB: 0.5})
+				}
 			}
 			if o == "j-000002" { // restarting: held but idle
 				nodes[i].IdleHeld = append(nodes[i].IdleHeld, g)
