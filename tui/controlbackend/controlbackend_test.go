@@ -2,13 +2,16 @@ package controlbackend
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/replan/replan/agent"
 	"github.com/replan/replan/control"
+	"github.com/replan/replan/internal/waitfor"
 	"github.com/replan/replan/sched"
 	"github.com/replan/replan/tui/data"
 )
@@ -54,8 +57,18 @@ func TestOverTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ex := control.NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 0)
+	// server a's GPUs as an agent reads them: GPU 3 runs two processes
+	gb, err := agent.NewFakeBackend("8xA800")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gb.SetProcesses(3, []agent.GPUProcess{{PID: 4242, UsedMemoryBytes: 30 << 30}, {PID: 4243, UsedMemoryBytes: 1 << 29}}); err != nil {
+		t.Fatal(err)
+	}
+	ex.SetGPUBackend("a", gb)
 	d, err := control.New(ctx, control.Config{
-		Store: st, Exec: control.NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 0), Policy: pol, Clock: c.now,
+		Store: st, Exec: ex, Policy: pol, Clock: c.now,
 		Servers: []control.ServerInfo{{Name: "a", Address: "10.0.0.1", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}, {Name: "b", Address: "10.0.0.2", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}},
 		Tenants: []control.TenantInfo{{Name: "research", QuotaGPUs: 16}},
 	})
@@ -132,6 +145,30 @@ func TestOverTheAPI(t *testing.T) {
 	if owned != j.GPUs() {
 		t.Errorf("%d GPUs owned by %s, placement has %d", owned, id, j.GPUs())
 	}
+	// the processes on each GPU, with their PIDs and memory (the daemon
+	// reads its telemetry at each heartbeat: wait for the first)
+	procs := func() string {
+		ns, err := b.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, n := range ns {
+			for _, g := range n.Stats {
+				for _, p := range g.Processes {
+					out = append(out, fmt.Sprintf("%s/%d:%d:%.1f", n.Name, g.Index, p.PID, p.MemGB))
+				}
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	want := "a/3:4242:30.0 a/3:4243:0.5"
+	waitfor.T(t, ctx, "GPU processes in the node view", waitfor.Options{Stall: 30 * time.Second, Poll: 20 * time.Millisecond}, func() error {
+		if got := procs(); got != want {
+			return fmt.Errorf("processes %q, want %q", got, want)
+		}
+		return nil
+	})
 
 	detail, err := b.Job(ctx, id)
 	if err != nil {
