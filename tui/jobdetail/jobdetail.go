@@ -72,8 +72,13 @@ type sample struct {
 	sps, util float64
 }
 
-// SparkWindow is how far back the sparklines go.
-const SparkWindow = time.Hour
+// SparkWindow is how far back the sparklines go; a job keeps a sample
+// per sparkEvery at most (polls in between update the last one), so that
+// a cluster of many jobs costs a bounded memory.
+const (
+	SparkWindow = time.Hour
+	sparkEvery  = 30 * time.Second
+)
 
 // LogLines is how many of the log's last lines the detail shows; the log
 // pane (l) shows all the backend gives.
@@ -220,8 +225,20 @@ func (m *Model) record(js []data.Job, at time.Time) {
 	if m.spark == nil {
 		m.spark = map[string][]sample{}
 	}
+	byName := make(map[string]*data.Node, len(m.nodes))
+	for i := range m.nodes {
+		byName[m.nodes[i].Name] = &m.nodes[i]
+	}
 	for _, j := range js {
-		m.spark[j.ID] = append(m.spark[j.ID], sample{at: at, sps: j.MeasuredSPS, util: m.util(j)})
+		smp := sample{at: at, sps: j.MeasuredSPS, util: util(j, byName)}
+		ss := m.spark[j.ID]
+		if n := len(ss); n > 0 && at.Sub(ss[n-1].at) < sparkEvery {
+			// a poll soon after the last sample replaces its figures: a
+			// job keeps at most SparkWindow/sparkEvery samples
+			ss[n-1].sps, ss[n-1].util = smp.sps, smp.util
+			continue
+		}
+		m.spark[j.ID] = append(ss, smp)
 	}
 	for id, ss := range m.spark {
 		i := 0
@@ -238,18 +255,17 @@ func (m *Model) record(js []data.Job, at time.Time) {
 
 // util is the mean utilisation of the GPUs j holds, from the servers as
 // last polled (-1: none reported).
-func (m *Model) util(j data.Job) float64 {
+func util(j data.Job, nodes map[string]*data.Node) float64 {
 	sum, n := 0.0, 0
 	for _, s := range j.Placement {
-		for _, nd := range m.nodes {
-			if nd.Name != s.Name {
-				continue
-			}
-			for _, g := range nd.Stats {
-				if slices.Contains(s.GPUs, g.Index) {
-					sum += g.UtilPct
-					n++
-				}
+		nd := nodes[s.Name]
+		if nd == nil {
+			continue
+		}
+		for _, g := range nd.Stats {
+			if slices.Contains(s.GPUs, g.Index) {
+				sum += g.UtilPct
+				n++
 			}
 		}
 	}
@@ -594,12 +610,14 @@ func (m *Model) sparklines(id string) []string {
 	col := func(t time.Time) int {
 		return min(width-1, max(0, int(float64(width)*float64(t.Sub(start))/float64(SparkWindow))))
 	}
-	line := func(get func(sample) float64, top float64, unit string, scale float64) string {
+	// line draws get's values (ok false: not measured at that poll)
+	// against top (0: the highest value)
+	line := func(get func(sample) (float64, bool), top float64, unit string) string {
 		sum, n := make([]float64, width), make([]int, width)
 		hi, last, have := 0.0, 0.0, false
 		for _, s := range ss {
-			v := get(s)
-			if v < 0 || (scale == 0 && v == 0) {
+			v, ok := get(s)
+			if !ok {
 				continue
 			}
 			c := col(s.at)
@@ -630,8 +648,8 @@ func (m *Model) sparklines(id string) []string {
 	}
 	span := common.Duration(end.Sub(ss[0].at))
 	return []string{"", m.st.Header.Render(fmt.Sprintf("Last hour (kept from the polls since this TUI started: %s)", span)),
-		"samples/s  " + line(func(s sample) float64 { return s.sps }, 0, "", 0),
-		"GPU util   " + line(func(s sample) float64 { return s.util }, 100, "%", 1),
+		"samples/s  " + line(func(s sample) (float64, bool) { return s.sps, s.sps > 0 }, 0, ""),
+		"GPU util   " + line(func(s sample) (float64, bool) { return s.util, s.util >= 0 }, 100, "%"),
 	}
 }
 
