@@ -19,8 +19,9 @@ func (c simClock) Now() time.Time { return c() }
 
 // SetGPUBackend makes server's GPU health come from b, sampled at every
 // Observe through the agent's sampler (the figures stay simulated): its
-// Xid and ECC events, pending retired pages and row remappings and failed
-// reads reach the daemon as an agent's would.
+// Xid and ECC events, pending retired pages and row remappings, failed
+// reads and the processes on each GPU reach the daemon as an agent's
+// would.
 func (e *SimExecutor) SetGPUBackend(server string, b agent.GPUBackend) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -73,6 +74,7 @@ func (e *SimExecutor) gpuHealthOf(ctx context.Context, server string, gpus []GPU
 		g := &gpus[h.Index]
 		g.ECCErrors, g.XidErrors, g.critical = h.ECCErrors, h.XidErrors, h.critical
 		g.RetiredPagesPending, g.RowRemapPending, g.RowRemapFailed, g.ReadError = h.RetiredPagesPending, h.RowRemapPending, h.RowRemapFailed, h.ReadError
+		g.Processes = h.Processes // the processes on it, as NVML lists them
 	}
 	return gpus
 }

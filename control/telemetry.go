@@ -31,9 +31,20 @@ type GPUStat struct {
 	ReadError           string `json:"read_error,omitempty"`
 	Cordoned            bool   `json:"cordoned,omitempty"`
 	CordonWhy           string `json:"cordon_why,omitempty"`
+	// Processes are the compute processes on the GPU with the memory
+	// each uses, as the agent reads them from NVML (absent when none or
+	// not reported).
+	Processes []GPUProcess `json:"processes,omitempty"`
 	// critical are the recent Xid and double-bit ECC events that may
 	// cordon the GPU (health.go); not shown.
 	critical []agent.HealthEvent
+}
+
+// GPUProcess is a process on a GPU: its PID (on the server) and the GPU
+// memory it uses.
+type GPUProcess struct {
+	PID       uint32  `json:"pid"`
+	MemUsedGB float64 `json:"mem_used_gb"`
 }
 
 // IdleUtilPct is the utilisation below which a GPU that a job holds is
@@ -117,6 +128,9 @@ func gpuStats(snap agent.GPUSnapshot) []GPUStat {
 		out = append(out, GPUStat{Index: g.Index, UtilPct: float64(g.UtilizationPct), MemUsedGB: float64(g.MemoryUsedBytes) / (1 << 30),
 			MemTotalGB: float64(g.MemoryTotalBytes) / (1 << 30), TempC: float64(g.TemperatureC), PowerW: g.PowerW,
 			RetiredPagesPending: g.RetiredPagesPending, RowRemapPending: g.RowRemapPending, RowRemapFailed: g.RowRemapFailed, ReadError: g.ReadError})
+		for _, p := range g.Processes {
+			out[len(out)-1].Processes = append(out[len(out)-1].Processes, GPUProcess{PID: p.PID, MemUsedGB: float64(p.UsedMemoryBytes) / (1 << 30)})
+		}
 	}
 	for _, h := range snap.Health {
 		k, ok := at[h.GPUIndex]

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,7 +80,8 @@ func getNodes(t *testing.T, d *Daemon) []NodeView {
 // with its Xid and ECC events counted per GPU.
 func TestAgentGPUStats(t *testing.T) {
 	snap := agent.GPUSnapshot{GPUs: []agent.GPU{
-		{Index: 0, MemoryUsedBytes: 40 << 30, MemoryTotalBytes: 80 << 30, UtilizationPct: 97, TemperatureC: 71, PowerW: 390},
+		{Index: 0, MemoryUsedBytes: 40 << 30, MemoryTotalBytes: 80 << 30, UtilizationPct: 97, TemperatureC: 71, PowerW: 390,
+			Processes: []agent.GPUProcess{{PID: 4242, UsedMemoryBytes: 30 << 30}, {PID: 4243, UsedMemoryBytes: 10 << 30}}},
 		{Index: 1, MemoryTotalBytes: 80 << 30, TemperatureC: 35, PowerW: 60},
 	}, Health: []agent.HealthEvent{{GPUIndex: 1, Kind: agent.HealthXid, Xid: 79}, {GPUIndex: 1, Kind: agent.HealthECCDBE}, {GPUIndex: 9, Kind: agent.HealthXid}}}
 	got := gpuStats(snap)
@@ -88,5 +90,13 @@ func TestAgentGPUStats(t *testing.T) {
 	}
 	if got[1].XidErrors != 1 || got[1].ECCErrors != 1 || got[0].XidErrors != 0 {
 		t.Errorf("errors %+v", got)
+	}
+	// the processes on each GPU with their memory (issue 28: the TUI
+	// shows PIDs and per-process memory)
+	if p := got[0].Processes; len(p) != 2 || p[0] != (GPUProcess{PID: 4242, MemUsedGB: 30}) || p[1] != (GPUProcess{PID: 4243, MemUsedGB: 10}) || got[1].Processes != nil {
+		t.Errorf("processes %+v / %+v", got[0].Processes, got[1].Processes)
+	}
+	if b, _ := json.Marshal(got[1]); strings.Contains(string(b), "processes") {
+		t.Errorf("a GPU without processes says so: %s", b)
 	}
 }

@@ -439,3 +439,157 @@ func TestSortKeysOnEveryList(t *testing.T) {
 		}
 	}
 }
+
+// openDetail opens j-000003's detail (the third running job).
+func (h *harness) openDetail() {
+	h.press("4", "j", "j", "enter")
+	if h.m.active != scDetail || h.m.detail.JobID() != "j-000003" {
+		h.t.Fatalf("on %s with job %q", screenNames[h.m.active], h.m.detail.JobID())
+	}
+}
+
+// TestDetailListsAttemptsAndSpec: the detail lists the job's launches
+// with their GPUs, plan and how each ended; v shows the spec as the
+// backend gives it (env values redacted) and v or esc goes back.
+func TestDetailListsAttemptsAndSpec(t *testing.T) {
+	h := newHarness(t)
+	h.send(tea.WindowSizeMsg{Width: 160, Height: 48})
+	h.openDetail()
+	v := h.view()
+	for _, want := range []string{"Attempts", "#1  11-22 15:06:00 → 11-22 15:07:00   8 GPUs DP4·TP2·PP1 mb2 ga4 ZeRO-1 on 1 server × 8 GPUs · reconfigured: grown from 8 to 16 GPUs",
+		"#2  11-22 15:07:00 → now             16 GPUs DP8·TP2·PP1 mb2 ga2 ZeRO-1 on 2 servers × 8 GPUs · running"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("detail lacks %q:\n%s", want, v)
+		}
+	}
+	for _, back := range []string{"v", "esc"} {
+		h.press("v")
+		v = h.view()
+		if !strings.Contains(v, "j-000003 t5-c · spec") || !strings.Contains(v, `"WANDB_API_KEY": "<redacted>"`) || strings.Contains(v, "Attempts") {
+			t.Errorf("v shows no spec:\n%s", v)
+		}
+		h.press(back)
+		if v = h.view(); !strings.Contains(v, "Attempts") || h.m.active != scDetail {
+			t.Errorf("%s did not go back to the detail (on %s):\n%s", back, screenNames[h.m.active], v)
+		}
+	}
+	h.press("esc") // from the detail: back to the jobs
+	if h.m.active != scJobs {
+		t.Errorf("esc went to %s", screenNames[h.m.active])
+	}
+}
+
+// TestDetailLogPane: l opens the job's log at its end; the pane scrolls
+// with pgup/home/end, follows new lines at its end and stays put when
+// scrolled up.
+func TestDetailLogPane(t *testing.T) {
+	h := newHarness(t)
+	h.openDetail()
+	h.press("l")
+	v := h.view()
+	if !strings.Contains(v, "log (rank 0, newest attempt, last 40 lines)") || !strings.Contains(v, "iter 400 loss 2.050") || strings.Contains(v, "iter 10 loss") {
+		t.Fatalf("the log pane does not open at the end:\n%s", v)
+	}
+	h.press("home")
+	if v = h.view(); !strings.Contains(v, "iter 10 loss 4.000") || strings.Contains(v, "iter 400 loss") {
+		t.Errorf("home does not go to the first line:\n%s", v)
+	}
+	h.press("j")
+	if v = h.view(); strings.Contains(v, "iter 10 loss 4.000") || !strings.Contains(v, "iter 20 loss 3.950") {
+		t.Errorf("j did not scroll one line:\n%s", v)
+	}
+	// new lines while scrolled up: the pane stays where it is
+	h.fake.Snap.Details["j-000003"] = withLog(h.fake.Snap.Details["j-000003"], "iter 410 loss 2.000")
+	h.tick(2 * time.Second)
+	if v = h.view(); strings.Contains(v, "iter 410") || !strings.Contains(v, "iter 20 loss 3.950") {
+		t.Errorf("a refresh moved the scrolled-up pane:\n%s", v)
+	}
+	// at the end it follows
+	h.press("end")
+	h.fake.Snap.Details["j-000003"] = withLog(h.fake.Snap.Details["j-000003"], "iter 420 loss 1.950")
+	h.tick(2 * time.Second)
+	if v = h.view(); !strings.Contains(v, "iter 420 loss 1.950") || !strings.Contains(v, "last 42 lines") {
+		t.Errorf("the pane does not follow new lines:\n%s", v)
+	}
+	h.press("pgup")
+	if v = h.view(); strings.Contains(v, "iter 420 loss") {
+		t.Errorf("pgup did not scroll:\n%s", v)
+	}
+	h.press("l")
+	if v = h.view(); !strings.Contains(v, "(v spec · l log)") || strings.Contains(v, "· log (rank 0") {
+		t.Errorf("l does not go back to the detail:\n%s", v)
+	}
+}
+
+func withLog(d data.JobDetail, line string) data.JobDetail {
+	d.Log = append(slices.Clone(d.Log), line)
+	return d
+}
+
+// TestDetailSparklines: the detail draws the job's measured throughput
+// and its GPUs' utilisation over the last hour from the polls, and
+// forgets what is older.
+func TestDetailSparklines(t *testing.T) {
+	h := newHarness(t)
+	h.send(tea.WindowSizeMsg{Width: 160, Height: 48})
+	h.openDetail()
+	// the first poll saw 14.2 samples/s; then one every 5 minutes, the
+	// throughput rising from 1
+	for i := range 11 {
+		h.fake.Snap.Jobs[2].MeasuredSPS = float64(1 + 2*i)
+		h.tick(5 * time.Minute)
+	}
+	h.fake.Snap.Jobs[2].MeasuredSPS = 24
+	h.tick(5 * time.Minute)
+	v := h.view()
+	line := func(prefix string) string {
+		for _, l := range strings.Split(v, "\n") {
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		}
+		t.Fatalf("no %q line:\n%s", prefix, v)
+		return ""
+	}
+	sps := line("samples/s  ")
+	if !strings.Contains(sps, "now 24.0 (top 24.0)") || !strings.Contains(sps, "█") || !strings.Contains(sps, "▁") {
+		t.Errorf("throughput sparkline: %q", sps)
+	}
+	if strings.Index(sps, "▁") > strings.Index(sps, "█") {
+		t.Errorf("a rising throughput does not rise: %q", sps)
+	}
+	if u := line("GPU util   "); !strings.Contains(u, "now 92.0%") {
+		t.Errorf("utilisation sparkline: %q", u)
+	}
+	if !strings.Contains(v, "Last hour (kept from the polls since this TUI started: 1h00m)") {
+		t.Errorf("span:\n%s", v)
+	}
+	h.tick(7 * time.Minute) // the first poll is now over an hour old, and gone
+	v = h.view()
+	if !strings.Contains(v, "started: 57m00s)") {
+		t.Errorf("samples older than an hour stay:\n%s", v)
+	}
+}
+
+// TestDetailListsGPUProcesses: the detail lists each GPU the job holds
+// with its figures and the processes on it (PID, GPU memory), as the
+// servers were last polled.
+func TestDetailListsGPUProcesses(t *testing.T) {
+	h := newHarness(t)
+	h.send(tea.WindowSizeMsg{Width: 160, Height: 100}) // all of the detail
+	h.openDetail()
+	var lines []string
+	for _, l := range strings.Split(h.view(), "\n") {
+		if strings.HasPrefix(l, "srv-") && strings.Contains(l, " GPU ") {
+			lines = append(lines, strings.TrimRight(l, " "))
+		}
+	}
+	if len(lines) != 16 {
+		t.Fatalf("%d GPU lines, want 16 (srv-03 and srv-05 × 8):\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	for _, want := range []string{"srv-03 GPU 0   92%   61.0/80 GiB   71°C  360W  pid 3000 60.5 GiB  pid 3099 0.5 GiB", "srv-05 GPU 7   92%   61.0/80 GiB   71°C  360W  pid 5007 60.5 GiB"} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("no line %q in:\n%s", want, strings.Join(lines, "\n"))
+		}
+	}
+}

@@ -12,6 +12,7 @@ type Keys struct {
 	Cancel, Drain, Submit                   key.Binding
 	Undrain, Hold, Release, Sort, Reverse   key.Binding
 	Faster, Slower                          key.Binding
+	Spec, Log                               key.Binding
 	NextTab, PrevTab                        key.Binding
 	Tab1, Tab2, Tab3, Tab4, Tab5, Tab6      key.Binding
 	Tab7, Tab8                              key.Binding
@@ -41,6 +42,8 @@ func DefaultKeys() Keys {
 		Sort:     b("o", "sort by the next column", "o"),
 		Reverse:  b("O", "reverse the order", "O"),
 		Submit:   b("s", "submit spec", "s"),
+		Spec:     b("v", "spec", "v"),
+		Log:      b("l", "log", "l"),
 		Faster:   b("+", "faster", "+", "="),
 		Slower:   b("-", "slower", "-"),
 		NextTab:  b("tab", "next screen", "tab"),

@@ -7,6 +7,7 @@
 package controlbackend
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -59,6 +60,10 @@ func (b *Backend) Nodes(ctx context.Context) ([]data.Node, error) {
 		for _, g := range n.GPUStats {
 			out[i].Stats = append(out[i].Stats, data.GPUStat{Index: g.Index, UtilPct: g.UtilPct, MemUsedGB: g.MemUsedGB, MemTotalGB: g.MemTotalGB,
 				TempC: g.TempC, PowerW: g.PowerW, ECC: g.ECCErrors, Xid: g.XidErrors})
+			st := &out[i].Stats[len(out[i].Stats)-1]
+			for _, p := range g.Processes {
+				st.Processes = append(st.Processes, data.GPUProcess{PID: int(p.PID), MemGB: p.MemUsedGB})
+			}
 		}
 	}
 	return out, nil
@@ -123,8 +128,10 @@ func (b *Backend) Jobs(ctx context.Context) ([]data.Job, error) {
 	return out, nil
 }
 
-// LogTail is how many log lines the job detail shows.
-const LogTail = 6
+// LogTail is how many of the log's last lines the job detail reads on
+// each poll (its log pane scrolls through them; the main view shows the
+// last few).
+const LogTail = 200
 
 // Job converts a job record: its spec gives the architecture, its plan and
 // placement are decoded from JSON (a record that does not decode keeps
@@ -163,16 +170,19 @@ func (b *Backend) Job(ctx context.Context, id string) (data.JobDetail, error) {
 	if pts, err := b.c.Curve(ctx, id, 64); err == nil {
 		out.Curve = pts
 	}
-	if jd.Job.State == control.StateRunning {
+	if !jd.Job.StartedAt.IsZero() {
+		// the newest attempt's log, running or ended (an ended job's log
+		// may be gone: then there is none to show)
 		if rc, err := b.c.Logs(ctx, id, LogTail, false); err == nil {
-			text, _ := io.ReadAll(io.LimitReader(rc, 64<<10))
+			text, _ := io.ReadAll(io.LimitReader(rc, 256<<10))
 			rc.Close()
-			for _, l := range strings.Split(strings.TrimRight(string(text), "\n"), "\n") {
-				if l != "" {
-					out.Log = append(out.Log, termtext.CleanLine(l))
-				}
-			}
+			out.Log = LogLines(string(text))
 		}
+	}
+	out.Spec = SpecLines(jd.Job.Spec)
+	for _, a := range control.AttemptsOf(jd, time.Now()) {
+		out.Attempts = append(out.Attempts, data.Attempt{N: a.N, Kind: a.Kind, Start: a.Start, End: a.End, GPUs: a.GPUs,
+			Placement: placementText(a.Placement), Plan: a.Plan, State: a.State, ExitCode: a.ExitCode, Reason: termtext.Clean(a.Reason)})
 	}
 	for _, t := range jd.History {
 		out.History = append(out.History, data.Transition{From: string(t.From), To: string(t.To), Reason: termtext.Clean(t.Reason), At: t.At})
@@ -183,6 +193,45 @@ func (b *Backend) Job(ctx context.Context, id string) (data.JobDetail, error) {
 	// oldest first, whatever order the API used
 	sort.SliceStable(out.Decisions, func(a, b int) bool { return out.Decisions[a].At.Before(out.Decisions[b].At) })
 	return out, nil
+}
+
+// LogLines are a log's lines as the TUI shows them: terminal control
+// sequences stripped (termtext.CleanLine, as `replan logs` does), tabs
+// expanded, empty lines dropped.
+func LogLines(text string) []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		l = strings.ReplaceAll(strings.TrimRight(termtext.CleanLine(l), "\r\n"), "\t", "    ")
+		if strings.TrimSpace(l) != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// SpecLines is a job's stored spec (JSON) indented, one line per element,
+// each cleaned of control sequences; nil when there is none.
+func SpecLines(spec json.RawMessage) []string {
+	if len(spec) == 0 || string(spec) == "null" {
+		return nil
+	}
+	var buf bytes.Buffer
+	if json.Indent(&buf, spec, "", "  ") != nil {
+		buf.Reset()
+		buf.Write(spec)
+	}
+	var out []string
+	for _, l := range strings.Split(buf.String(), "\n") {
+		out = append(out, termtext.Clean(l))
+	}
+	return out
+}
+
+func placementText(p perf.Placement) string {
+	if len(p) == 0 {
+		return ""
+	}
+	return cluster.PlacementText(p)
 }
 
 func decision(d control.DecisionRecord) data.Decision {

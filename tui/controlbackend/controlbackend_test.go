@@ -2,13 +2,16 @@ package controlbackend
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/replan/replan/agent"
 	"github.com/replan/replan/control"
+	"github.com/replan/replan/internal/waitfor"
 	"github.com/replan/replan/sched"
 	"github.com/replan/replan/tui/data"
 )
@@ -54,8 +57,18 @@ func TestOverTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ex := control.NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 0)
+	// server a's GPUs as an agent reads them: GPU 3 runs two processes
+	gb, err := agent.NewFakeBackend("8xA800")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gb.SetProcesses(3, []agent.GPUProcess{{PID: 4242, UsedMemoryBytes: 30 << 30}, {PID: 4243, UsedMemoryBytes: 1 << 29}}); err != nil {
+		t.Fatal(err)
+	}
+	ex.SetGPUBackend("a", gb)
 	d, err := control.New(ctx, control.Config{
-		Store: st, Exec: control.NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 0), Policy: pol, Clock: c.now,
+		Store: st, Exec: ex, Policy: pol, Clock: c.now,
 		Servers: []control.ServerInfo{{Name: "a", Address: "10.0.0.1", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}, {Name: "b", Address: "10.0.0.2", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000}},
 		Tenants: []control.TenantInfo{{Name: "research", QuotaGPUs: 16}},
 	})
@@ -132,6 +145,30 @@ func TestOverTheAPI(t *testing.T) {
 	if owned != j.GPUs() {
 		t.Errorf("%d GPUs owned by %s, placement has %d", owned, id, j.GPUs())
 	}
+	// the processes on each GPU, with their PIDs and memory (the daemon
+	// reads its telemetry at each heartbeat: wait for the first)
+	procs := func() string {
+		ns, err := b.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, n := range ns {
+			for _, g := range n.Stats {
+				for _, p := range g.Processes {
+					out = append(out, fmt.Sprintf("%s/%d:%d:%.1f", n.Name, g.Index, p.PID, p.MemGB))
+				}
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	want := "a/3:4242:30.0 a/3:4243:0.5"
+	waitfor.T(t, ctx, "GPU processes in the node view", waitfor.Options{Stall: 30 * time.Second, Poll: 20 * time.Millisecond}, func() error {
+		if got := procs(); got != want {
+			return fmt.Errorf("processes %q, want %q", got, want)
+		}
+		return nil
+	})
 
 	detail, err := b.Job(ctx, id)
 	if err != nil {
@@ -145,6 +182,14 @@ func TestOverTheAPI(t *testing.T) {
 	}
 	if start == nil || start.Plan == "" || start.Placement == "" || len(detail.History) == 0 {
 		t.Errorf("detail %+v", detail)
+	}
+	// its attempts, as history will list them, and its spec
+	if a := detail.Attempts; len(a) != 1 || a[0].N != 1 || a[0].Kind != "start" || a[0].GPUs != j.GPUs() || a[0].Plan != j.PlanString ||
+		a[0].State != "running" || !a[0].End.IsZero() || a[0].Start.IsZero() {
+		t.Errorf("attempts of a running job: %+v", a)
+	}
+	if spec := strings.Join(detail.Spec, "\n"); !strings.Contains(spec, `"name": "bert-a"`) || len(detail.Spec) < 5 {
+		t.Errorf("spec lines:\n%s", spec)
 	}
 
 	st2, err := b.Status(ctx)
@@ -163,6 +208,9 @@ func TestOverTheAPI(t *testing.T) {
 	}
 	if err := b.Cancel(ctx, id); err == nil || !strings.Contains(err.Error(), "cancelled") {
 		t.Errorf("second cancel: %v", err)
+	}
+	if detail, err := b.Job(ctx, id); err != nil || len(detail.Attempts) != 1 || detail.Attempts[0].State != "cancelled" || detail.Attempts[0].End.IsZero() {
+		t.Errorf("attempts of the cancelled job: %+v %v", detail.Attempts, err)
 	}
 	if _, err := b.Job(ctx, "j-999999"); err == nil {
 		t.Error("an unknown job was found")
@@ -206,5 +254,24 @@ func TestUserTextIsCleaned(t *testing.T) {
 	rows := QueueRows([]control.QueueEntry{{Job: control.JobRecord{ID: "j-2", Name: "n\x1b[H", Tenant: "t"}, Reason: "r\x1b[?1049h"}}, time.Now())
 	if rows[0].Name != "n" || rows[0].Reason != "r" {
 		t.Fatalf("queue row kept control sequences: %+v", rows[0])
+	}
+}
+
+// TestLogLinesAreCleaned: the log pane shows a log as `replan logs` does,
+// without the terminal's control sequences (colours, cursor moves, a
+// title change), with tabs expanded and blank lines dropped.
+func TestLogLinesAreCleaned(t *testing.T) {
+	got := LogLines("\x1b[31miter 1\x1b[0m loss 2.0\r\n\n\x1b]0;pwned\x07iter 2\tloss 1.9\n\x1b[2Jiter 3\n")
+	want := []string{"iter 1 loss 2.0", "iter 2    loss 1.9", "iter 3"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("LogLines = %q, want %q", got, want)
+	}
+	for _, l := range got {
+		if strings.ContainsAny(l, "\x1b\x07\r\t") {
+			t.Errorf("a control character stayed: %q", l)
+		}
+	}
+	if s := SpecLines([]byte(`{"name":"x\u001b[2Jy","env":{"K":"<redacted>"}}`)); len(s) != 6 || strings.Contains(strings.Join(s, ""), "\x1b") {
+		t.Errorf("SpecLines = %q", s)
 	}
 }

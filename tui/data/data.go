@@ -63,6 +63,15 @@ type GPUStat struct {
 	UtilPct, MemUsedGB, MemTotalGB float64
 	TempC, PowerW                  float64
 	ECC, Xid                       int
+	// Processes are the compute processes on the GPU (nil: none or not
+	// reported).
+	Processes []GPUProcess
+}
+
+// GPUProcess is a process on a GPU and the GPU memory it uses.
+type GPUProcess struct {
+	PID   int
+	MemGB float64
 }
 
 // Util is the mean utilisation of a server's GPUs and how many report.
@@ -203,9 +212,17 @@ type Decision struct {
 // JobDetail is one job with its history and decisions (oldest first).
 type JobDetail struct {
 	Job Job
-	// Log is the tail of the job's training log (rank 0), when the backend
-	// can read it.
+	// Log is the tail of the job's training log (rank 0, at most the
+	// backend's bound of lines, control sequences stripped), when the
+	// backend can read it.
 	Log []string
+	// Spec is the job's spec as the backend gives it (the API redacts env
+	// values for whoever may not see them), one line per element; nil when
+	// it has none.
+	Spec []string
+	// Attempts are the job's launches, oldest first (nil: the backend does
+	// not list them).
+	Attempts []Attempt
 	// Curve is the job's sensitivity curve from the backend's fitted model,
 	// when it has one (else the screen computes the unfitted model's).
 	Curve       []perf.CurvePoint
@@ -213,6 +230,23 @@ type JobDetail struct {
 	Decisions   []Decision
 	FetchedAt   time.Time
 	Unavailable string // set when the job could not be fetched
+}
+
+// Attempt is one launch of a job, like a line of sacct: from a start (or a
+// reconfiguration) to what ended it.
+type Attempt struct {
+	N          int    // 1 the first launch
+	Kind       string // start or reconfigure
+	Start, End time.Time
+	// End is zero while it runs.
+	GPUs      int
+	Placement string // as people say it, e.g. "2 servers × 8 GPUs"
+	Plan      string
+	// State is how it ended: the state the job went to, "reconfigured",
+	// or "running" while it runs.
+	State    string
+	ExitCode *int
+	Reason   string
 }
 
 // Event is an entry of the event stream.

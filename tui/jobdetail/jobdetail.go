@@ -1,12 +1,16 @@
 // Package jobdetail is the TUI's job detail screen (enter on a job): its plan
 // history as a timeline, its resource sensitivity curve (throughput against
 // GPUs, computed locally with perf from the job's architecture, the current
-// GPU count marked), the memory estimate of its current plan, and the
-// scheduler's decisions with their reasons.
+// GPU count marked), the memory estimate of its current plan, its attempts
+// (launches), throughput and GPU-utilisation sparklines over the last hour
+// (kept from the polls), the tail of its log, and the scheduler's decisions
+// with their reasons. `v` shows the job's spec and `l` a scrollable pane of
+// its log instead.
 package jobdetail
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -43,7 +47,42 @@ type Model struct {
 	queue         []data.QueueRow
 	polledAt, now time.Time
 	rate          float64
+	// pane is what the screen shows: the detail, the spec or the log;
+	// follow keeps the log pane at its end as new lines come.
+	pane   pane
+	follow bool
+	// spark are the running jobs' samples of the last hour, by job, and
+	// nodes the servers as last polled (for a job's GPU utilisation).
+	spark map[string][]sample
+	nodes []data.Node
 }
+
+type pane int
+
+const (
+	paneMain pane = iota
+	paneSpec
+	paneLog
+)
+
+// sample is one poll's throughput (samples/s, 0: not measured) and mean
+// utilisation of the job's GPUs (-1: not reported).
+type sample struct {
+	at        time.Time
+	sps, util float64
+}
+
+// SparkWindow is how far back the sparklines go; a job keeps a sample
+// per sparkEvery at most (polls in between update the last one), so that
+// a cluster of many jobs costs a bounded memory.
+const (
+	SparkWindow = time.Hour
+	sparkEvery  = 30 * time.Second
+)
+
+// LogLines is how many of the log's last lines the detail shows; the log
+// pane (l) shows all the backend gives.
+const LogLines = 6
 
 // New is an empty detail screen.
 func New(st common.Styles, keys common.Keys) *Model { return &Model{st: st, keys: keys} }
@@ -56,7 +95,7 @@ func (m *Model) Capturing() bool { return false }
 
 // Help implements common.Screen.
 func (m *Model) Help() []key.Binding {
-	return []key.Binding{m.keys.Up, m.keys.Down, m.keys.PageUp, m.keys.PageDown, m.keys.Back, m.keys.Cancel}
+	return []key.Binding{m.keys.Up, m.keys.Down, m.keys.PageUp, m.keys.PageDown, m.keys.Top, m.keys.Bottom, m.keys.Spec, m.keys.Log, m.keys.Back, m.keys.Cancel}
 }
 
 // JobID is the job shown ("" before the first).
@@ -84,7 +123,7 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 			return nil
 		}
 		if msg.Detail.Job.ID != m.detail.Job.ID {
-			m.scroll = 0
+			m.scroll, m.pane = 0, paneMain
 		}
 		m.detail, m.loaded = msg.Detail, true
 		if len(msg.Detail.Curve) > 0 {
@@ -106,6 +145,14 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 			if msg.At.After(m.now) {
 				m.now = msg.At
 			}
+		}
+	case data.NodesMsg:
+		if msg.Err == nil {
+			m.nodes = msg.Nodes
+		}
+	case data.JobsMsg:
+		if msg.Err == nil {
+			m.record(msg.Jobs, msg.At)
 		}
 	case data.TickMsg:
 		if msg.Now.After(m.now) {
@@ -133,17 +180,99 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 		case key.Matches(msg, m.keys.PageDown):
 			m.scroll += m.height - 1
 		case key.Matches(msg, m.keys.Top):
-			m.scroll = 0
+			m.scroll, m.follow = 0, false
+		case key.Matches(msg, m.keys.Bottom):
+			m.scroll, m.follow = 1<<30, true // View clamps it
+		case key.Matches(msg, m.keys.Spec):
+			m.toggle(paneSpec)
+		case key.Matches(msg, m.keys.Log):
+			m.toggle(paneLog)
 		case key.Matches(msg, m.keys.Back):
+			if m.pane != paneMain {
+				m.toggle(m.pane)
+				break
+			}
 			return func() tea.Msg { return data.BackMsg{} }
 		case key.Matches(msg, m.keys.Cancel):
 			if id := m.detail.Job.ID; id != "" {
 				return func() tea.Msg { return data.ActionMsg{Action: data.ActCancel, Target: id} }
 			}
 		}
+		if key.Matches(msg, m.keys.Up) || key.Matches(msg, m.keys.PageUp) {
+			m.follow = false
+		}
 		m.scroll = max(0, m.scroll)
 	}
 	return nil
+}
+
+// toggle shows p, or the detail when p is shown already; the log pane
+// opens at its end and follows new lines.
+func (m *Model) toggle(p pane) {
+	if m.pane == p {
+		m.pane, m.scroll = paneMain, 0
+		return
+	}
+	m.pane, m.scroll, m.follow = p, 0, p == paneLog
+}
+
+// record keeps a sample of every running job from a poll and forgets
+// those older than SparkWindow.
+func (m *Model) record(js []data.Job, at time.Time) {
+	if at.IsZero() {
+		return
+	}
+	if m.spark == nil {
+		m.spark = map[string][]sample{}
+	}
+	byName := make(map[string]*data.Node, len(m.nodes))
+	for i := range m.nodes {
+		byName[m.nodes[i].Name] = &m.nodes[i]
+	}
+	for _, j := range js {
+		smp := sample{at: at, sps: j.MeasuredSPS, util: util(j, byName)}
+		ss := m.spark[j.ID]
+		if n := len(ss); n > 0 && at.Sub(ss[n-1].at) < sparkEvery {
+			// a poll soon after the last sample replaces its figures: a
+			// job keeps at most SparkWindow/sparkEvery samples
+			ss[n-1].sps, ss[n-1].util = smp.sps, smp.util
+			continue
+		}
+		m.spark[j.ID] = append(ss, smp)
+	}
+	for id, ss := range m.spark {
+		i := 0
+		for i < len(ss) && at.Sub(ss[i].at) > SparkWindow {
+			i++
+		}
+		if i == len(ss) {
+			delete(m.spark, id)
+		} else if i > 0 {
+			m.spark[id] = append(ss[:0:0], ss[i:]...)
+		}
+	}
+}
+
+// util is the mean utilisation of the GPUs j holds, from the servers as
+// last polled (-1: none reported).
+func util(j data.Job, nodes map[string]*data.Node) float64 {
+	sum, n := 0.0, 0
+	for _, s := range j.Placement {
+		nd := nodes[s.Name]
+		if nd == nil {
+			continue
+		}
+		for _, g := range nd.Stats {
+			if slices.Contains(s.GPUs, g.Index) {
+				sum += g.UtilPct
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return -1
+	}
+	return sum / float64(n)
 }
 
 func gib(b float64) string { return fmt.Sprintf("%.1f", b/perf.GiB) }
@@ -169,12 +298,30 @@ func (m *Model) View() string {
 	if !m.loaded {
 		return common.FitLines([]string{m.st.Faint.Render("no job chosen: press enter on a job in the jobs or queue screen")}, m.height)
 	}
-	lines := m.content()
-	m.scroll = common.Clamp(m.scroll, 0, max(0, len(lines)-m.height))
-	for i := range lines {
-		lines[i] = common.Truncate(lines[i], m.width)
+	// the spec and the log keep their title line at the top
+	var head, lines []string
+	switch m.pane {
+	case paneSpec:
+		head, lines = m.specView()
+	case paneLog:
+		head, lines = m.logView()
+	default:
+		lines = m.content()
 	}
-	return common.FitLines(lines[m.scroll:], m.height)
+	h := max(1, m.height-len(head))
+	last := max(0, len(lines)-h)
+	if m.pane == paneLog && m.follow {
+		m.scroll = last
+	}
+	m.scroll = common.Clamp(m.scroll, 0, last)
+	if m.pane == paneLog && m.scroll == last {
+		m.follow = true // scrolled back to the end: follow again
+	}
+	out := append(head, lines[m.scroll:]...)
+	for i := range out {
+		out[i] = common.Truncate(out[i], m.width)
+	}
+	return common.FitLines(out, m.height)
 }
 
 func (m *Model) content() []string {
@@ -182,7 +329,7 @@ func (m *Model) content() []string {
 	var out []string
 	section := func(s string) { out = append(out, "", m.st.Header.Render(s)) }
 	title := fmt.Sprintf("%s %s · tenant %s · %s · %s", j.ID, j.Name, j.Tenant, j.Class, j.State)
-	out = append(out, m.st.Title.Render(title))
+	out = append(out, m.st.Title.Render(title)+m.st.Faint.Render("  (v spec · l log)"))
 	if d.Unavailable != "" {
 		out = append(out, m.st.Bad.Render(d.Unavailable))
 	}
@@ -255,12 +402,19 @@ func (m *Model) content() []string {
 		}
 	}
 
+	out = append(out, m.sparklines(j.ID)...)
+
+	section("Attempts (launches, oldest first)")
+	out = append(out, m.attempts()...)
+
 	if len(d.Log) > 0 {
-		section("Log (rank 0, latest lines; refreshed every poll)")
-		for _, l := range d.Log {
+		section(fmt.Sprintf("Log (rank 0, last %d of %d lines; l: the whole log)", min(LogLines, len(d.Log)), len(d.Log)))
+		for _, l := range d.Log[max(0, len(d.Log)-LogLines):] {
 			out = append(out, m.st.Faint.Render(l))
 		}
 	}
+
+	out = append(out, m.gpus(j)...)
 
 	section("Plan history")
 	type item struct {
@@ -376,4 +530,157 @@ func (m *Model) waiting(id string) []string {
 		return out
 	}
 	return nil
+}
+
+// specView is the job's spec as the backend gives it (env values redacted
+// by the API for whoever may not see them).
+func (m *Model) specView() (head, body []string) {
+	j := m.detail.Job
+	head = []string{m.st.Title.Render(fmt.Sprintf("%s %s · spec", j.ID, j.Name)) + m.st.Faint.Render("  (v or esc: back)")}
+	if len(m.detail.Spec) == 0 {
+		return head, []string{m.st.Faint.Render("the backend gives no spec for this job")}
+	}
+	return head, slices.Clone(m.detail.Spec)
+}
+
+// logView is the log pane: every line the backend gives, refreshed with
+// each poll, at its end unless scrolled up.
+func (m *Model) logView() (head, body []string) {
+	j, d := m.detail.Job, m.detail
+	title := fmt.Sprintf("%s %s · log (rank 0, newest attempt, last %d lines)", j.ID, j.Name, len(d.Log))
+	head = []string{m.st.Title.Render(title) + m.st.Faint.Render("  (pgup/pgdn/home/end scroll · l or esc: back)")}
+	if len(d.Log) == 0 {
+		return head, []string{m.st.Faint.Render("no log to show (the job has not started, or the backend cannot read it)")}
+	}
+	return head, slices.Clone(d.Log)
+}
+
+// attempts are the job's launches, one line each: number, start → end,
+// GPUs and plan, how it ended.
+func (m *Model) attempts() []string {
+	as := m.detail.Attempts
+	if len(as) == 0 {
+		return []string{m.st.Faint.Render("none yet")}
+	}
+	var out []string
+	for _, a := range as {
+		start := clock(a.Start)
+		end := "now"
+		if !a.End.IsZero() {
+			end = clock(a.End)
+		}
+		s := fmt.Sprintf("#%-2d %s → %-*s %3d GPUs", a.N, start, len([]rune(start)), end, a.GPUs)
+		if a.Plan != "" {
+			s += " " + a.Plan
+		}
+		if a.Placement != "" {
+			s += " on " + a.Placement
+		}
+		how := a.State
+		if a.ExitCode != nil {
+			how += fmt.Sprintf(" (exit %d)", *a.ExitCode)
+		}
+		s += " · " + how
+		if a.Reason != "" && a.State != "running" {
+			s += ": " + a.Reason
+		}
+		if a.State == "failed" {
+			s = m.st.Bad.Render(s)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// sparkBlocks are the sparklines' levels, lowest first.
+var sparkBlocks = []rune("▁▂▃▄▅▆▇█")
+
+// sparklines are the job's measured throughput and its GPUs' mean
+// utilisation over the last SparkWindow, one column per equal slice of
+// it (the mean of the polls in the slice; blank where none measured).
+// Nothing when no poll saw the job running.
+func (m *Model) sparklines(id string) []string {
+	ss := m.spark[id]
+	if len(ss) == 0 {
+		return nil
+	}
+	width := max(10, min(60, m.width-34))
+	end := ss[len(ss)-1].at
+	start := end.Add(-SparkWindow)
+	col := func(t time.Time) int {
+		return min(width-1, max(0, int(float64(width)*float64(t.Sub(start))/float64(SparkWindow))))
+	}
+	// line draws get's values (ok false: not measured at that poll)
+	// against top (0: the highest value)
+	line := func(get func(sample) (float64, bool), top float64, unit string) string {
+		sum, n := make([]float64, width), make([]int, width)
+		hi, last, have := 0.0, 0.0, false
+		for _, s := range ss {
+			v, ok := get(s)
+			if !ok {
+				continue
+			}
+			c := col(s.at)
+			sum[c] += v
+			n[c]++
+			hi, last, have = max(hi, v), v, true
+		}
+		if !have {
+			return m.st.Faint.Render("not measured yet")
+		}
+		if top <= 0 {
+			top = hi
+		}
+		var b strings.Builder
+		for c := range width {
+			if n[c] == 0 {
+				b.WriteRune(' ')
+				continue
+			}
+			v := sum[c] / float64(n[c])
+			lvl := 0
+			if top > 0 {
+				lvl = min(len(sparkBlocks)-1, max(0, int(v/top*float64(len(sparkBlocks)-1)+0.5)))
+			}
+			b.WriteRune(sparkBlocks[lvl])
+		}
+		return fmt.Sprintf("%s now %.1f%s (top %.1f)", b.String(), last, unit, top)
+	}
+	span := common.Duration(end.Sub(ss[0].at))
+	return []string{"", m.st.Header.Render(fmt.Sprintf("Last hour (kept from the polls since this TUI started: %s)", span)),
+		"samples/s  " + line(func(s sample) (float64, bool) { return s.sps, s.sps > 0 }, 0, ""),
+		"GPU util   " + line(func(s sample) (float64, bool) { return s.util, s.util >= 0 }, 100, "%"),
+	}
+}
+
+// gpus is one line per GPU the job holds, as the servers were last
+// polled: utilisation, memory used of total, temperature, power and the
+// processes on it with the memory each uses (like nvitop). Nothing when
+// the job holds none or no server reports figures.
+func (m *Model) gpus(j data.Job) []string {
+	var out []string
+	for _, s := range j.Placement {
+		for _, nd := range m.nodes {
+			if nd.Name != s.Name {
+				continue
+			}
+			for _, g := range nd.Stats {
+				if !slices.Contains(s.GPUs, g.Index) {
+					continue
+				}
+				l := fmt.Sprintf("%s GPU %d  %3.0f%%  %5.1f/%.0f GiB  %3.0f°C %4.0fW", nd.Name, g.Index, g.UtilPct, g.MemUsedGB, g.MemTotalGB, g.TempC, g.PowerW)
+				if len(g.Processes) == 0 {
+					l += m.st.Faint.Render("  no process reported")
+				}
+				for _, p := range g.Processes {
+					l += fmt.Sprintf("  pid %d %.1f GiB", p.PID, p.MemGB)
+				}
+				out = append(out, l)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return append([]string{"", m.st.Header.Render("GPUs (as last polled: utilisation, memory, temperature, power, processes)")}, out...)
 }

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/charmbracelet/colorprofile"
 
@@ -147,5 +148,36 @@ func TestParamsAndOffloadReadable(t *testing.T) {
 		if got := paramsText(n); got != want {
 			t.Errorf("paramsText(%g) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// TestSparkSamplesAreBounded: an hour of polls once a second keeps at
+// most one sample per sparkEvery for each job, and none older than
+// SparkWindow; a job no longer polled is forgotten after the window.
+func TestSparkSamplesAreBounded(t *testing.T) {
+	m := New(common.NewStyles(colorprofile.NoTTY), common.DefaultKeys())
+	snap := tuitest.Small()
+	m.Update(data.NodesMsg{Nodes: snap.Nodes, At: tuitest.T0})
+	at := tuitest.T0
+	for range 2 * 3600 {
+		at = at.Add(time.Second)
+		m.Update(data.JobsMsg{Jobs: snap.Jobs, At: at})
+	}
+	limit := int(SparkWindow/sparkEvery) + 1
+	for _, j := range snap.Jobs {
+		ss := m.spark[j.ID]
+		if len(ss) == 0 || len(ss) > limit {
+			t.Errorf("%s keeps %d samples, want 1…%d", j.ID, len(ss), limit)
+		}
+		if len(ss) > 0 && at.Sub(ss[0].at) > SparkWindow {
+			t.Errorf("%s keeps a sample from %s, %s before the last poll", j.ID, ss[0].at, at.Sub(ss[0].at))
+		}
+	}
+	if u := m.spark["j-000003"][0].util; u != 92 {
+		t.Errorf("j-000003's GPUs at %.1f%%, want the servers' 92%%", u)
+	}
+	m.Update(data.JobsMsg{Jobs: snap.Jobs[:1], At: at.Add(SparkWindow + time.Second)})
+	if len(m.spark) != 1 {
+		t.Errorf("%d jobs kept after an hour without them, want 1", len(m.spark))
 	}
 }

@@ -103,6 +103,11 @@ func Small() Snapshot {
 			st := data.GPUStat{Index: g, UtilPct: 0, MemUsedGB: 0.5, MemTotalGB: 80, TempC: 34, PowerW: 60}
 			if o != "" && o != "j-000002" {
 				st.UtilPct, st.MemUsedGB, st.TempC, st.PowerW = 92, 61, 71, 360
+				// one rank per GPU (and a profiler beside it on GPU 0)
+				st.Processes = []data.GPUProcess{{PID: 1000*(i+1) + g, MemGB: 60.5}}
+				if g == 0 {
+					st.Processes = append(st.Processes, data.GPUProcess{PID: 1000*(i+1) + 99, MemGB: 0.5})
+				}
 			}
 			if o == "j-000002" { // restarting: held but idle
 				nodes[i].IdleHeld = append(nodes[i].IdleHeld, g)
@@ -157,12 +162,29 @@ func Small() Snapshot {
 				{ID: 2, Kind: "start", Plan: "DP4·TP2·PP1 mb2 ga4 ZeRO-1", Placement: "1 server × 8 GPUs", Throughput: 17.2, Reason: "asked for 16 GPUs, given 8", At: T0.Add(-54 * time.Minute)},
 				{ID: 3, Kind: "reconfigure", Plan: jobs[2].PlanString, Placement: "2 servers × 8 GPUs", Throughput: 30.1, Reason: "grown from 8 to 16 GPUs", At: T0.Add(-53 * time.Minute)},
 			},
+			Attempts: []data.Attempt{
+				{N: 1, Kind: "start", Start: T0.Add(-54 * time.Minute), End: T0.Add(-53 * time.Minute), GPUs: 8, Placement: "1 server × 8 GPUs",
+					Plan: "DP4·TP2·PP1 mb2 ga4 ZeRO-1", State: "reconfigured", Reason: "grown from 8 to 16 GPUs"},
+				{N: 2, Kind: "reconfigure", Start: T0.Add(-53 * time.Minute), GPUs: 16, Placement: "2 servers × 8 GPUs", Plan: jobs[2].PlanString, State: "running"},
+			},
+			Spec: []string{"{", `  "name": "t5-c",`, `  "tenant": "nlp",`, `  "env": {`, `    "WANDB_API_KEY": "<redacted>"`, "  },", `  "iterations": 4000`, "}"},
+			Log:  logLines(40),
 		},
 	}
 	return Snapshot{
 		Status: data.Status{Version: "dev", Policy: "replan", Servers: 8, GPUs: 64, FreeGPUs: 64 - busy - 16, UnusableGPUs: 16, Now: T0, Jobs: 8, Waiting: 3, RoundAt: T0.Add(-2 * time.Second), RoundTook: 3 * time.Millisecond},
 		Nodes:  nodes, Queue: queue, Jobs: jobs, Details: details, Events: events,
 	}
+}
+
+// logLines are n lines of a training log, "iter 10 loss …" every ten
+// iterations.
+func logLines(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("iter %d loss %.3f", 10*(i+1), 4-float64(i)/20)
+	}
+	return out
 }
 
 // Large is a cluster of n servers of 8 GPUs in racks of 16, with jobs of
