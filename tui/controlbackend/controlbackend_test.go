@@ -115,9 +115,23 @@ func TestOverTheAPI(t *testing.T) {
 		t.Fatalf("no start event: %+v", evs)
 	}
 
-	jobs, err := b.Jobs(ctx)
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("jobs %+v %v", jobs, err)
+	// The running list is the daemon's published view, which may be one
+	// publish behind the event stream (a reader never waits for a round
+	// in progress): wait for it to show the job, on progress.
+	var jobs []data.Job
+	for {
+		var err error
+		jobs, err = b.Jobs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(jobs) == 1 || time.Now().After(deadline.Add(10*time.Second)) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(jobs) != 1 {
+		t.Fatalf("jobs %+v after the start event", jobs)
 	}
 	j := jobs[0]
 	if j.ID != id || !j.HasArch || j.Arch.Name == "" || j.PlanString == "" || j.GPUs() == 0 || j.TotalIterations != 50 || j.PlacementString == "" {
