@@ -3,10 +3,8 @@ package sim_test
 import (
 	"context"
 	"math"
-	"path/filepath"
 	"testing"
 
-	"github.com/replan/replan/dataset"
 	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
 	"github.com/replan/replan/sim"
@@ -35,19 +33,7 @@ func (p *promiseSpy) Schedule(s sched.Snapshot) sched.Decisions {
 func TestHiddenMeasurementsHideThePromise(t *testing.T) {
 	dir := dataDir(t)
 	ctx := context.Background()
-	jobs, err := dataset.LoadWorkload(ctx, filepath.Join(dir, "workloads", "workload-mt.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs = jobs[:150]
-	apps := make([]string, 0, len(jobs))
-	for _, j := range jobs {
-		apps = append(apps, j.Application)
-	}
-	models, err := sim.LoadModels(ctx, dir, perf.A800, apps)
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs, models := traceWithModels(t, ctx, dir, "mt", 150)
 	names := map[*perf.Model]string{}
 	for n, m := range models.Fitted {
 		names[m] = n

@@ -2,11 +2,8 @@ package sim_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
-	"github.com/replan/replan/dataset"
-	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
 	"github.com/replan/replan/sim"
 )
@@ -20,19 +17,10 @@ import (
 func TestGuaranteedJobsHoldAtMostTheQuota(t *testing.T) {
 	dir := dataDir(t)
 	ctx := context.Background()
-	jobs, err := dataset.LoadWorkload(ctx, filepath.Join(dir, "workloads", "workload-mt.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	apps := make([]string, 0, len(jobs))
+	jobs, models := traceWithModels(t, ctx, dir, "mt", 0)
 	sla := map[string]bool{}
 	for _, j := range jobs {
-		apps = append(apps, j.Application)
 		sla[j.Name] = j.SLA
-	}
-	models, err := sim.LoadModels(ctx, dir, perf.A800, apps)
-	if err != nil {
-		t.Fatal(err)
 	}
 	const quota = 48
 	for _, name := range sched.Names() {

@@ -3,12 +3,10 @@ package sim_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/replan/replan/dataset"
 	"github.com/replan/replan/perf"
 	"github.com/replan/replan/sched"
 	"github.com/replan/replan/sim"
@@ -94,18 +92,7 @@ func TestImpossibleInputRefusedUpFront(t *testing.T) {
 func TestMultiTenantTraceOnRacks(t *testing.T) {
 	dir := dataDir(t)
 	ctx := context.Background()
-	jobs, err := dataset.LoadWorkload(ctx, filepath.Join(dir, "workloads", "workload-mt.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	apps := make([]string, 0, len(jobs))
-	for _, j := range jobs {
-		apps = append(apps, j.Application)
-	}
-	models, err := sim.LoadModels(ctx, dir, perf.A800, apps)
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs, models := traceWithModels(t, ctx, dir, "mt", 0)
 	models.SetSpine(200, 2)
 	var ps []sched.Policy
 	for _, n := range []string{"morphling", "resources-only", "replan"} {
@@ -133,18 +120,7 @@ func TestMultiTenantTraceOnRacks(t *testing.T) {
 func TestMultiTenantGuaranteedNotLast(t *testing.T) {
 	dir := dataDir(t)
 	ctx := context.Background()
-	jobs, err := dataset.LoadWorkload(ctx, filepath.Join(dir, "workloads", "workload-mt.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	apps := make([]string, 0, len(jobs))
-	for _, j := range jobs {
-		apps = append(apps, j.Application)
-	}
-	models, err := sim.LoadModels(ctx, dir, perf.A800, apps)
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs, models := traceWithModels(t, ctx, dir, "mt", 0)
 	m, _ := sched.New("morphling")
 	st, _ := sched.New("static")
 	rs, err := sim.RunAll(ctx, jobs, models, []sched.Policy{m, st}, sim.Config{})
@@ -234,20 +210,10 @@ func (k *knowSpy) Schedule(s sched.Snapshot) sched.Decisions {
 func TestHonestPoliciesSeeOnlyWhatRan(t *testing.T) {
 	dir := dataDir(t)
 	ctx := context.Background()
-	jobs, err := dataset.LoadWorkload(ctx, filepath.Join(dir, "workloads", "workload-base.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs = jobs[:120]
-	apps := make([]string, 0, len(jobs))
+	jobs, models := traceWithModels(t, ctx, dir, "base", 120)
 	app := map[string]string{}
 	for _, j := range jobs {
-		apps = append(apps, j.Application)
 		app[j.Name] = perf.CanonicalName(j.Application)
-	}
-	models, err := sim.LoadModels(ctx, dir, perf.A800, apps)
-	if err != nil {
-		t.Fatal(err)
 	}
 	names := map[*perf.Model]string{}
 	for n, m := range models.Fitted {
@@ -281,22 +247,12 @@ func TestHonestPoliciesSeeOnlyWhatRan(t *testing.T) {
 func TestHonestRunDeterministic(t *testing.T) {
 	dir := dataDir(t)
 	ctx := context.Background()
-	jobs, err := dataset.LoadWorkload(ctx, filepath.Join(dir, "workloads", "workload-mt.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	apps := make([]string, 0, len(jobs))
-	for _, j := range jobs {
-		apps = append(apps, j.Application)
-	}
-	models, err := sim.LoadModels(ctx, dir, perf.A800, apps)
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs, models := traceWithModels(t, ctx, dir, "mt", 0)
 	for _, name := range []string{"tiresias", "replan", "synergy"} {
 		var rs [2]*sim.Result
 		for k := range rs {
 			p, _ := sched.New(name)
+			var err error
 			if rs[k], err = sim.Run(ctx, jobs, models, p, sim.Config{}); err != nil {
 				t.Fatal(err)
 			}

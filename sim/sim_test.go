@@ -173,18 +173,7 @@ func TestMorphlingTraces(t *testing.T) {
 	dir := dataDir(t)
 	ctx := context.Background()
 	for _, name := range []string{"base", "mt"} {
-		jobs, err := dataset.LoadWorkload(ctx, filepath.Join(dir, "workloads", "workload-"+name+".csv"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		apps := make([]string, 0, len(jobs))
-		for _, j := range jobs {
-			apps = append(apps, j.Application)
-		}
-		models, err := sim.LoadModels(ctx, dir, perf.A800, apps)
-		if err != nil {
-			t.Fatal(err)
-		}
+		jobs, models := traceWithModels(t, ctx, dir, name, 0)
 		var ps []sched.Policy
 		for _, n := range sched.Names() {
 			p, _ := sched.New(n)
@@ -211,4 +200,26 @@ func TestMorphlingTraces(t *testing.T) {
 			t.Errorf("mt: morphling violated guarantees for %.0f job-seconds", by["morphling"].SLAViolation)
 		}
 	}
+}
+
+// traceWithModels loads the data's workload-NAME.csv (its first n jobs; 0:
+// all) and the models fitted for its applications.
+func traceWithModels(t *testing.T, ctx context.Context, dir, name string, n int) ([]dataset.WorkloadJob, *sim.Models) {
+	t.Helper()
+	jobs, err := dataset.LoadWorkload(ctx, filepath.Join(dir, "workloads", "workload-"+name+".csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n > 0 {
+		jobs = jobs[:n]
+	}
+	apps := make([]string, 0, len(jobs))
+	for _, j := range jobs {
+		apps = append(apps, j.Application)
+	}
+	models, err := sim.LoadModels(ctx, dir, perf.A800, apps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jobs, models
 }
