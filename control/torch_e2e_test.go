@@ -513,11 +513,7 @@ request: {gpus: 4, cpus: 4, plan: "dp=4,tp=1,pp=1,mb=4,ga=1"}
 	}
 	summary := fmt.Sprintf("torch e2e: torch %s, DP 4 -> 2 resumed at iteration %d, final max|Δparam| %.3g, loss %.4f -> %.4f, ok",
 		version, resumedAt, cmp.MaxAbsDiff, e2e[1].loss, e2e[iterations].loss)
-	if p := os.Getenv("REPLAN_TORCH_E2E_SUMMARY"); p != "" {
-		if err := os.WriteFile(p, []byte(summary+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTorchSummary(t, summary)
 	t.Logf("end-to-end took %s", time.Since(began).Round(time.Millisecond))
 	t.Log(summary)
 }
@@ -527,15 +523,47 @@ func lossLines(path string) []lossEntry {
 	b, _ := os.ReadFile(path)
 	var out []lossEntry
 	for _, l := range strings.Split(string(b), "\n") {
-		fs := strings.Fields(l)
-		if len(fs) != 3 {
-			continue
+		if _, e, ok := parseLossLine(l); ok {
+			out = append(out, e)
 		}
-		loss, _ := strconv.ParseFloat(fs[1], 64)
-		dp, _ := strconv.Atoi(fs[2])
-		out = append(out, lossEntry{loss, dp})
 	}
 	return out
+}
+
+// parseLossLine reads one line of the trainer's loss log: "iteration loss
+// dp".
+func parseLossLine(l string) (it int, e lossEntry, ok bool) {
+	fs := strings.Fields(l)
+	if len(fs) != 3 {
+		return 0, e, false
+	}
+	it, err1 := strconv.Atoi(fs[0])
+	loss, err2 := strconv.ParseFloat(fs[1], 64)
+	dp, err3 := strconv.Atoi(fs[2])
+	if err1 != nil || err2 != nil || err3 != nil {
+		return 0, e, false
+	}
+	return it, lossEntry{loss, dp}, true
+}
+
+// writeTorchSummary appends a torch end-to-end summary line to the file
+// `make e2e-torch` prints ($REPLAN_TORCH_E2E_SUMMARY), when it names one.
+func writeTorchSummary(t *testing.T, summary string) {
+	t.Helper()
+	p := os.Getenv("REPLAN_TORCH_E2E_SUMMARY")
+	if p == "" {
+		return
+	}
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
+	if err == nil {
+		_, err = fmt.Fprintln(f, summary)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 type lossEntry struct {
@@ -556,20 +584,14 @@ func readLossLog(t *testing.T, path string) map[int]lossEntry {
 	out := map[int]lossEntry{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) != 3 {
-			t.Fatalf("%s: bad line %q", path, sc.Text())
-		}
-		it, err1 := strconv.Atoi(fs[0])
-		loss, err2 := strconv.ParseFloat(fs[1], 64)
-		dp, err3 := strconv.Atoi(fs[2])
-		if err1 != nil || err2 != nil || err3 != nil {
+		it, e, ok := parseLossLine(sc.Text())
+		if !ok {
 			t.Fatalf("%s: bad line %q", path, sc.Text())
 		}
 		if _, dup := out[it]; dup {
 			t.Fatalf("%s: iteration %d logged twice", path, it)
 		}
-		out[it] = lossEntry{loss, dp}
+		out[it] = e
 	}
 	return out
 }

@@ -269,14 +269,7 @@ profile: {iterations: 6, run_seconds: 90, phase_seconds: 300}
 	}
 	summary := fmt.Sprintf("torch profile: profiled %d configs in %.0f s, predicted %.2f samples/s, measured %.2f, lost %d iterations on host failure, ok",
 		runs, phaseTo.Sub(phaseFrom).Seconds(), predicted, meas, lost)
-	if p := os.Getenv("REPLAN_TORCH_E2E_SUMMARY"); p != "" {
-		f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintln(f, summary)
-		f.Close()
-	}
+	writeTorchSummary(t, summary)
 	t.Logf("end-to-end took %s", time.Since(began).Round(time.Millisecond))
 	t.Log(summary)
 }
@@ -287,11 +280,8 @@ func lossIterations(path string) []int {
 	b, _ := os.ReadFile(path)
 	var out []int
 	for _, l := range strings.Split(string(b), "\n") {
-		var it int
-		if fs := strings.Fields(l); len(fs) == 3 {
-			if _, err := fmt.Sscan(fs[0], &it); err == nil {
-				out = append(out, it)
-			}
+		if it, _, ok := parseLossLine(l); ok {
+			out = append(out, it)
 		}
 	}
 	return out
