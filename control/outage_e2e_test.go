@@ -33,6 +33,7 @@ log() { if [ "$rank" = 0 ]; then echo "$1" >> "$ckpt/$2"; fi; }
 log "start $REPLAN_ATTEMPT $it" trail
 save() {
 	if [ "$rank" = 0 ]; then
+		log "saving $REPLAN_ATTEMPT $it" trail
 		echo "$it" > "$ckpt/latest.tmp" && mv "$ckpt/latest.tmp" "$ckpt/latest"
 		log "save $REPLAN_ATTEMPT $it" trail
 	fi

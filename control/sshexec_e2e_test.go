@@ -194,6 +194,7 @@ if [ "$REPLAN_RESUME" = 1 ] && [ -f "$ckpt/latest" ]; then it=$(cat "$ckpt/lates
 if [ "$rank" = 0 ]; then echo "start $REPLAN_ATTEMPT $it" >> "$ckpt/trail"; fi
 save() {
 	if [ "$rank" = 0 ]; then
+		echo "saving $REPLAN_ATTEMPT $it" >> "$ckpt/trail"
 		echo "$it" > "$ckpt/latest.tmp" && mv "$ckpt/latest.tmp" "$ckpt/latest"
 		echo "save $REPLAN_ATTEMPT $it" >> "$ckpt/trail"
 	fi
@@ -515,11 +516,16 @@ func readTrail(t *testing.T, path string) []string {
 	return strings.Split(strings.TrimSpace(string(b)), "\n")
 }
 
-// checkTrail checks a trainer's trail ("start ATTEMPT IT" / "save ATTEMPT
-// IT" lines): the first launch starts at 0, every later one where the
-// previous one saved, and the last save is the job's end.
+// checkTrail checks a trainer's trail ("start ATTEMPT IT", "saving
+// ATTEMPT IT" before a checkpoint is written and "save ATTEMPT IT" after):
+// the first launch starts at 0, every later one where the previous one
+// last saved, and the last save is the job's end. An attempt killed
+// between writing a checkpoint and logging it leaves "saving" without
+// "save": the next launch may then start from either checkpoint, as the
+// rename that publishes it is atomic (TestOutage's CI run once killed an
+// attempt there).
 func checkTrail(lines []string, total int) error {
-	saved, launches := 0, 0
+	saved, launches, pending := 0, 0, -1
 	for i, l := range lines {
 		f := strings.Fields(l)
 		if len(f) != 3 {
@@ -531,15 +537,27 @@ func checkTrail(lines []string, total int) error {
 		}
 		switch f[0] {
 		case "start":
-			if it != saved {
+			switch {
+			case it == saved:
+			case it == pending:
+				saved = it
+			default:
 				return fmt.Errorf("launch %d (attempt %s) started at %d, the last checkpoint was %d", launches+1, f[1], it, saved)
 			}
+			pending = -1
 			launches++
+		case "saving":
+			if it < saved {
+				return fmt.Errorf("line %d: saving %d after %d", i+1, it, saved)
+			}
+			pending = it
 		case "save":
 			if it < saved {
 				return fmt.Errorf("line %d: saved %d after %d", i+1, it, saved)
 			}
-			saved = it
+			saved, pending = it, -1
+		default:
+			return fmt.Errorf("line %d: %q", i+1, l)
 		}
 	}
 	if saved != total {
@@ -869,4 +887,27 @@ func adoptedJobs(t *testing.T, ctx context.Context, client *control.Client) map[
 		}
 	}
 	return adopted
+}
+
+// TestCheckTrail: a launch may start from a checkpoint whose "save" line
+// its killed predecessor never wrote, but only from one it began
+// ("saving"); any other start is still a lost or invented checkpoint.
+func TestCheckTrail(t *testing.T) {
+	ok := []string{"start 0 0", "saving 0 25", "save 0 25", "saving 0 50", "start 1 50", "saving 1 75", "save 1 75"}
+	if err := checkTrail(ok, 75); err != nil {
+		t.Errorf("killed between the rename and its log line: %v", err)
+	}
+	before := []string{"start 0 0", "saving 0 25", "save 0 25", "saving 0 50", "start 1 25", "saving 1 75", "save 1 75"}
+	if err := checkTrail(before, 75); err != nil {
+		t.Errorf("killed before the rename: %v", err)
+	}
+	for _, bad := range [][]string{
+		{"start 0 0", "saving 0 25", "save 0 25", "start 1 50", "save 1 75"},
+		{"start 0 0", "saving 0 25", "save 0 25", "start 1 0", "save 1 75"},
+		{"start 0 0", "saving 0 25", "save 0 25", "saving 0 50", "start 1 75", "saving 1 75", "save 1 75"},
+	} {
+		if err := checkTrail(bad, 75); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
 }
