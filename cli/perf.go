@@ -118,7 +118,7 @@ func printValidate(w io.Writer, rep dataset.Report) error {
 				hdr += "\t" + n
 			}
 		}
-		fmt.Fprintln(tw, hdr)
+		fmt.Fprintln(tw, hdr+"\tNOT IDENTIFIED (held at default)")
 		for _, f := range rep.LOOFolds {
 			line := strings.Join(f.HeldOut, ",")
 			for i, n := range perf.ParamNames {
@@ -126,7 +126,11 @@ func printValidate(w io.Writer, rep dataset.Report) error {
 					line += fmt.Sprintf("\t%.4g", f.Hardware[n])
 				}
 			}
-			fmt.Fprintln(tw, line)
+			held := strings.Join(f.NotIdentified, ",")
+			if held == "" {
+				held = "-"
+			}
+			fmt.Fprintln(tw, line+"\t"+held)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

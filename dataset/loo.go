@@ -10,8 +10,8 @@ import (
 
 // LOOProtocol describes the leave-one-model-out check (ValidateOptions.LOO).
 const LOOProtocol = `leave one model out: the tables are grouped by the profile they are served from (llama7 and llama7b_bsz16 are one model); for each group, ` +
-	`every other table is fitted on its profile and all its rows (its own parameters), then the hardware terms (perf.HardwareParams) are fitted jointly over those tables (perf.FitShared), ` +
-	`then each table of the group fits only its model's own terms (k_bwd, k_opt_off, k_const, k_mp) on its profile and the protocol's fit rows, the hardware terms held, and predicts every row. ` +
+	`every other table is fitted on its profile and all its rows (its own parameters), then the hardware terms (perf.HardwareParams) are fitted jointly over those tables (perf.FitShared; a term that halving or doubling moves the joint error by less than perf.IdentifiedErr is not identified: held at its physical default, and the fold says so), ` +
+	`then each table of the group fits only its model's own terms (k_bwd, k_opt_off, k_const, k_mp, k_uneven, k_stage, k_fwd) on its profile and the protocol's fit rows, the hardware terms held, and predicts every row. ` +
 	`Errors are over the rows not fitted; regret is, per placement with two or more measured plans, the measured time of the plan predicted fastest over the fastest measured, minus 1.`
 
 // LOORow is one measured row of a table under the leave-one-model-out
@@ -31,6 +31,10 @@ type LOOFold struct {
 	HeldOut   []string           `json:"held_out"`
 	TrainedOn []string           `json:"trained_on"`
 	Hardware  map[string]float64 `json:"hardware"`
+	// NotIdentified names the hardware terms the training tables do not
+	// pin within a factor of 2 (perf.IdentifiedErr): held at their
+	// physical default in Hardware, not fitted.
+	NotIdentified []string `json:"not_identified,omitempty"`
 }
 
 // hardwareMap names the hardware entries of p.
@@ -95,11 +99,12 @@ func leaveOneOut(rep *Report, all []*looData, selected map[string]bool) error {
 			sets = append(sets, train[i])
 			fold.TrainedOn = append(fold.TrainedOn, ld.name)
 		}
-		hw, err := perf.FitShared(ms, sets, perf.FitOptions{})
+		hw, notIdentified, err := perf.FitSharedIdentified(ms, sets, perf.FitOptions{})
 		if err != nil {
 			return fmt.Errorf("leave one out without %s: %w", g, err)
 		}
 		fold.Hardware = hardwareMap(hw)
+		fold.NotIdentified = notIdentified
 		rep.LOOFolds = append(rep.LOOFolds, fold)
 		for _, i := range byGroup[g] {
 			ld := all[i]

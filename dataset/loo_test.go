@@ -3,6 +3,7 @@ package dataset
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/replan/replan/perf"
@@ -12,25 +13,22 @@ import (
 // issue's targets (leave-one-out avg ≤ 8 %, max ≤ 25 %; regret mean ≤ 3 %,
 // max ≤ 10 %) where the model reaches them, else the figure it reached
 // (2026-11-27, docs/perf.md) with a little room, so a change that makes
-// it worse fails. bert, t5 and llama7b_bsz16 miss targets: see
-// docs/perf.md (uneven placements, llama7b_bsz16's offload rows). bert's
-// room was set again after split TP groups were priced at the NIC path
-// (issue 29): 15.16 / 48.57 %, regret 14.04 / 48.54 %.
+// it worse fails; the test logs every missed target. Missed: bert's
+// regret (4.02 / 21.10: ZeRO-2 priced faster than plain DP on placements
+// where bert measures it slower), llama7b_bsz16's error (its three
+// offload rows) and regret (481 and 244 on 8888 predicted 0.1 % apart),
+// t5's average (8.02).
 var looTarget = map[string]struct{ avg, max, regretMean, regretMax float64 }{
-	"bert":          {16, 50, 15, 50},
+	"bert":          {8, 25, 4.5, 22},
 	"gpt2":          {8, 25, 3, 10},
 	"llama30":       {8, 25, 3, 10},
 	"llama7":        {8, 25, 3, 10},
-	"llama7b_bsz16": {25, 82, 7.5, 16.5},
-	"t5":            {9.5, 30, 3, 10},
+	"llama7b_bsz16": {21.5, 82, 5, 17.5},
+	"t5":            {8.5, 25, 3, 10},
 }
 
-// hardwareAgreeing are the hardware terms whose fold values agree within a
-// factor of 2. k_uneven (0.02-0.12 s) and k_stage (15-40 ms) do not: the
-// tables disagree (docs/perf.md); k_launch is not identified by the A800
-// data (every fold leaves it at its prior, 1 µs per layer), so its
-// agreement says nothing and is not checked.
-var hardwareAgreeing = []string{"k_sync", "k_opt", "k_off", "k_swap", "k_host", "k_tp"}
+// issueTarget is the issue's target for every model.
+var issueTarget = struct{ avg, max, regretMean, regretMax float64 }{8, 25, 3, 10}
 
 // TestLeaveOneModelOut fits the hardware terms on every shared model type
 // but one and predicts that one (perf validate --json's loo_* and regret_*
@@ -45,21 +43,41 @@ func TestLeaveOneModelOut(t *testing.T) {
 	if len(rep.LOOFolds) < 4 {
 		t.Fatalf("%d folds, want one per model type (>= 4)", len(rep.LOOFolds))
 	}
-	for _, n := range hardwareAgreeing {
-		lo, hi := 0.0, 0.0
-		for i, f := range rep.LOOFolds {
+	// Every hardware term agrees within a factor of 2 over the folds whose
+	// training tables identify it; a term no fold identifies is held at
+	// its default, and the test says so.
+	checked := 0
+	for i, n := range perf.ParamNames {
+		if !perf.HardwareParams[i] {
+			continue
+		}
+		lo, hi := math.Inf(1), 0.0
+		var held [][]string
+		for _, f := range rep.LOOFolds {
 			v, ok := f.Hardware[n]
 			if !ok || !(v > 0) {
 				t.Fatalf("fold %v: no %s", f.HeldOut, n)
 			}
-			if i == 0 || v < lo {
-				lo = v
+			if slices.Contains(f.NotIdentified, n) {
+				held = append(held, f.HeldOut)
+				continue
 			}
-			hi = max(hi, v)
+			lo, hi = min(lo, v), max(hi, v)
 		}
+		if len(held) > 0 {
+			t.Logf("%s: not identified without %v (held at its default)", n, held)
+		}
+		if hi == 0 {
+			continue
+		}
+		checked++
+		t.Logf("%s: %.4g to %.4g over the folds that identify it", n, lo, hi)
 		if hi > 2*lo {
 			t.Errorf("%s ranges %.4g to %.4g across folds: not a property of the cluster", n, lo, hi)
 		}
+	}
+	if checked < 4 {
+		t.Errorf("%d hardware terms identified by the shared tables, want >= 4 (k_sync, k_opt, k_host, k_tp)", checked)
 	}
 	seen := 0
 	for _, m := range rep.Models {
@@ -83,6 +101,14 @@ func TestLeaveOneModelOut(t *testing.T) {
 			t.Errorf("%s: %d held-out and %d fit rows, protocol holds out %d and fits %d", m.Model, held, fit, m.Rows, len(m.FitRows))
 		}
 		t.Logf("%s: leave-one-out %.2f / %.2f %%, regret %.2f / %.2f %% over %d placements", m.Model, m.LOOAvgErrPct, m.LOOMaxErrPct, m.RegretMeanPct, m.RegretMaxPct, m.RegretPlacements)
+		for _, c := range []struct {
+			what      string
+			got, want float64
+		}{{"leave-one-out avg", m.LOOAvgErrPct, issueTarget.avg}, {"leave-one-out max", m.LOOMaxErrPct, issueTarget.max}, {"regret mean", m.RegretMeanPct, issueTarget.regretMean}, {"regret max", m.RegretMaxPct, issueTarget.regretMax}} {
+			if c.got > c.want {
+				t.Logf("%s: %s %.2f %% misses the issue's target %.0f %%", m.Model, c.what, c.got, c.want)
+			}
+		}
 		if m.LOOAvgErrPct > want.avg || m.LOOMaxErrPct > want.max {
 			t.Errorf("%s: leave-one-out %.2f / %.2f %%, want <= %.1f / %.1f", m.Model, m.LOOAvgErrPct, m.LOOMaxErrPct, want.avg, want.max)
 		}

@@ -22,15 +22,16 @@ type Params struct {
 	// KUneven is the seconds an iteration spends, in its optimizer-step
 	// phase, when its data-parallel collective spans servers and one of
 	// them holds a GPU count that is not a multiple of its GPUs per NIC
-	// (Env.Stray): the ranks whose GPU has no job partner on its NIC's
-	// PCIe switch reach the network through the host bridge and the
-	// others wait for them at the step. The measured tables put this time
-	// in the optimizer phase (133-406 ms against 21-35 ms on even
-	// placements) and it does not grow with gradient bytes, so it is a
-	// constant of the cluster, not a bandwidth applied to the model's
-	// volume (the k_stray it replaces fitted 1.1 to 21.4 GB/s on
-	// identical servers). Plans with ZeRO-Offload are not charged
-	// (docs/perf.md, departure 9).
+	// (Env.Stray): the ranks wait at the step for the one whose GPU has no
+	// job partner on its NIC's PCIe switch. It does not grow with gradient
+	// bytes (the k_stray it replaces, a bandwidth applied to them, fitted
+	// 1.1 to 21.4 GB/s on identical servers). It is a term of the model
+	// type, not of the cluster: fitted on each A800 table alone it is
+	// 0.017 s (bert), 0.025 (gpt2) and 0.18 (t5) on the same servers, and
+	// fitted jointly it moved 5× from one leave-one-out fold to the next
+	// (docs/perf.md, Uneven placements). With ZeRO-Offload the wait runs
+	// while the host does its CPU step, so such a plan pays the longer of
+	// the two.
 	KUneven float64 `json:"k_uneven"`
 	// KStray is the bandwidth the uneven-placement cost was priced at
 	// before KUneven; read from old model files and ignored.
@@ -56,9 +57,13 @@ type Params struct {
 	KTP float64 `json:"k_tp"`
 	// KStage is the seconds each pipeline step on the critical path
 	// spends at a stage boundary beyond the bytes it sends: the
-	// point-to-point handshake and the schedule's step between stages.
-	// 0 in DefaultParams (an unfitted model prices no such cost); a fit
-	// starts it at 1 ms.
+	// point-to-point handshake and the engine's schedule step between
+	// stages. A term of the model type's pipeline engine, not of the
+	// cluster: t5's rows grow by 0.045-0.06 s per stage at every TP
+	// degree, gpt2's by 0.008-0.015 s, llama7's by 0-0.05 s on the same
+	// servers, and fitted jointly it moved 2.8× between leave-one-out
+	// folds. 0 in DefaultParams (an unfitted model prices no such cost); a
+	// fit starts it at 1 ms.
 	KStage float64 `json:"k_stage"`
 	// KLaunch is the fixed forward time of one micro-batch per layer,
 	// seconds: the launches and the under-filled kernels of a small
@@ -85,16 +90,18 @@ var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_o
 
 // HardwareParams marks the parameters that are properties of the cluster
 // (its GPUs, hosts, links and software), not of a model type: k_sync,
-// k_opt, k_off, k_swap, k_uneven, k_host, k_tp, k_stage, k_launch. Fitted
-// on different model types of the same cluster they should agree, and
-// FitShared fits them jointly over several model types. The others
-// describe the model type: k_bwd, k_mp and k_fwd its own kernels, k_const
-// its fixed per-iteration work, and k_opt_off its CPU optimizer step (the
-// A800 tables put it at 2.3-4.7 s per 1e9 parameters and core for bert,
-// gpt2 and t5 and at 27 for llama7b on the same servers: it does not act
-// as a property of the servers, so each model's profile, whose offload
-// runs identify it, fits it).
-var HardwareParams = [NumParams]bool{1: true, 2: true, 4: true, 5: true, 7: true, 9: true, 10: true, 11: true, 12: true}
+// k_opt, k_off, k_swap, k_host, k_tp, k_launch. Fitted on different model
+// types of the same cluster they should agree within a factor of 2, and
+// FitShared fits them jointly over several model types (a term the
+// samples do not pin is held at its default: FitSharedIdentified). The
+// others describe the model type: k_bwd, k_mp and k_fwd its own kernels,
+// k_const its fixed per-iteration work, k_opt_off its CPU optimizer step
+// (the A800 tables put it at 2.3-4.7 s per 1e9 parameters and core for
+// bert, gpt2 and t5 and at 27 for llama7b on the same servers), k_uneven
+// its wait on uneven placements (0.017-0.18 s) and k_stage its pipeline
+// engine's step (0.007-0.048 s): each varies between model types on
+// identical servers, so each model's own samples fit it.
+var HardwareParams = [NumParams]bool{1: true, 2: true, 4: true, 5: true, 9: true, 10: true, 12: true}
 
 // WithHardware returns p with the hardware parameters (HardwareParams)
 // taken from hw.
@@ -167,7 +174,8 @@ type Breakdown struct {
 	Tier        Tier    `json:"tier"`
 	// Stray is set when the DP collective spans servers and one of them
 	// holds a GPU count that is not a multiple of its GPUs per NIC
-	// (priced at Params.KUneven in the optimizer phase; Env.Stray).
+	// (priced at Params.KUneven in the optimizer phase, overlapped with
+	// the CPU step under offload; Env.Stray).
 	Stray bool `json:"stray,omitempty"`
 }
 
@@ -307,7 +315,7 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 	}
 	dpGBps, dpCross, ppGBps, ppCross := m.linkBandwidths(p, r, server)
 	s.dpCross, s.ppCross = dpCross, ppCross
-	if dpCross && vDP > 0 && e.Stray(pl) && !p.Offload {
+	if dpCross && vDP > 0 && e.Stray(pl) {
 		s.stray = true
 	}
 	if vDP > 0 {
@@ -403,7 +411,11 @@ func (s *shape) eval(k Params) Breakdown {
 	if s.offload {
 		out.Opt = k.KOptOff*s.shardG/s.cpus + k.KHost*s.hostG
 		out.Off = s.off
-		out.Too = overlap(k.KOff, commDP+gather, s.off) + overlap(k.KSwap, out.Opt, s.off)
+		// the ranks wait for the stray one while the host runs its CPU
+		// step: t5's offload rows on uneven placements run at their even
+		// neighbours' speed (35 0.885 s, 44 0.846 s) where its other
+		// plans are 0.2-0.3 s slower
+		out.Too = overlap(k.KOff, commDP+gather, s.off) + math.Max(overlap(k.KSwap, out.Opt, s.off), uneven)
 	} else {
 		out.Opt = k.KOpt * s.shardG
 		out.Too = out.Opt + gather + uneven

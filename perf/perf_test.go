@@ -565,8 +565,8 @@ func TestCPUCurveOffloadGainsFromCPUs(t *testing.T) {
 // TestStrayPlacement: a data-parallel run over servers one of which holds
 // a GPU count that is not a multiple of its GPUs per NIC pays k_uneven
 // seconds in its optimizer phase, whatever its gradient volume; the same
-// plan on an even split does not, and a fit recovers k_uneven from such
-// runs.
+// plan on an even split does not, an offload plan pays the longer of
+// the wait and its CPU step, and a fit recovers k_uneven from such runs.
 func TestStrayPlacement(t *testing.T) {
 	m := toyModel()
 	m.Env = A800
@@ -591,6 +591,27 @@ func TestStrayPlacement(t *testing.T) {
 	bo, _ := big.Predict(p, Resources{Placement: Placement{5, 3}})
 	if d := (bo.Too - be.Too) - (odd.Too - even.Too); math.Abs(d) > 1e-9 {
 		t.Errorf("uneven cost grew by %.3fs with 4× the gradient bytes", d)
+	}
+	// With ZeRO-Offload the ranks wait while the host runs its CPU step:
+	// the plan pays the longer of the two (it used to pay nothing, which
+	// made offload look fastest on every uneven placement once k_uneven
+	// was large: bert's regret 14 %, 48 % at most).
+	off := Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 1, GA: 1, ZeRO: 2, Offload: true}
+	r53 := Resources{Placement: Placement{5, 3}, CPUsPerGPU: 4}
+	oo, _ := m.Predict(off, r53)
+	if !oo.Stray || oo.Opt >= 1 {
+		t.Fatalf("offload on 5+3: stray %v, CPU step %.3fs (want a step under the 1 s wait)", oo.Stray, oo.Opt)
+	}
+	copies := overlap(m.Params.KOff, oo.CommDP+oo.Gather, oo.Off)
+	cpu := overlap(m.Params.KSwap, oo.Opt, oo.Off)
+	if want := copies + 1; math.Abs(oo.Too-want) > 1e-9 {
+		t.Errorf("offload on 5+3: optimizer phase %.3fs, want %.3fs (the 1 s wait instead of the %.3fs CPU step)", oo.Too, want, cpu)
+	}
+	m2 := m
+	m2.Params.KUneven = cpu / 2
+	oh, _ := m2.Predict(off, r53)
+	if want := copies + cpu; math.Abs(oh.Too-want) > 1e-9 {
+		t.Errorf("offload on 5+3 with a wait shorter than the CPU step: optimizer phase %.3fs, want %.3fs (the wait hidden)", oh.Too, want)
 	}
 	// The fit finds k_uneven from the runs that identify it.
 	truth := m
