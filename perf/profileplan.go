@@ -33,7 +33,7 @@ type ProfileConfig struct {
 //     intra-server gradient sync (k_sync);
 //  3. DP across two servers, the same count on each: the network sync;
 //  4. 1 GPU at a smaller micro-batch (more accumulation steps): the
-//     per-micro-batch overhead;
+//     per-micro-batch overhead (k_launch);
 //  5. TP 2 inside one server where the heads split: k_tp, k_mp;
 //  6. ZeRO-Offload on 1 GPU where the framework runs it: k_opt_off,
 //     k_host, k_swap;
@@ -106,7 +106,11 @@ func ProfileConfigs(m Model, free []int, limit int) []ProfileConfig {
 		if g >= 1 {
 			pl := Placement{g, g}
 			p, ok := m.profilePlan(Plan{DP: 2 * g, TP: 1, PP: 1}, pl, false)
-			add(ProfileConfig{Plan: p, Placement: pl, Label: fmt.Sprintf("DP%d on 2 servers", 2*g), Pins: []string{"k_sync", "k_stray"}}, ok)
+			pins := []string{"k_sync"}
+			if m.Env.Stray(pl) {
+				pins = append(pins, "k_uneven")
+			}
+			add(ProfileConfig{Plan: p, Placement: pl, Label: fmt.Sprintf("DP%d on 2 servers", 2*g), Pins: pins}, ok)
 		}
 	}
 	// 4. one GPU at a smaller micro-batch
@@ -114,7 +118,7 @@ func ProfileConfigs(m Model, free []int, limit int) []ProfileConfig {
 		p := first
 		p.MicroBatch = smallerDivisor(a.GlobalBatch, first.MicroBatch)
 		p.GA = a.GlobalBatch / p.MicroBatch
-		add(ProfileConfig{Plan: p, Placement: one, Label: fmt.Sprintf("1 GPU mb %d", p.MicroBatch), Pins: []string{"k_const", "forward"}}, m.fits(p, one))
+		add(ProfileConfig{Plan: p, Placement: one, Label: fmt.Sprintf("1 GPU mb %d", p.MicroBatch), Pins: []string{"k_launch", "forward"}}, m.fits(p, one))
 	}
 	// 5. TP 2 inside one server
 	if fr[0] >= 2 && a.Heads%2 == 0 {

@@ -2,6 +2,7 @@ package perf
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -37,6 +38,14 @@ func TestProfileConfigsChoice(t *testing.T) {
 		if c.Placement.GPUs() == 1 && !c.Plan.Offload {
 			mbs[c.Plan.MicroBatch] = true
 		}
+		// every term a configuration says it pins is a parameter or the
+		// forward profile (the DP run across servers named k_stray after
+		// it was replaced)
+		for _, pin := range c.Pins {
+			if pin != "forward" && !slices.Contains(ParamNames[:], pin) {
+				t.Errorf("%s pins %q, not a parameter", c.Label, pin)
+			}
+		}
 	}
 	for _, want := range []string{"DP8 on 1 server", "DP16 on 2 servers", "TP2 on 1 server", "ZeRO-Offload on 1 GPU"} {
 		if !labels[want] {
@@ -45,6 +54,14 @@ func TestProfileConfigsChoice(t *testing.T) {
 	}
 	if len(mbs) < 2 {
 		t.Errorf("one GPU at %d micro-batch sizes, want 2", len(mbs))
+	}
+	// the second micro-batch is what identifies k_launch
+	pinsLaunch := false
+	for _, c := range cs {
+		pinsLaunch = pinsLaunch || slices.Contains(c.Pins, "k_launch")
+	}
+	if !pinsLaunch {
+		t.Errorf("no configuration pins k_launch: %+v", cs)
 	}
 	// A limit is kept; free GPUs bound the placements.
 	if got := ProfileConfigs(m, []int{8, 8}, 3); len(got) != 3 {
