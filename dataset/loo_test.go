@@ -100,7 +100,7 @@ func TestLeaveOneModelOut(t *testing.T) {
 		if held != m.Rows || fit != len(m.FitRows) {
 			t.Errorf("%s: %d held-out and %d fit rows, protocol holds out %d and fits %d", m.Model, held, fit, m.Rows, len(m.FitRows))
 		}
-		t.Logf("%s: leave-one-out %.2f / %.2f %%, regret %.2f / %.2f %% over %d placements", m.Model, m.LOOAvgErrPct, m.LOOMaxErrPct, m.RegretMeanPct, m.RegretMaxPct, m.RegretPlacements)
+		t.Logf("%s: leave-one-out %.2f / %.2f %%, regret %.2f / %.2f %% over %d placements; own k_uneven %.3g s, k_stage %.3g s", m.Model, m.LOOAvgErrPct, m.LOOMaxErrPct, m.RegretMeanPct, m.RegretMaxPct, m.RegretPlacements, m.LOOParams.KUneven, m.LOOParams.KStage)
 		for _, c := range []struct {
 			what      string
 			got, want float64
