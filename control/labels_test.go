@@ -203,3 +203,39 @@ func TestAdmitConstraintLabels(t *testing.T) {
 		t.Errorf("after draining b: %s (%s)", rec.State, rec.Reason)
 	}
 }
+
+// A daemon that recovers its jobs from the store keeps each job's
+// constraint: its snapshot still asks for the labelled servers.
+func TestRecoveredSpecKeepsItsConstraint(t *testing.T) {
+	ctx := context.Background()
+	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	st, _ := openTest(t)
+	p, _ := sched.New("static")
+	cfg := func() Config {
+		return Config{Store: st, Exec: &recorder{}, Policy: p, Clock: c.now,
+			Servers: []ServerInfo{{Name: "a", Address: "10.0.0.1", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000},
+				{Name: "b", Address: "10.0.0.2", Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000, Labels: map[string]string{"ib-hdr": ""}}},
+			Tenants: []TenantInfo{{Name: "research", QuotaGPUs: 16}}}
+	}
+	d, err := New(ctx, cfg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := d.Submit(ctx, labelledSpec(t, "ib", 8, 100, "ib-hdr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := New(ctx, cfg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2.mu.Lock()
+	snap, _ := d2.snapshot()
+	d2.mu.Unlock()
+	if len(snap.Jobs) != 1 || snap.Jobs[0].ID != rec.ID || strings.Join(snap.Jobs[0].Labels, ",") != "ib-hdr" {
+		t.Errorf("recovered snapshot jobs %+v", snap.Jobs)
+	}
+	if len(snap.Servers) != 2 || snap.Servers[1].Labels == nil {
+		t.Errorf("snapshot servers %+v", snap.Servers)
+	}
+}
