@@ -34,22 +34,39 @@ import (
 const hideDepth = 1 << 30
 
 // initMasks fills each constrained job's server mask and the GPUs of its
-// allowed servers.
+// allowed servers; jobs with the same labels share one (read-only) mask.
 func (st *state) initMasks() {
+	type mask struct {
+		allow []bool
+		gpus  int
+	}
+	var memo map[string]mask
 	for i := range st.jobs {
 		js := &st.jobs[i]
 		if len(js.job.Labels) == 0 {
 			continue
 		}
-		js.allow = make([]bool, len(st.snap.Servers))
-		for s := range st.snap.Servers {
-			if labels.Match(st.snap.Servers[s].Labels, js.job.Labels) {
-				js.allow[s] = true
-				js.allowGPUs += st.snap.Servers[s].GPUs
+		key := labelKey(js.job.Labels)
+		m, ok := memo[key]
+		if !ok {
+			m.allow = make([]bool, len(st.snap.Servers))
+			for s := range st.snap.Servers {
+				if labels.Match(st.snap.Servers[s].Labels, js.job.Labels) {
+					m.allow[s] = true
+					m.gpus += st.snap.Servers[s].GPUs
+				}
 			}
+			if memo == nil {
+				memo = map[string]mask{}
+			}
+			memo[key] = m
 		}
+		js.allow, js.allowGPUs = m.allow, m.gpus
 	}
 }
+
+// labelKey is one string for a job's label requirements.
+func labelKey(req []string) string { return strings.Join(req, "\x00") }
 
 // only opens job i's scope (see above) and returns the function that
 // closes it; a job without labels, or a scope already open, opens none.
@@ -122,10 +139,10 @@ func (st *state) gpuLimit(i, limit int) int {
 // labelWhy describes job j's constraint on the servers of st after the
 // round: how many carry its labels, their GPUs and free GPUs, and how many
 // of those servers have no free GPU.
-func labelWhy(st *state, j *Job) string {
+func labelWhy(st *state, j *Job, allow []bool) string {
 	n, gpus, free, busy := 0, 0, 0, 0
 	for s, sv := range st.snap.Servers {
-		if !labels.Match(sv.Labels, j.Labels) {
+		if !allow[s] {
 			continue
 		}
 		n++
@@ -150,17 +167,29 @@ func plural(n int) string {
 }
 
 // labelReasons makes the wait reason of every constrained job say what its
-// labels leave it after the round.
+// labels leave it after the round (once per distinct labels).
 func labelReasons(st *state, d *Decisions) {
 	s := st.snap
+	var memo map[string]string
 	for k := range d.Waiting {
 		w := &d.Waiting[k]
 		if w.Index < 0 || w.Index >= len(s.Jobs) {
 			continue
 		}
-		if j := &s.Jobs[w.Index]; j.ID == w.Job && len(j.Labels) > 0 {
-			w.Reason = labelWhy(st, j) + ": " + w.Reason
+		j := &s.Jobs[w.Index]
+		if j.ID != w.Job || len(j.Labels) == 0 || st.jobs[w.Index].allow == nil {
+			continue
 		}
+		key := labelKey(j.Labels)
+		why, ok := memo[key]
+		if !ok {
+			why = labelWhy(st, j, st.jobs[w.Index].allow)
+			if memo == nil {
+				memo = map[string]string{}
+			}
+			memo[key] = why
+		}
+		w.Reason = why + ": " + w.Reason
 	}
 }
 
