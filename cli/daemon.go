@@ -53,7 +53,7 @@ type daemonOptions struct {
 func serversFromInventory(inv *cluster.Inventory) ([]control.ServerInfo, []control.TenantInfo) {
 	var servers []control.ServerInfo
 	for _, s := range inv.Servers {
-		servers = append(servers, control.ServerInfo{Name: s.Name, Address: s.Address, Rack: s.Rack, GPUs: s.GPUs, CPUs: s.CPUCores, MemGB: float64(s.HostMemoryGB)})
+		servers = append(servers, control.ServerInfo{Name: s.Name, Address: s.Address, Rack: s.Rack, GPUs: s.GPUs, CPUs: s.CPUCores, MemGB: float64(s.HostMemoryGB), Labels: s.Labels})
 	}
 	var tenants []control.TenantInfo
 	for _, t := range inv.Tenants {

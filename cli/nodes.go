@@ -16,6 +16,7 @@ import (
 	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/control"
 	"github.com/replan/replan/fleet"
+	"github.com/replan/replan/internal/labels"
 	"github.com/replan/replan/ssh"
 )
 
@@ -162,7 +163,7 @@ func pickNodes(all []control.NodeView, names []string) ([]control.NodeView, erro
 // suspect and down servers. perGPU adds one line per GPU.
 func writeDaemonNodes(w io.Writer, nodes []control.NodeView, perGPU bool) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "SERVER\tRACK\tSTATE\tGPUS\tFREE\tUTIL\tMEMORY\tTEMP\tPOWER\tECC/XID\tIDLE HELD\tJOBS")
+	fmt.Fprintln(tw, "SERVER\tRACK\tSTATE\tGPUS\tFREE\tUTIL\tMEMORY\tTEMP\tPOWER\tECC/XID\tIDLE HELD\tJOBS\tLABELS")
 	states := map[string]int{}
 	var order []string
 	total, free, elsewhere := 0, 0, 0
@@ -200,8 +201,12 @@ func writeDaemonNodes(w io.Writer, nodes []control.NodeView, perGPU bool) error 
 		if len(n.IdleHeld) > 0 {
 			idle = "[" + cluster.Ranges(n.IdleHeld) + "]"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(n.Name), clean(n.Rack), n.State, n.GPUs, n.FreeGPUs,
-			util, mem, temp, power, errs, idle, holders(n.GPUOwners))
+		lbl := labels.Format(n.Labels)
+		if lbl == "" {
+			lbl = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(n.Name), clean(n.Rack), n.State, n.GPUs, n.FreeGPUs,
+			util, mem, temp, power, errs, idle, holders(n.GPUOwners), clean(lbl))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 	var (
 		trace, dir, policies, archFile string
+		serverLabels                   string
 		asJSON                         bool
 		cfg                            sim.Config
 		racks                          int
@@ -39,6 +40,11 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err := applyRacks(&cfg, racks); err != nil {
 				return err
 			}
+			srvLabels, err := sim.ParseServerLabels(serverLabels, cfg.Servers)
+			if err != nil {
+				return fmt.Errorf("sim: --server-labels: %w", err)
+			}
+			cfg.ServerLabels = srvLabels
 			jobs, err := dataset.LoadWorkload(ctx, trace)
 			if err != nil {
 				return err
@@ -103,6 +109,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.BoolVar(&cfg.Oracle, "oracle", false, "show the policies the whole measured tables (default: the fitted models plus the measured speed of configurations some job has run in, as a control plane learns them)")
 	f.BoolVar(&both, "both", false, "run twice, honest and --oracle, and report both")
 	f.BoolVar(&cfg.NoShifts, "no-shifts", false, "ignore the policies' time-shifts (same placements, jobs start at once)")
+	f.StringVar(&serverLabels, "server-labels", "", "labels of the servers, LABEL:FIRST-LAST (0-based server indices, LABEL a name or name=value), comma-separated, e.g. ib-hdr:0-3,gpu=a800-80g:0; a trace's labels column requires them")
 	addClusterFlags(cmd, &cfg)
 	cmd.AddCommand(newSimGenCmd(stdout), newSimBenchCmd(stdout))
 	return cmd

@@ -13,6 +13,7 @@ func FuzzParseInventory(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add([]byte(good))
+	f.Add([]byte(labelled))
 	f.Add([]byte("version: 1\nservers: [\n"))
 	f.Add([]byte("version: 1\nracks: {}\nservers: [1]\ntenants: 3\nssh: []\n"))
 	f.Add([]byte("version: 1\na: &a [x, x]\nb: &b [*a, *a]\nservers: [*b]\n"))

@@ -136,7 +136,7 @@ func (p *parser) host(n *yaml.Node, path string, isServer bool) *host {
 				h.sshAgent = &b
 			}
 		},
-		"labels": func(f string, v *yaml.Node) { h.labels = p.Labels(v, f) },
+		"labels": func(f string, v *yaml.Node) { h.labels = p.labelsField(v, f) }, // labels.go
 	}
 	if isServer {
 		fields["name"] = setS(&h.name)
@@ -189,6 +189,7 @@ func (p *parser) parse(data []byte) *Inventory {
 				got := p.Mapping(item, path, map[string]func(string, *yaml.Node){
 					"name":       func(f string, v *yaml.Node) { r.Name, _ = p.Str(v, f) },
 					"spine_gbps": func(f string, v *yaml.Node) { r.SpineGBps, _ = p.Positive(v, f) },
+					"labels":     func(f string, v *yaml.Node) { r.Labels = p.labelsField(v, f) },
 				})
 				if item.Kind == yaml.MappingNode {
 					for _, req := range []string{"name", "spine_gbps"} {
@@ -431,15 +432,11 @@ func (p *parser) parse(data []byte) *Inventory {
 		if s.Port == 0 && h.lines["port"] == 0 && defaults.lines["port"] == 0 {
 			s.Port = DefaultPort
 		}
-		if len(d.Labels) > 0 || len(h.labels) > 0 {
-			s.Labels = map[string]string{}
-			for k, v := range d.Labels {
-				s.Labels[k] = v
-			}
-			for k, v := range h.labels {
-				s.Labels[k] = v
-			}
+		var rackLabels map[string]string
+		if r, ok := rackIdx[s.Rack]; ok {
+			rackLabels = racks[r].Labels
 		}
+		s.Labels = mergeLabels(d.Labels, rackLabels, h.labels) // labels.go
 		// Required fields, reported only when absent everywhere (a present
 		// but invalid value has already been reported where it is).
 		for _, req := range []struct {

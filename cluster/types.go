@@ -46,6 +46,9 @@ type Rack struct {
 	// SpineGBps is the rack's uplink into the spine in GB/s: the bandwidth
 	// that traffic leaving the rack shares.
 	SpineGBps float64
+	// Labels are the rack's labels: every server of the rack carries them
+	// (its own, and the defaults', merged over them; labels.go).
+	Labels map[string]string
 }
 
 // Server is one GPU server with its defaults applied.
@@ -64,7 +67,11 @@ type Server struct {
 	HostMemoryGB int
 	NVLinkGBps   float64 // GB/s between GPUs inside the server
 	NICGBps      float64 // GB/s RDMA from the server into its rack
-	Labels       map[string]string
+	// Labels are the server's labels (node features): the defaults',
+	// its rack's and its own merged, a later value winning. A label given
+	// in list form has the value "". A job spec's constraint.labels
+	// requires them.
+	Labels map[string]string
 }
 
 // Addr is the server's SSH address as host:port.

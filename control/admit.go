@@ -167,7 +167,8 @@ func (d *Daemon) Admit(ctx context.Context, spec *jobspec.Spec, acc *Access) err
 			add("pin.tiers", "pinned to %s: the job needs %d GPUs there, the largest %s of the inventory has %d", tiersString(spec.Pin.Tiers), need, where, most)
 		}
 	}
-	d.admitTimeLimit(spec, add) // timelimit.go
+	d.admitLabels(spec, minG, add) // labels.go
+	d.admitTimeLimit(spec, add)    // timelimit.go
 	if err := d.admitAfter(ctx, spec, add); err != nil {
 		return err // deps.go
 	}
@@ -257,13 +258,14 @@ func minFeasible(arch perf.Arch, env perf.Env, space perf.Space, cpg float64, pe
 // now (capacity now, of all servers all), or "" when it can. The caller
 // holds d.mu.
 func (d *Daemon) unschedulableWhy(js *jobState, all, now capacity) string {
+	all, now, on := d.labelCapacity(js, all, now) // labels.go
 	arch := js.spec.Arch
 	arch.GlobalBatch = js.spec.GlobalBatch
 	env := d.cfg.Model(arch).Env
 	minG := minFeasible(arch, env, jobSpace(js.spec), cpusPerGPU(js.spec), max(all.perServer, 1), all.gpus)
 	need := max(pinNeed(js.spec, minG), 1)
 	if minG == 0 {
-		return fmt.Sprintf("no plan of %s fits in memory on up to %d GPUs", arch.Name, all.gpus)
+		return fmt.Sprintf("no plan of %s fits in memory on up to %d GPUs%s", arch.Name, all.gpus, on)
 	}
 	if need <= now.gpus && (len(js.spec.Pin.Tiers) == 0 || need <= pinCapacityOnly(js.spec.Pin.Tiers, now)) {
 		return ""
@@ -288,6 +290,9 @@ func (d *Daemon) unschedulableWhy(js *jobState, all, now capacity) string {
 		return " (" + strings.Join(parts, "; ") + ")"
 	}
 	if need > now.gpus {
+		if on != "" {
+			return fmt.Sprintf("needs at least %d GPUs%s, those in service have %d%s", need, on, now.gpus, drained())
+		}
 		return fmt.Sprintf("needs at least %d GPUs, the servers in service have %d%s", need, now.gpus, drained())
 	}
 	if len(js.spec.Pin.Tiers) > 0 {

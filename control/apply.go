@@ -163,7 +163,7 @@ func (d *Daemon) clusterGPUs() int {
 func (d *Daemon) snapshot() (sched.Snapshot, map[string]seenJob) {
 	s := sched.Snapshot{Now: float64(d.now().UnixNano()) / 1e9, History: sched.TimerHistory{Obs: slices.Clone(d.history.Obs)}, SpineGBps: d.cfg.SpineGBps}
 	for i, info := range d.cfg.Servers {
-		sv := sched.Server{ID: info.Name, Rack: info.Rack, GPUs: info.GPUs, CPUs: info.CPUs, MemGB: info.MemGB}
+		sv := sched.Server{ID: info.Name, Rack: info.Rack, GPUs: info.GPUs, CPUs: info.CPUs, MemGB: info.MemGB, Labels: info.Labels}
 		if !d.usable(i) {
 			sv.GPUs, sv.CPUs, sv.MemGB = 0, 0, 0
 		} else {

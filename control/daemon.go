@@ -28,6 +28,10 @@ type ServerInfo struct {
 	GPUs    int     `json:"gpus"`
 	CPUs    int     `json:"cpus"`
 	MemGB   float64 `json:"mem_gb"`
+	// Labels are the server's labels (node features, the inventory's):
+	// a job whose spec's constraint.labels lists some runs only on
+	// servers that carry them (labels.go).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // TenantInfo is a tenant's quota for guaranteed jobs.

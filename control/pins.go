@@ -55,6 +55,7 @@ func (d *Daemon) pinnedStart(a sched.Decision) (sched.Decision, bool) {
 func pinJob(sj *sched.Job, spec *jobspec.Spec) {
 	sj.PinPlan = spec.Pin.Plan && spec.Request.HasPlan
 	sj.Tiers = spec.Pin.Tiers
+	sj.Labels = spec.RequiredLabels() // labels.go
 }
 
 // breaksPin reports why decision a would break its job's pinning (the job
@@ -64,6 +65,9 @@ func (d *Daemon) breaksPin(a sched.Decision) string {
 	js := d.jobs[a.Job]
 	if js == nil || a.Kind == sched.Preempt {
 		return ""
+	}
+	if why := d.breaksLabels(js, a); why != "" {
+		return why // labels.go
 	}
 	pin := js.spec.Pin
 	if pin.Plan && js.spec.Request.HasPlan && a.Plan != js.spec.Request.Plan {

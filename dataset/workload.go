@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/replan/replan/internal/labels"
 )
 
 // WorkloadJob is one row of a Morphling workload trace
@@ -23,6 +25,19 @@ type WorkloadJob struct {
 	ExecPlan    string  // the plan the user asked for (named plan or PP/TP/DP code)
 	Steps       int     // iterations to run
 	SLA         bool    // a guaranteed job of the tenant with a quota
+	// Labels are the server labels the job requires (the optional
+	// column labels: requirements separated by ';', e.g.
+	// "ib-hdr;gpu=a800-80g"; a job spec's constraint.labels), checked
+	// and written back joined by ';' ("": none). LabelList splits them.
+	Labels string
+}
+
+// LabelList is j's label requirements (nil: none).
+func (j WorkloadJob) LabelList() []string {
+	if j.Labels == "" {
+		return nil
+	}
+	return strings.Split(j.Labels, ";")
 }
 
 // WorkloadColumns is the header of a workload trace, in order.
@@ -69,6 +84,10 @@ func ParseWorkload(name string, r io.Reader) ([]WorkloadJob, error) {
 		if sla > 1 {
 			errs = append(errs, fmt.Errorf("%s:%d: is_sla: want 0 or 1, got %d", name, j.Line, sla))
 		}
+		if _, ok := t.header["labels"]; ok {
+			cell, _ := t.cell(i, "labels")
+			j.Labels = strings.Join(parseLabelsCell(name, j.Line, cell, &errs), ";")
+		}
 		if strings.TrimSpace(j.ExecPlan) == "" {
 			errs = append(errs, fmt.Errorf("%s:%d: exec_plan: empty", name, j.Line))
 		}
@@ -98,7 +117,15 @@ func LoadWorkload(ctx context.Context, path string) ([]WorkloadJob, error) {
 
 // WriteWorkload writes jobs as a workload trace with the standard header.
 func WriteWorkload(w io.Writer, jobs []WorkloadJob) error {
-	if _, err := fmt.Fprintln(w, strings.Join(WorkloadColumns, ",")); err != nil {
+	withLabels := false
+	for _, j := range jobs {
+		withLabels = withLabels || j.Labels != ""
+	}
+	head := strings.Join(WorkloadColumns, ",")
+	if withLabels {
+		head += ",labels"
+	}
+	if _, err := fmt.Fprintln(w, head); err != nil {
 		return err
 	}
 	for _, j := range jobs {
@@ -106,9 +133,34 @@ func WriteWorkload(w io.Writer, jobs []WorkloadJob) error {
 		if j.SLA {
 			sla = 1
 		}
-		if _, err := fmt.Fprintf(w, "%s,%g,%g,%s,%d,%d,%g,%s,%d,%d\n", j.Name, j.Submit, j.Duration, j.Application, j.GPUs, j.CPUs, j.Bandwidth, j.ExecPlan, j.Steps, sla); err != nil {
+		if _, err := fmt.Fprintf(w, "%s,%g,%g,%s,%d,%d,%g,%s,%d,%d", j.Name, j.Submit, j.Duration, j.Application, j.GPUs, j.CPUs, j.Bandwidth, j.ExecPlan, j.Steps, sla); err != nil {
+			return err
+		}
+		if withLabels {
+			if _, err := fmt.Fprintf(w, ",%s", j.Labels); err != nil {
+				return err
+			}
+		}
+		if _, err := fmt.Fprintln(w); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// parseLabelsCell reads the labels column of a workload row: label
+// requirements separated by ';' ("" for none), each checked.
+func parseLabelsCell(name string, line int, cell string, errs *[]error) []string {
+	var out []string
+	for _, r := range strings.Split(cell, ";") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		if err := labels.CheckRequirement(r); err != nil {
+			*errs = append(*errs, fmt.Errorf("%s:%d: labels: %v", name, line, err))
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }

@@ -79,6 +79,14 @@ func (s *Supports) Space() perf.Space {
 	return sp
 }
 
+// Constraint restricts where a job may run (spec field constraint).
+// Labels are the server labels (node features, the inventory's labels)
+// every server of the job must carry: "name" (whatever its value) or
+// "name=value".
+type Constraint struct {
+	Labels []string `json:"labels,omitempty"`
+}
+
 // Hang is a job's bound on silence (spec field hang): the daemon
 // restarts the job from its checkpoint when it logged no new iteration for
 // max(Factor × its predicted iteration time, FloorS seconds). A zero
@@ -123,6 +131,8 @@ type Spec struct {
 	Request       Request           `json:"request"`
 	Pin           Pin               `json:"pin"`
 	Supports      *Supports         `json:"supports,omitempty"`
+	// Constraint is where the job may run (nil: on any server).
+	Constraint *Constraint `json:"constraint,omitempty"`
 	// TimeLimit is how long the job may run (hold GPUs) in all; 0: no
 	// limit of its own (the daemon applies its tenant's default). After
 	// lists the jobs it waits for (limits.go).
@@ -345,6 +355,7 @@ func ParseAuthorized(name string, data []byte, cat perf.Catalog, authorize func(
 			})
 			s.Supports = sup
 		},
+		"constraint": func(f string, v *yaml.Node) { s.Constraint = parseConstraint(w, v, f, line) },
 		"time_limit": func(f string, v *yaml.Node) { s.TimeLimit = parseTimeLimit(w, v, f) },
 		"after":      func(f string, v *yaml.Node) { s.After = parseAfter(w, v, f, line) },
 		"hang": func(f string, v *yaml.Node) {

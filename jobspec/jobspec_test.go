@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replan/replan/internal/labels"
 	"github.com/replan/replan/perf"
 )
 
@@ -137,6 +138,8 @@ func FuzzParse(f *testing.F) {
 	f.Add("version: 1\nmodel: {params: -1}\n")
 	f.Add("a: &a [*a, *a]\n")
 	f.Add("version: 1\n---\nversion: 1\n")
+	f.Add(string(base) + "constraint: {labels: [ib-hdr, gpu=a800-80g]}\n")
+	f.Add(string(base) + "constraint: {labels: [\"a b\", a=, a]}\n")
 	f.Fuzz(func(t *testing.T, data string) {
 		s, err := Parse("f.yaml", []byte(data), nil)
 		if err != nil {
@@ -147,6 +150,11 @@ func FuzzParse(f *testing.F) {
 		}
 		if s.Name == "" || s.Request.GPUs < 1 || s.GlobalBatch < 1 || s.Arch.Validate() != nil {
 			t.Fatalf("accepted an unusable spec: %+v", s)
+		}
+		for _, r := range s.RequiredLabels() {
+			if labels.CheckRequirement(r) != nil {
+				t.Fatalf("accepted an invalid label requirement %q", r)
+			}
 		}
 		if s.Request.HasPlan {
 			if err := perf.Check(s.Arch, s.Request.Plan, perf.Placement{s.Request.GPUs}); err != nil {

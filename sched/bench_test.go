@@ -52,3 +52,28 @@ func BenchmarkReplanRound8k(b *testing.B) { benchReplan(b, 1024, 5000) }
 // BenchmarkReplanRound32k is the same at 4,096 servers (32,768 GPUs) with
 // 20,000 waiting jobs (target: <= 150 ms).
 func BenchmarkReplanRound32k(b *testing.B) { benchReplan(b, 4096, 20000) }
+
+// BenchmarkReplanRound8kLabels is BenchmarkReplanRound8k with half the
+// servers labelled ib-hdr and every tenth job requiring it (node
+// features: each constrained placement hides the other servers).
+func BenchmarkReplanRound8kLabels(b *testing.B) {
+	s := sim.LargeSnapshot(1024, 5000, 0.75, 7)
+	for i := range s.Servers {
+		if i%2 == 0 {
+			s.Servers[i].Labels = map[string]string{"ib-hdr": ""}
+		}
+	}
+	for i := range s.Jobs {
+		if j := &s.Jobs[i]; !j.Running() && i%10 == 0 {
+			j.Labels = []string{"ib-hdr"}
+		}
+	}
+	p := sched.NewReplan(sched.DefaultOptions(), sched.DefaultNetOptions())
+	p.Schedule(s)
+	b.ResetTimer()
+	c0 := sim.CPUTime()
+	for b.Loop() {
+		p.Schedule(s)
+	}
+	b.ReportMetric(float64((sim.CPUTime()-c0).Microseconds())/1e3/float64(b.N), "cpu-ms/op")
+}

@@ -98,6 +98,7 @@ func emitState(st *state, plan planFunc) Decisions {
 	d.Actions = append(d.Actions, starts...)
 	allocMem(st, &d)
 	pinReasons(st.snap, &d) // pin.go
+	labelReasons(st, &d)    // labels.go
 	return d
 }
 

@@ -214,11 +214,12 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 			}
 		}
 		mark := len(st.journal)
+		leave := st.only(i) // labels.go: only the servers it may use
 		ok, why := f.placeNet(st, nr, i)
 		if !ok && f.Tenancy && j.Class == Guaranteed {
 			// Preempt best-effort jobs until the request fits.
 			for _, v := range beRunning {
-				if st.jobs[v].total == 0 {
+				if st.jobs[v].total == 0 || !st.onAllowed(v, i) {
 					continue
 				}
 				for len(st.jobs[v].alloc) > 0 {
@@ -231,6 +232,7 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 				}
 			}
 		}
+		leave()
 		if !ok {
 			st.rollback(mark)
 			js.reason = why
@@ -415,7 +417,7 @@ func (f *FIFO) preemptNwSens(st *state, nr *netRound, waiting []int, quotaBlocke
 		tries := 0
 		for _, v := range cands {
 			vs := &st.jobs[v]
-			if vs.total == 0 || vs.touched || nr.jobs[v].nw < nj.nw+f.Net.PreemptGap {
+			if vs.total == 0 || vs.touched || nr.jobs[v].nw < nj.nw+f.Net.PreemptGap || !st.onAllowed(v, i) {
 				continue
 			}
 			if vs.orig < js.job.ReqGPUs-st.freeGPUs {
@@ -435,7 +437,10 @@ func (f *FIFO) preemptNwSens(st *state, nr *netRound, waiting []int, quotaBlocke
 				a := vs.alloc[0]
 				st.move(v, a.Server, -a.GPUs)
 			}
-			if ok, _ := f.placeNet(st, nr, i); !ok {
+			leave := st.only(i) // labels.go
+			ok, _ := f.placeNet(st, nr, i)
+			leave()
+			if !ok {
 				st.rollback(mark)
 				continue
 			}
@@ -467,6 +472,7 @@ func (f *FIFO) migrate(st *state) {
 			st.move(i, a.Server, -a.GPUs)
 		}
 		ok := false
+		leave := st.only(i) // labels.go
 		if js.orig <= st.maxPer {
 			for k := js.orig; k <= st.maxPer && !ok; k++ {
 				if sv, found := st.idx.any(k); found && st.freeCPU[sv] >= js.orig*js.cpg {
@@ -479,6 +485,7 @@ func (f *FIFO) migrate(st *state) {
 			// in TP blocks: a TP group never spans servers
 			ok = st.takeRack(i, js.orig) == js.orig && tpBlocks(js.alloc, max(js.job.ReqPlan.TP, 1))
 		}
+		leave()
 		sortAlloc(js.alloc)
 		if !ok || tierOf(st.snap.Servers, js.alloc) >= was {
 			st.rollback(mark)

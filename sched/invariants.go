@@ -21,6 +21,7 @@ import (
 //     allocation's (GPUs per server, fullest first);
 //   - a plan's tensor-parallel groups stay inside a server: every server
 //     of the allocation holds a multiple of TP;
+//   - a job with labels holds GPUs only on servers that carry them;
 //   - a plan keeps the job's global batch (its running plan's, else its
 //     requested plan's, else its model type's);
 //   - when the snapshot has tenants, the guaranteed jobs of each hold at
@@ -91,6 +92,9 @@ func CheckInvariants(s Snapshot, d Decisions) error {
 					return fmt.Errorf("job %s: plan %s puts a TP group across servers: %d GPUs on server %s", a.Job, a.Plan, al.GPUs, s.Servers[al.Server].ID)
 				}
 			}
+		}
+		if err := checkLabels(s, j, a); err != nil {
+			return err
 		}
 		if want := globalBatch(j); want > 0 && a.Plan.DP > 0 && a.Plan.MicroBatch > 0 && a.Plan.GlobalBatch() != want {
 			return fmt.Errorf("job %s: plan %s changes the global batch from %d to %d", a.Job, a.Plan, want, a.Plan.GlobalBatch())

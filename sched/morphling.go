@@ -394,7 +394,9 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			js.reason = fmt.Sprintf("quota of tenant %s: its guaranteed jobs hold %d of %d GPUs and cannot give back enough above their minRes for this one's %d", t, st.gHeld[t], quota[t], js.minG)
 			continue
 		}
+		leave := st.only(i) // labels.go: only the servers it may use
 		ok := p.grow(st, i, js.minG, math.Inf(1), true, false)
+		leave()
 		if ok && nr != nil {
 			if fine, _, why := nr.allows(s.Servers, i, js.alloc); !fine {
 				st.rollback(mark)
@@ -485,7 +487,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 				if js.total == 0 {
 					// Its own blocker: its own next step and slope, not
 					// those of the job that set the cutoff.
-					f, sl := js.next(min(len(js.cv.env)-1, capacity))
+					f, sl := js.next(st.gpuLimit(i, min(len(js.cv.env)-1, capacity)))
 					js.reason = fmt.Sprintf("cluster full: needs %s and no running job above its minRes has a lower slope than its %.2f to shrink", needsGPUs(max(f, 1), js.job.ReqGPUs), sl)
 				}
 				continue
@@ -501,7 +503,8 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			}
 			mark := len(st.journal)
 			grew := false
-			limit := min(len(js.cv.env)-1, capacity)
+			limit := st.gpuLimit(i, min(len(js.cv.env)-1, capacity))
+			leave := st.only(i) // labels.go: only the servers it may use
 			for {
 				f, sl := js.next(limit)
 				if f == 0 || sl < minSlope {
@@ -562,8 +565,8 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 				}
 				if !ok {
 					st.rollback(step)
-					if !grew && st.freeGPUs == 0 {
-						cutoff = sl
+					if !grew && st.freeGPUs == 0 && js.allow == nil {
+						cutoff = sl // a constrained job's failure says nothing of the others
 					}
 					if js.total == 0 && js.reason == "" {
 						js.reason = fmt.Sprintf("needs %s; %d free, and no running job may be shrunk for it (higher slopes, at their minRes, or the restart would not pay)", needsGPUs(f, js.job.ReqGPUs), st.freeGPUs)
@@ -575,6 +578,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			if nr != nil && js.orig == 0 && js.total > 0 {
 				p.preferCompatible(st, i, mark)
 			}
+			leave()
 			if js.total != js.orig && !p.finish(st, i) {
 				st.rollback(mark)
 			}
@@ -605,7 +609,9 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		if js.orig == 0 || js.total != js.orig || js.touched || js.cv == nil || st.isDirty[i] || js.total > st.maxPer || len(js.alloc) < 2 || p.settling(st, js) {
 			continue
 		}
+		leave := st.only(i) // labels.go
 		target := singleServer(st, i, js.total)
+		leave()
 		if target < 0 {
 			continue
 		}
@@ -829,7 +835,7 @@ func (p *Morphling) grow(st *state, i, target int, slope float64, must, freeOnly
 		// Free GPUs and those of jobs above their minRes only shrink
 		// during the privileged pass: a target that found too few of them
 		// anywhere will not find more for a larger one.
-		if f, ok := st.mustFail[js.cpg]; ok && target >= f {
+		if f, ok := st.mustFail[js.cpg]; ok && target >= f && st.scope == nil {
 			return false
 		}
 	}
@@ -859,7 +865,7 @@ func (p *Morphling) grow(st *state, i, target int, slope float64, must, freeOnly
 	for need > 0 {
 		v, to := p.victim(st, i, slope, must, banned)
 		if v < 0 {
-			if must && js.orig == 0 {
+			if must && js.orig == 0 && st.scope == nil {
 				if st.mustFail == nil {
 					st.mustFail = map[int]int{}
 				}
@@ -935,7 +941,7 @@ func (p *Morphling) victim(st *state, i int, slope float64, must bool, banned ma
 	best, bestTo, bestLoss := -1, 0, math.Inf(1)
 	consider := func(k, to int, loss float64) bool {
 		v := &st.jobs[k]
-		if k == i || banned[k] {
+		if k == i || banned[k] || !st.onAllowed(k, i) {
 			return false
 		}
 		if !must {
@@ -1057,7 +1063,7 @@ func (p *Morphling) packedGrow(st *state, i, target int) bool {
 	if st.packFail == nil {
 		st.packFail = map[int]int{}
 	}
-	if f, ok := st.packFail[cpg]; ok && target >= f {
+	if f, ok := st.packFail[cpg]; ok && target >= f && st.scope == nil {
 		return false
 	}
 	if st.roomOK == nil {
@@ -1065,13 +1071,16 @@ func (p *Morphling) packedGrow(st *state, i, target int) bool {
 		st.roomOK = make([]bool, len(st.snap.Servers))
 	}
 	defer func() {
-		if js.total < target {
+		if js.total < target && st.scope == nil {
 			if f, ok := st.packFail[cpg]; !ok || target < f {
 				st.packFail[cpg] = target
 			}
 		}
 	}()
 	room := func(s int) int {
+		if st.hidden(s) {
+			return 0 // labels.go: not a server the job may use
+		}
 		if st.roomOK[s] {
 			return min(st.roomAt[s], st.snap.Servers[s].CPUs/cpg)
 		}
@@ -1232,6 +1241,9 @@ func (p *Morphling) shrinkFrom(st *state, v, to, forJob, first int) {
 	servers := make([]Alloc, len(vs.alloc))
 	copy(servers, vs.alloc)
 	sort.SliceStable(servers, func(a, b int) bool {
+		if ha, hb := st.hidden(servers[a].Server), st.hidden(servers[b].Server); ha != hb {
+			return hb // labels.go: first where the job it is shrunk for may use them
+		}
 		ma, mb := mine[servers[a].Server], mine[servers[b].Server]
 		if ma != mb {
 			return ma

@@ -52,6 +52,10 @@ type state struct {
 	// gHeld, when set (trackQuota), is the GPUs each tenant's guaranteed
 	// jobs hold, kept by move and rollback: the quota bounds it.
 	gHeld map[string]int
+	// scope, while a constrained job is being placed, is its server mask;
+	// hideOff and hideGot undo the hiding of the others (labels.go).
+	scope            []bool
+	hideOff, hideGot []int
 }
 
 // trackQuota starts keeping gHeld from the jobs' allocations.
@@ -98,6 +102,10 @@ type jstate struct {
 	slope  float64
 	// preemptWhy, when set, explains a preemption in its decision.
 	preemptWhy string
+	// allow is the servers the job may use (nil: all; its labels) and
+	// allowGPUs their GPUs (labels.go).
+	allow     []bool
+	allowGPUs int
 }
 
 func newState(s *Snapshot) *state {
@@ -166,6 +174,7 @@ func newState(s *Snapshot) *state {
 			}
 		}
 	}
+	st.initMasks() // labels.go
 	return st
 }
 

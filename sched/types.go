@@ -37,6 +37,9 @@ type Server struct {
 	FreeGPUs  int
 	FreeCPUs  int
 	FreeMemGB float64
+	// Labels are the server's labels (node features; the inventory's
+	// labels): a job with Job.Labels runs only on servers that carry them.
+	Labels map[string]string
 }
 
 // Tenant owns a GPU quota for its guaranteed jobs.
@@ -106,6 +109,10 @@ type Job struct {
 	// satisfies both (pin.go).
 	PinPlan bool
 	Tiers   []perf.Tier
+	// Labels are the labels every server of the job's allocation must
+	// carry (its spec's constraint.labels: "name" or "name=value"; empty:
+	// any server). Policies offer only such servers (labels.go).
+	Labels []string
 }
 
 // Running reports whether the job holds resources.

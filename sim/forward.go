@@ -11,6 +11,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/replan/replan/dataset"
 	"github.com/replan/replan/perf"
@@ -170,8 +171,9 @@ func Forward(ctx context.Context, snap sched.Snapshot, p sched.Policy, models *M
 			m.Fitted[name] = sj.Model
 			names[sj.Model] = name
 		}
-		j := &job{w: dataset.WorkloadJob{Name: sj.ID, Submit: sj.Submit, GPUs: sj.ReqGPUs, CPUs: sj.ReqCPUs, Steps: int(math.Ceil(sj.ItersTotal))},
-			model: name, m: sj.Model, reqPlan: sj.ReqPlan, class: sj.Class, tenant: sj.Tenant,
+		j := &job{w: dataset.WorkloadJob{Name: sj.ID, Submit: sj.Submit, GPUs: sj.ReqGPUs, CPUs: sj.ReqCPUs, Steps: int(math.Ceil(sj.ItersTotal)), Labels: strings.Join(sj.Labels, ";")},
+			labels: sj.Labels,
+			model:  name, m: sj.Model, reqPlan: sj.ReqPlan, class: sj.Class, tenant: sj.Tenant,
 			done: sj.ItersDone, held: sj.ItersDone, last: s.now, changed: sj.LastChange, lastRun: sj.LastRun, runSec: sj.RunSeconds, restarts: sj.Restarts,
 			idealSec: sj.IdealSeconds, noIdeal: !cfg.IdealSeconds, reqCPUs: sj.ReqCPUs}
 		j.cpg = max(1, sj.ReqCPUs/max(sj.ReqGPUs, 1))

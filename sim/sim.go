@@ -55,6 +55,10 @@ type Config struct {
 	// plan it asked for on the GPUs it asked for, so policies differ only
 	// in when and where they place it.
 	PinPlans bool
+	// ServerLabels are the labels of the servers, by index (servers past
+	// its end have none): a job with labels (the trace's labels column)
+	// runs only on servers that carry them (sched.Job.Labels).
+	ServerLabels []map[string]string
 	// OnEvent, when set, sees every state change (tests use it to check
 	// conservation).
 	OnEvent func(Event)
@@ -171,6 +175,8 @@ type job struct {
 	model   string
 	m       *perf.Model
 	reqPlan perf.Plan
+	// labels are the server labels it requires (w.LabelList()).
+	labels  []string
 	class   sched.Class
 	promise float64 // iterations per second at the request (the simulator's truth)
 	// promised is the promise as the control plane knows it at the
@@ -318,6 +324,9 @@ func (s *simulator) init(trace []dataset.WorkloadJob) error {
 		}
 		s.servers[i] = sched.Server{ID: "s" + strconv.Itoa(i), Rack: rack, GPUs: c.GPUsPerServer, CPUs: c.CPUsPerServer, MemGB: c.MemGB,
 			FreeGPUs: c.GPUsPerServer, FreeCPUs: c.CPUsPerServer, FreeMemGB: c.MemGB}
+		if i < len(c.ServerLabels) {
+			s.servers[i].Labels = c.ServerLabels[i]
+		}
 	}
 	total := c.Servers * c.GPUsPerServer
 	anySLA := false
@@ -336,6 +345,9 @@ func (s *simulator) init(trace []dataset.WorkloadJob) error {
 		if w.GPUs > total {
 			return fmt.Errorf("trace:%d: job %s asks for %d GPUs, the cluster has %d", w.Line, w.Name, w.GPUs, total)
 		}
+		if err := s.checkLabels(w); err != nil {
+			return err // labels.go
+		}
 		plan, err := dataset.PlanFromCode(w.ExecPlan, m.Arch, w.GPUs)
 		if err != nil {
 			return fmt.Errorf("trace:%d: job %s: %w", w.Line, w.Name, err)
@@ -349,7 +361,7 @@ func (s *simulator) init(trace []dataset.WorkloadJob) error {
 			// would leave the job waiting for ever.
 			return fmt.Errorf("trace:%d: job %s: its plan %s has TP %d, a server has %d GPUs (--gpus-per-server): a tensor-parallel group never spans servers, it could never start", w.Line, w.Name, plan, plan.TP, c.GPUsPerServer)
 		}
-		j := &job{w: w, model: name, m: m, reqPlan: plan, class: sched.BestEffort}
+		j := &job{w: w, model: name, m: m, reqPlan: plan, class: sched.BestEffort, labels: w.LabelList()}
 		if w.SLA && c.QuotaGPUs > 0 && w.GPUs > c.QuotaGPUs {
 			return fmt.Errorf("trace:%d: guaranteed job %s asks for %d GPUs, its tenant's quota is %d: it could never start", w.Line, w.Name, w.GPUs, c.QuotaGPUs)
 		}
@@ -654,7 +666,7 @@ func (s *simulator) round() error {
 			Alloc: j.alloc, Plan: j.plan, Submit: j.w.Submit,
 			ItersDone: j.done, ItersTotal: float64(j.w.Steps), Restarts: j.restarts, LastChange: j.changed,
 			LastRun: j.lastRun, RunSeconds: j.runSec, IdealSeconds: ideal, Phase: j.phase,
-			PinPlan: s.cfg.PinPlans,
+			PinPlan: s.cfg.PinPlans, Labels: j.labels,
 		})
 	}
 	servers := append([]sched.Server(nil), s.servers...)
