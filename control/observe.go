@@ -51,6 +51,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		var ups []jobUpdate
 		var down []*jobState
 		var finals []bool
+		b.Events = d.noteAgent(i, n) // redeploy.go: a changed boot id is a reboot
 		if n.Reachable {
 			next.missed, next.reachable = 0, true
 			if ns.missed >= d.cfg.HeartbeatMisses {
@@ -220,6 +221,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	if err := d.hangChecks(ctx); err != nil { // hang.go
 		errs = append(errs, err)
 	}
+	d.redeployChecks(ctx)                      // redeploy.go: agents gone from servers that answer SSH
 	if err := d.profileStep(ctx); err != nil { // profile.go
 		errs = append(errs, err)
 	}
