@@ -151,6 +151,7 @@ func (d *Daemon) redeployChecks(ctx context.Context) {
 	}
 	d.mu.Lock()
 	var due []int
+	var from []time.Time // when each went down: its downtime counts from then
 	for i, n := range d.nodes {
 		if n.missed < d.cfg.HeartbeatMisses {
 			continue
@@ -161,15 +162,16 @@ func (d *Daemon) redeployChecks(ctx context.Context) {
 		}
 		a.busy = true
 		due = append(due, i)
+		from = append(from, d.now().Add(-a.downtime(d.now())))
 	}
 	d.mu.Unlock()
-	for _, i := range due {
+	for k, i := range due {
 		name := d.cfg.Servers[i].Name
 		d.redeploying.Add(1)
 		go func() {
 			defer d.redeploying.Done()
 			status, err := rd.Redeploy(ctx, name)
-			if err := d.redeployDone(ctx, i, status, err); err != nil {
+			if err := d.redeployDone(ctx, i, from[k], status, err); err != nil {
 				d.log.Warn("redeploy", "server", name, "err", err)
 			}
 		}()
@@ -179,9 +181,9 @@ func (d *Daemon) redeployChecks(ctx context.Context) {
 // waitRedeploys waits for the redeploys under way (tests).
 func (d *Daemon) waitRedeploys() { d.redeploying.Wait() }
 
-// redeployDone stores the outcome of a redeploy of server i. It takes
-// d.mu.
-func (d *Daemon) redeployDone(ctx context.Context, i int, status string, rerr error) error {
+// redeployDone stores the outcome of a redeploy of server i, which went
+// down at downFrom. It takes d.mu.
+func (d *Daemon) redeployDone(ctx context.Context, i int, downFrom time.Time, status string, rerr error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	a := d.agentOf(i)
@@ -196,8 +198,10 @@ func (d *Daemon) redeployDone(ctx context.Context, i int, status string, rerr er
 		a.busy, a.next, a.why, a.sshDown = false, now.Add(backoff), rerr.Error(), true
 		d.log.Info("redeploy: SSH does not answer; asking again later", "server", name, "err", rerr)
 		return nil
-	case d.nodes[i].missed < d.cfg.HeartbeatMisses:
-		// It answered meanwhile (an operator's deploy, a slow agent).
+	case rerr != nil && d.nodes[i].missed < d.cfg.HeartbeatMisses:
+		// It answered meanwhile (an operator's deploy, a slow agent):
+		// no failure to count. (A redeploy that passed is told even when
+		// an observation saw the agent back first.)
 		a.busy = false
 		return nil
 	}
@@ -205,7 +209,7 @@ func (d *Daemon) redeployDone(ctx context.Context, i int, status string, rerr er
 	tries := a.tries
 	var gaveUp bool
 	var next time.Time
-	down := a.downtime(now)
+	down := now.Sub(downFrom)
 	if rerr == nil {
 		e = d.ev("redeploy", "", name, fmt.Sprintf("%s is back: its agent was %s after %s down; health check passed", name, statusWords(status), down.Round(time.Second)),
 			redeployData{Status: status, Tries: tries + 1, DowntimeS: down.Seconds()})
