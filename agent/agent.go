@@ -103,6 +103,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("agent: --fake-gpus: %w", err)
 		}
+		if cfg.StateDir != "" {
+			f.SetFaultFile(filepath.Join(cfg.StateDir, FaultFileName)) // fake_faults.go
+		}
 		a.backend = f
 		a.nvml = NVMLStatus{Reason: "no NVML: fake GPUs " + cfg.FakeGPUs}
 	default:
