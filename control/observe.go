@@ -139,7 +139,11 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		case o.Exited:
 			js.iters, js.ckpt = iters, ckpt
 			d.noteExit(js) // a cordon of its GPU soon after gives the failure back (health.go)
-			if err := d.requeue(ctx, js, fmt.Sprintf("exited with code %d%s; restarting from checkpoint %d", o.ExitCode, suffix(o.Err), ckpt), true); err != nil {
+			why, count := fmt.Sprintf("exited with code %d%s; restarting from checkpoint %d", o.ExitCode, suffix(o.Err), ckpt), true
+			if s := d.rebootedUnder(js); s != "" { // redeploy.go: the server, not the job, failed
+				why, count = why+"; not counted: "+s+" rebooted", false
+			}
+			if err := d.requeue(ctx, js, why, count); err != nil {
 				o.Iterations, o.Checkpoint = iters, ckpt
 				d.pending[id] = o
 				errs = append(errs, fmt.Errorf("observe: requeue %s: %w", id, err))

@@ -74,6 +74,7 @@ type agentState struct {
 	why      string    // the last failure
 	off      bool      // the executor cannot redeploy (ErrRedeployOff)
 	sshDown  bool      // the last try found SSH not answering
+	rebootAt time.Time // its boot id last changed (jobs exiting then are not charged)
 }
 
 // redeployData is the data of the redeploy events.
@@ -128,6 +129,7 @@ func (d *Daemon) noteAgent(i int, n NodeObservation) []Event {
 		down := a.downtime(now)
 		evs = append(evs, d.ev("reboot", "", n.Name, fmt.Sprintf("%s rebooted (boot id %s, was %s); its agent answers after %s down", n.Name, short(n.BootID), short(a.boot), down.Round(time.Second)),
 			redeployData{DowntimeS: down.Seconds()}))
+		a.rebootAt = now
 	}
 	if n.BootID != "" {
 		a.boot = n.BootID
@@ -135,6 +137,27 @@ func (d *Daemon) noteAgent(i int, n NodeObservation) []Event {
 	a.lastUp, a.downFrom = now, time.Time{}
 	a.tries, a.gaveUp, a.why, a.next, a.sshDown = 0, false, "", time.Time{}, false
 	return evs
+}
+
+// rebootWindow is how long after a server's reboot was seen a job's exit
+// there is the reboot's (the agent reports the exits with the new boot id,
+// in that observation or the next).
+const rebootWindow = time.Minute
+
+// rebootedUnder names a server of js that rebooted within rebootWindow
+// ("" when none): js's exit is the server's failure, not charged. The
+// caller holds d.mu.
+func (d *Daemon) rebootedUnder(js *jobState) string {
+	for _, s := range js.servers {
+		i, ok := d.srvIdx[s.Name]
+		if !ok {
+			continue
+		}
+		if a := d.agents[i]; a != nil && !a.rebootAt.IsZero() && d.now().Sub(a.rebootAt) <= rebootWindow {
+			return s.Name
+		}
+	}
+	return ""
 }
 
 // short is a boot id's first 8 characters.

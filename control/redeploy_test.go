@@ -217,8 +217,8 @@ func TestServerWithoutSSHIsNotRedeployed(t *testing.T) {
 // TestRebootWithAgentStartedByInit: a server reboots and its init starts
 // the agent again at once: the agent answers with a new boot id, so the
 // daemon records a "reboot" event with the downtime, the job that ran
-// there (its processes gone) resumes from its checkpoint, and nothing is
-// redeployed.
+// there (its processes gone) resumes from its checkpoint without being
+// charged, and nothing is redeployed.
 func TestRebootWithAgentStartedByInit(t *testing.T) {
 	ctx := context.Background()
 	f := newFaultCluster(t)
@@ -242,8 +242,12 @@ func TestRebootWithAgentStartedByInit(t *testing.T) {
 		t.Errorf("reboot downtime %.0f s, want 20 (since the last heartbeat)", d.DowntimeS)
 	}
 	rec, _ := f.st.GetJob(ctx, js.ID)
-	if rec.State == StateRunning && rec.Restarts == before.Restarts || rec.Checkpoint < before.Checkpoint {
-		t.Fatalf("the job on the rebooted server: %s, %d restarts, checkpoint %d (was %d)", rec.State, rec.Restarts, rec.Checkpoint, before.Checkpoint)
+	if rec.State == StateRunning && rec.Restarts == before.Restarts || rec.Checkpoint < before.Checkpoint || rec.Failures != 0 {
+		t.Fatalf("the job on the rebooted server: %s, %d restarts, %d failures, checkpoint %d (was %d): %s", rec.State, rec.Restarts, rec.Failures, rec.Checkpoint, before.Checkpoint, rec.Reason)
+	}
+	rq := f.events(t, "requeue")
+	if len(rq) != 1 || rq[0].JobID != js.ID || !strings.Contains(rq[0].Msg, "not counted: "+server+" rebooted") {
+		t.Errorf("requeue events: %+v", rq)
 	}
 	for range 3 {
 		f.stepRedeploy(t, 20*time.Second)
