@@ -3,6 +3,7 @@
 #   make test   runs every test (unit, fuzz seeds, end-to-end where the host allows)
 # and, where Debian's python3-torch is installed:
 #   make e2e-torch   real distributed training through replan (torchrun, DP 4 -> 2)
+#   make e2e-faults  faults handled without a person (Xid 79, a hung rank, a reboot, ...)
 
 GO       ?= go
 BIN      ?= bin/replan
@@ -10,7 +11,7 @@ PKGS     ?= ./...
 SHARED   ?= ../shared
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test e2e-torch bench lint fmt demo fuzz clean
+.PHONY: all build test e2e-torch e2e-faults bench lint fmt demo fuzz clean
 
 all: build
 
@@ -44,6 +45,27 @@ e2e-torch:
 		grep -A1 -- '--- SKIP' $$log; rm -f $$sum $$log; echo "torch e2e: skipped"; \
 	else \
 		tail -n 150 $$log; rm -f $$sum $$log; echo "torch e2e: FAIL"; exit 1; \
+	fi
+
+# Faults handled without a person (issue 26): the control tests named
+# TestFault* with real torchrun over the sshd test hosts (Xid 79 on one
+# GPU mid-run, one rank SIGSTOPped, a host rebooted, a slow host). Each
+# case ends with a `fault e2e:` line naming it (xid, hang, reboot,
+# slow); every line a test wrote is printed. Same gating as e2e-torch.
+e2e-faults:
+	@if ! $(TORCH_PYTHON) -c 'import torch, torch.distributed.run' >/dev/null 2>&1 || [ ! -x /usr/bin/torchrun ]; then \
+		if [ "$${CI:-}" = true ]; then echo "fault e2e: FAIL: no torch for $(TORCH_PYTHON) or no /usr/bin/torchrun (apt-get install python3-torch)"; exit 1; fi; \
+		echo "fault e2e: skipped: no torch for $(TORCH_PYTHON) or no /usr/bin/torchrun (apt-get install python3-torch)"; exit 0; \
+	fi; \
+	want="xid hang reboot"; grep -q 'func TestFaultSlowEndToEnd' control/*_test.go && want="$$want slow"; \
+	sum=$$(mktemp); log=$$(mktemp); \
+	if REPLAN_TORCH_E2E=1 REPLAN_TORCH_E2E_SUMMARY=$$sum $(GO) test -count=1 -timeout 10m -run '^TestFault' -v ./control/ >$$log 2>&1 && \
+		missing=$$(for w in $$want; do grep -q "^fault e2e: .*\b$$w" $$sum || echo $$w; done) && [ -z "$$missing" ]; then \
+		cat $$sum; rm -f $$sum $$log; \
+	elif grep -q -- '--- SKIP: TestFault' $$log && [ "$${CI:-}" != true ]; then \
+		grep -A1 -- '--- SKIP' $$log; rm -f $$sum $$log; echo "fault e2e: skipped"; \
+	else \
+		tail -n 150 $$log; cat $$sum; rm -f $$sum $$log; echo "fault e2e: FAIL (cases without a line: $${missing:-?})"; exit 1; \
 	fi
 
 # Benchmarks print every issue's targets as tables (figures next to their

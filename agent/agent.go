@@ -55,6 +55,9 @@ type Status struct {
 	GPUCount   int        `json:"gpu_count"`
 	// ProcessesRunning counts supervised processes still running.
 	ProcessesRunning int `json:"processes_running"`
+	// BootID is the kernel's boot id (/proc/sys/kernel/random/boot_id):
+	// the daemon tells a rebooted server by its change.
+	BootID string `json:"boot_id,omitempty"`
 }
 
 // NVMLStatus reports NVML availability.
@@ -99,6 +102,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		f, err := NewFakeBackend(cfg.FakeGPUs)
 		if err != nil {
 			return nil, fmt.Errorf("agent: --fake-gpus: %w", err)
+		}
+		if cfg.StateDir != "" {
+			f.SetFaultFile(filepath.Join(cfg.StateDir, FaultFileName)) // fake_faults.go
 		}
 		a.backend = f
 		a.nvml = NVMLStatus{Reason: "no NVML: fake GPUs " + cfg.FakeGPUs}
@@ -155,7 +161,7 @@ func (a *Agent) Status() Status {
 	now := a.clock.Now()
 	return Status{Version: a.cfg.Version, Hostname: a.host, StartedAt: a.started,
 		UptimeSec: now.Sub(a.started).Seconds(), NVML: a.nvml, GPUBackend: snap.Backend,
-		GPUCount: len(snap.GPUs), ProcessesRunning: running}
+		GPUCount: len(snap.GPUs), ProcessesRunning: running, BootID: bootID()}
 }
 
 // FirstSampleWait bounds how long Serve waits for the first GPU sample

@@ -82,6 +82,10 @@ func TestAPIEndToEnd(t *testing.T) {
 	if status.Version != "test" || status.NVML.Available || !strings.HasPrefix(status.NVML.Reason, "no NVML") || status.GPUBackend != "fake 8xA800" || status.Hostname == "" {
 		t.Errorf("status = %+v", status)
 	}
+	// The boot id, by which the daemon tells a rebooted server.
+	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil && status.BootID != strings.TrimSpace(string(b)) {
+		t.Errorf("status boot id %q, want the kernel's %q", status.BootID, strings.TrimSpace(string(b)))
+	}
 	gpus, err := c.GPUs(ctx)
 	if err != nil || len(gpus.GPUs) != 8 || gpus.GPUs[7].MemoryTotalBytes != 80<<30 {
 		t.Fatalf("GPUs = %+v, %v", gpus, err)

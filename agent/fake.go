@@ -29,6 +29,9 @@ type FakeBackend struct {
 	mu   sync.Mutex
 	gpus []GPU
 	evs  []HealthEvent
+	// faultFile, when set, is read for faults at every HealthEvents
+	// (fake_faults.go).
+	faultFile string
 }
 
 // ParseFakeSpec parses "NxMODEL" (e.g. "8xA800", "4xH100", "2xA100-40GB")
@@ -104,8 +107,10 @@ func (f *FakeBackend) GPUs(ctx context.Context) ([]GPU, error) {
 	return out, nil
 }
 
-// HealthEvents drains the injected events.
+// HealthEvents drains the injected events (with those of the fault file,
+// fake_faults.go).
 func (f *FakeBackend) HealthEvents(ctx context.Context, now time.Time) ([]HealthEvent, error) {
+	ferr := f.readFaultFile()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	evs := f.evs
@@ -115,7 +120,7 @@ func (f *FakeBackend) HealthEvents(ctx context.Context, now time.Time) ([]Health
 			evs[i].Time = now
 		}
 	}
-	return evs, nil
+	return evs, ferr
 }
 
 // Close does nothing.

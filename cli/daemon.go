@@ -44,6 +44,10 @@ type daemonOptions struct {
 	hangFactor                                                       float64
 	hangFloor                                                        time.Duration
 	gpuReadFailures                                                  int
+	// redeploy of agents gone from servers that answer SSH (control/redeploy.go)
+	agentBinary, agentFakeGPUs string
+	redeployTries              int
+	redeployBackoff            time.Duration
 	// profiling on arrival (control.ProfileOptions); profileSet: --profile
 	// was given (the sim executor profiles only then)
 	profile    control.ProfileOptions
@@ -99,6 +103,10 @@ See docs/control.md.`,
 	f.Float64Var(&o.hangFactor, "hang-factor", control.DefaultHangFactor, "restart a job that logged no new iteration for this many times its predicted iteration time (or --hang-floor, whichever is longer; a spec's hang: overrides both)")
 	f.DurationVar(&o.hangFloor, "hang-floor", control.DefaultHangFloor, "the shortest silence after which a job counts as hung")
 	f.IntVar(&o.gpuReadFailures, "gpu-read-failures", control.DefaultGPUReadFailures, "cordon a GPU whose reads failed this many observations in a row")
+	f.StringVar(&o.agentBinary, "agent-binary", "", "agent binary the daemon deploys to a server whose SSH answers but whose agent does not (a reboot; ssh executor; default: replan-agent beside replan, else replan itself, as replan deploy)")
+	f.StringVar(&o.agentFakeGPUs, "agent-fake-gpus", "", `such a redeployed agent's --fake-gpus, as given to replan deploy (tests, demos)`)
+	f.IntVar(&o.redeployTries, "redeploy-tries", control.DefaultRedeployTries, "failed redeploys of a server's agent after which the server is marked down with the reason (0: never redeploy)")
+	f.DurationVar(&o.redeployBackoff, "redeploy-backoff", control.DefaultRedeployBackoff, "wait after a failed redeploy, doubled after each further one (at most 32x); also how often a server whose SSH does not answer is asked again")
 	f.BoolVar(&o.profile.Enabled, "profile", true, "profile a job's model type on arrival when it has no fitted model (a few bounded test runs on free GPUs, docs/perf.md); the sim executor profiles only when this is given")
 	f.IntVar(&o.profile.MaxConfigs, "profile-configs", perf.MaxProfileConfigs, "most configurations a profiling phase runs (at most 7)")
 	f.IntVar(&o.profile.Iterations, "profile-iterations", 20, "a profile run ends once it measured this many iterations")
@@ -115,6 +123,13 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	}
 	if o.hangFactor <= 0 || o.hangFloor <= 0 || o.gpuReadFailures <= 0 {
 		return fmt.Errorf("daemon: --hang-factor %g, --hang-floor %v, --gpu-read-failures %d: each must be positive", o.hangFactor, o.hangFloor, o.gpuReadFailures)
+	}
+	if o.redeployTries < 0 || o.redeployBackoff <= 0 {
+		return fmt.Errorf("daemon: --redeploy-tries %d, --redeploy-backoff %v: want tries >= 0 and a positive backoff", o.redeployTries, o.redeployBackoff)
+	}
+	redeploy := control.RedeployOptions{Tries: o.redeployTries, Backoff: o.redeployBackoff}
+	if o.redeployTries == 0 {
+		redeploy.Tries = -1 // never
 	}
 	if o.db == "" {
 		home, _ := os.UserHomeDir()
@@ -167,7 +182,22 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		}
 		defer pool.Close()
 		fl := fleet.New(pool, fleet.Options{RemoteDir: cmp.Or(o.remoteDir, inv.SSH.RemoteDir), Logger: log})
-		if exec, err = control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, RunAs: runAsOf(inv), Lease: o.lease}); err != nil {
+		var deploy *fleet.DeployOptions
+		if o.redeployTries > 0 {
+			bin := o.agentBinary
+			if bin == "" {
+				var why string
+				if bin, why, err = fleet.DefaultAgentBinary(); err != nil {
+					return fmt.Errorf("daemon: agent binary for redeploys: %w", err)
+				}
+				log.Info("agent binary for redeploys", "path", bin, "why", why)
+			}
+			if _, err := os.Stat(bin); err != nil {
+				return fmt.Errorf("daemon: --agent-binary: %w", err)
+			}
+			deploy = &fleet.DeployOptions{AgentBinary: bin, FakeGPUs: o.agentFakeGPUs}
+		}
+		if exec, err = control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, RunAs: runAsOf(inv), Lease: o.lease, Deploy: deploy}); err != nil {
 			return err
 		}
 	default:
@@ -196,7 +226,7 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		o.profile.Enabled = false // simulated model types come from the data
 	}
 	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine, IdempotencyRetention: o.idemRetention,
-		HangFactor: o.hangFactor, HangFloor: o.hangFloor, GPUReadFailures: o.gpuReadFailures, Profile: o.profile})
+		HangFactor: o.hangFactor, HangFloor: o.hangFloor, GPUReadFailures: o.gpuReadFailures, Profile: o.profile, Redeploy: redeploy})
 	if err != nil {
 		return err
 	}

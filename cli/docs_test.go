@@ -303,7 +303,7 @@ func TestDocsDaemonJSONSchemas(t *testing.T) {
 		{"replan job ID", []string{"job", jobs[0].ID}, ""},
 		{"replan drain/undrain", []string{"drain", "b"}, ""},
 		{"replan events", []string{"events"}, ""},
-		{"replan nodes", []string{"nodes"}, "labels suspect suspect_why drain_reason drained_by drained_at drain_mode idle_held_gpus index util_pct mem_used_gb mem_total_gb temp_c power_w ecc_errors xid_errors " +
+		{"replan nodes", []string{"nodes"}, "labels suspect suspect_why down_why drain_reason drained_by drained_at drain_mode idle_held_gpus index util_pct mem_used_gb mem_total_gb temp_c power_w ecc_errors xid_errors " +
 			"retired_pages_pending row_remap_pending row_remap_failed read_error cordoned cordon_why processes pid cordoned_gpus gpu cause why at"},
 		{"replan history", []string{"history"}, ""},
 		{"replan usage", []string{"usage"}, "since"},

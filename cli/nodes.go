@@ -244,8 +244,16 @@ func writeDaemonNodes(w io.Writer, nodes []control.NodeView, perGPU bool) error 
 		switch {
 		case n.State == "suspect" && n.SuspectWhy != "":
 			fmt.Fprintf(w, "%s is suspect: %s\n", clean(n.Name), clean(n.SuspectWhy))
+		case n.State == "down" && n.DownWhy != "":
+			fmt.Fprintf(w, "%s is down: %d heartbeats missed; its agent could not be started: %s\n", clean(n.Name), n.Missed, clean(n.DownWhy))
 		case n.State == "down":
 			fmt.Fprintf(w, "%s is down: %d heartbeats missed\n", clean(n.Name), n.Missed)
+		case n.State == "redeploying":
+			why := ""
+			if n.DownWhy != "" {
+				why = "; last try: " + clean(n.DownWhy)
+			}
+			fmt.Fprintf(w, "%s is redeploying: %d heartbeats missed, the daemon starts its agent again%s\n", clean(n.Name), n.Missed, why)
 		}
 		if line := drainLine(n); line != "" { // drain.go
 			fmt.Fprintln(w, line)

@@ -101,6 +101,9 @@ type Config struct {
 	// Profile bounds the profiling phase of a model type never fitted
 	// (profile.go; off when Enabled is false, unless a spec asks).
 	Profile ProfileOptions
+	// Redeploy bounds how the daemon starts the agent again on a server
+	// that answers SSH but whose agent does not (redeploy.go).
+	Redeploy RedeployOptions
 }
 
 // HealthChecker is implemented by executors that can check a server
@@ -190,6 +193,11 @@ type Daemon struct {
 	// (profile.go); profileSeq numbers the on-demand ones. Guarded by mu.
 	profiles   map[ModelType]*profilePhase
 	profileSeq int
+	// agents is what is known of each server's agent, by server index
+	// (redeploy.go; guarded by mu); redeploying counts the redeploys
+	// under way.
+	agents      map[int]*agentState
+	redeploying sync.WaitGroup
 }
 
 type jobState struct {
@@ -310,6 +318,12 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	if cfg.HangFloor <= 0 {
 		cfg.HangFloor = DefaultHangFloor
+	}
+	if cfg.Redeploy.Tries == 0 {
+		cfg.Redeploy.Tries = DefaultRedeployTries
+	}
+	if cfg.Redeploy.Backoff <= 0 {
+		cfg.Redeploy.Backoff = DefaultRedeployBackoff
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[ModelType]*perf.Online{}, waits: map[string]string{}, timers: map[string]sched.JobTimers{},
 		snapModels: map[snapKey]*perf.Model{}, modelSaved: map[ModelType]time.Time{}, pending: map[string]JobObservation{}, requeues: map[string]pendingRequeue{}, checked: map[string]time.Time{}, launchFails: map[string][]launchFailure{}}

@@ -46,6 +46,9 @@ type NodeObservation struct {
 	Name      string `json:"name"`
 	Reachable bool   `json:"reachable"`
 	Err       string `json:"err,omitempty"`
+	// BootID is the server's boot id as its agent reports it ("" when
+	// unknown): a change means the server rebooted (redeploy.go).
+	BootID string `json:"boot_id,omitempty"`
 	// GPUs are the server's GPU figures, when the executor reports them
 	// (telemetry.go).
 	GPUs []GPUStat `json:"gpus,omitempty"`

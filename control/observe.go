@@ -51,6 +51,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		var ups []jobUpdate
 		var down []*jobState
 		var finals []bool
+		b.Events = d.noteAgent(i, n) // redeploy.go: a changed boot id is a reboot
 		if n.Reachable {
 			next.missed, next.reachable = 0, true
 			if ns.missed >= d.cfg.HeartbeatMisses {
@@ -138,7 +139,11 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		case o.Exited:
 			js.iters, js.ckpt = iters, ckpt
 			d.noteExit(js) // a cordon of its GPU soon after gives the failure back (health.go)
-			if err := d.requeue(ctx, js, fmt.Sprintf("exited with code %d%s; restarting from checkpoint %d", o.ExitCode, suffix(o.Err), ckpt), true); err != nil {
+			why, count := fmt.Sprintf("exited with code %d%s; restarting from checkpoint %d", o.ExitCode, suffix(o.Err), ckpt), true
+			if s := d.rebootedUnder(js); s != "" { // redeploy.go: the server, not the job, failed
+				why, count = why+"; not counted: "+s+" rebooted", false
+			}
+			if err := d.requeue(ctx, js, why, count); err != nil {
 				o.Iterations, o.Checkpoint = iters, ckpt
 				d.pending[id] = o
 				errs = append(errs, fmt.Errorf("observe: requeue %s: %w", id, err))
@@ -220,6 +225,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	if err := d.hangChecks(ctx); err != nil { // hang.go
 		errs = append(errs, err)
 	}
+	d.redeployChecks(ctx)                      // redeploy.go: agents gone from servers that answer SSH
 	if err := d.profileStep(ctx); err != nil { // profile.go
 		errs = append(errs, err)
 	}

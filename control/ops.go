@@ -294,9 +294,14 @@ type NodeView struct {
 	// until undrain or a passing health check. SuspectWhy names them.
 	Suspect    bool   `json:"suspect,omitempty"`
 	SuspectWhy string `json:"suspect_why,omitempty"`
-	// State is one word: up, down, drained, draining (drained after its
-	// jobs, some still run there) or suspect.
+	// State is one word: up, down, redeploying (it misses heartbeats and
+	// the daemon starts its agent again, redeploy.go), drained, draining
+	// (drained after its jobs, some still run there) or suspect.
 	State string `json:"state"`
+	// DownWhy is why a down or redeploying server's agent could not be
+	// started (the last try's error; after the last try the server stays
+	// down until its agent answers).
+	DownWhy string `json:"down_why,omitempty"`
 	// DrainReason, DrainedBy, DrainedAt and DrainMode (now or
 	// after-jobs) say why, by whom, when and how it was drained
 	// (drain.go); empty when it is not.
@@ -335,7 +340,7 @@ func (d *Daemon) nodesLocked() []NodeView {
 		case n.drained:
 			v.State = "drained"
 		case !v.Reachable:
-			v.State = "down"
+			v.State, v.DownWhy = d.downState(i) // redeploy.go
 		case n.suspect:
 			v.State = "suspect"
 		default:

@@ -32,6 +32,7 @@ type SimExecutor struct {
 	down     map[string]bool
 	servers  []string
 	samplers map[string]*agent.Sampler // servers whose GPU health a backend reports (simexec_faults.go)
+	agents   simAgents                 // servers whose agent is gone (simexec_redeploy.go)
 }
 
 type simJob struct {
@@ -164,9 +165,11 @@ func (e *SimExecutor) Observe(ctx context.Context) (Observation, error) {
 		}
 	}
 	for _, s := range e.servers {
-		n := NodeObservation{Name: s, Reachable: !e.down[s]}
+		n := NodeObservation{Name: s, Reachable: !e.down[s] && !e.agents.gone[s], BootID: e.agents.bootID(s)}
 		if e.down[s] {
 			n.Err = "simulated failure"
+		} else if e.agents.gone[s] {
+			n.Err = "simulated: the agent does not answer"
 		} else {
 			n.GPUs = e.gpuHealthOf(ctx, s, simGPUs(s, e.gpusOn(s, owners[s]), owners[s], e.Clock()))
 		}
@@ -181,7 +184,7 @@ func (e *SimExecutor) Observe(ctx context.Context) (Observation, error) {
 		j := e.running[id]
 		dead := false
 		for _, s := range j.l.Servers {
-			dead = dead || e.down[s.Name]
+			dead = dead || e.down[s.Name] || e.agents.gone[s.Name]
 		}
 		if dead {
 			continue
@@ -234,6 +237,9 @@ func (e *SimExecutor) Check(ctx context.Context, server string) error {
 	defer e.mu.Unlock()
 	if e.down[server] {
 		return fmt.Errorf("health check on %s: simulated failure", server)
+	}
+	if e.agents.gone[server] {
+		return fmt.Errorf("health check on %s: simulated: the agent does not answer", server)
 	}
 	return nil
 }

@@ -56,6 +56,11 @@ type SSHOptions struct {
 	// (default 0: SIGKILL at once, so a fenced process writes no
 	// checkpoint).
 	LeaseGrace time.Duration
+	// Deploy, when set, is how the daemon starts the agent again on a
+	// server whose SSH answers but whose agent does not (a reboot):
+	// fleet.Deploy with these options, as `replan deploy` would
+	// (sshexec_redeploy.go; nil: no redeploys).
+	Deploy *fleet.DeployOptions
 }
 
 // SSHExecutor is the real Executor: it renders launches with launch/,
@@ -456,6 +461,7 @@ type srvState struct {
 	procs map[string]agent.ProcessInfo
 	err   error
 	gpus  []GPUStat // the agent's GPU figures (telemetry.go); nil when it has none
+	boot  string    // the server's boot id, as its agent reports it
 }
 
 // Observe implements Executor: every server's heartbeat (its agent answers
@@ -468,7 +474,9 @@ func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
 		defer cancel()
 		c, err := e.client(ctx, e.order[i])
 		if err == nil {
-			_, err = c.Status(ctx)
+			var st agent.Status
+			st, err = c.Status(ctx)
+			states[i].boot = st.BootID
 		}
 		var list []agent.ProcessInfo
 		if err == nil {
@@ -492,7 +500,7 @@ func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
 	var o Observation
 	byName := map[string]*srvState{}
 	for i, name := range e.order {
-		n := NodeObservation{Name: name, Reachable: states[i].err == nil, GPUs: states[i].gpus}
+		n := NodeObservation{Name: name, Reachable: states[i].err == nil, GPUs: states[i].gpus, BootID: states[i].boot}
 		if states[i].err != nil {
 			n.Err = states[i].err.Error()
 		}

@@ -64,6 +64,15 @@ type testDaemonConfig struct {
 	CallTimeoutMS int `json:"call_timeout_ms,omitempty"`
 	// Profile is the daemon's profiling on arrival (off when nil).
 	Profile *control.ProfileOptions `json:"profile,omitempty"`
+	// Faults: the agent binary and fake GPUs the daemon redeploys with
+	// (none: no redeploys), its redeploy bounds, and the hang bound
+	// (faults_e2e_test.go).
+	AgentBinary       string  `json:"agent_binary,omitempty"`
+	AgentFakeGPUs     string  `json:"agent_fake_gpus,omitempty"`
+	RedeployTries     int     `json:"redeploy_tries,omitempty"`
+	RedeployBackoffMS int     `json:"redeploy_backoff_ms,omitempty"`
+	HangFactor        float64 `json:"hang_factor,omitempty"`
+	HangFloorMS       int     `json:"hang_floor_ms,omitempty"`
 }
 
 // runTestDaemon is `replan daemon --executor ssh` in miniature: the SSH
@@ -98,8 +107,12 @@ func runTestDaemon(path string) error {
 	if cfg.CallTimeoutMS > 0 {
 		call = time.Duration(cfg.CallTimeoutMS) * time.Millisecond
 	}
+	var deploy *fleet.DeployOptions
+	if cfg.AgentBinary != "" {
+		deploy = &fleet.DeployOptions{AgentBinary: cfg.AgentBinary, FakeGPUs: cfg.AgentFakeGPUs}
+	}
 	ex, err := control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, StopGrace: 10 * time.Second, KillGrace: 2 * time.Second,
-		WaitTimeout: wait, Poll: 100 * time.Millisecond, CallTimeout: call, NoCPUBinding: true, Lease: time.Duration(cfg.LeaseMS) * time.Millisecond})
+		WaitTimeout: wait, Poll: 100 * time.Millisecond, CallTimeout: call, NoCPUBinding: true, Lease: time.Duration(cfg.LeaseMS) * time.Millisecond, Deploy: deploy})
 	if err != nil {
 		return err
 	}
@@ -135,6 +148,8 @@ func runTestDaemon(path string) error {
 	if cfg.Profile != nil {
 		cc.Profile = *cfg.Profile
 	}
+	cc.Redeploy = control.RedeployOptions{Tries: cfg.RedeployTries, Backoff: time.Duration(cfg.RedeployBackoffMS) * time.Millisecond}
+	cc.HangFactor, cc.HangFloor = cfg.HangFactor, time.Duration(cfg.HangFloorMS)*time.Millisecond
 	d, err := control.New(ctx, cc)
 	if err != nil {
 		return err

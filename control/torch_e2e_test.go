@@ -659,6 +659,7 @@ type torchHosts struct {
 	invPath   string
 	remoteDir string
 	dirs      []string
+	agentBin  string // the agent binary deployed
 }
 
 // startTorchHosts starts and deploys them (prefix and seed name the
@@ -701,5 +702,5 @@ func startTorchHosts(t *testing.T, ctx context.Context, tmp, prefix string, seed
 			t.Fatalf("deploy %s: %+v", r.Server, r)
 		}
 	}
-	return torchHosts{hosts: hosts, netns: netns, invPath: invPath, remoteDir: remoteDir, dirs: dirs}
+	return torchHosts{hosts: hosts, netns: netns, invPath: invPath, remoteDir: remoteDir, dirs: dirs, agentBin: agentBin}
 }

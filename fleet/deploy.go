@@ -51,6 +51,11 @@ type DeployOptions struct {
 	// StopTimeout is how long an old agent has to exit after SIGTERM
 	// before it gets SIGKILL; default 10s.
 	StopTimeout time.Duration
+	// KeepFlags restarts an agent that runs (but is to be replaced or
+	// does not answer) with the flags it runs with, not FakeGPUs': the
+	// daemon's redeploy of a server whose agent stopped answering
+	// (control/redeploy.go) must not change how it was deployed.
+	KeepFlags bool
 	// Progress, when set, sees every finished server.
 	Progress ssh.Progress
 }
@@ -184,6 +189,9 @@ func (f *Fleet) deployOne(ctx context.Context, s cluster.Server, sum string, opt
 		return r
 	}
 	r.PreviousSHA256 = before.RunningSHA
+	if i := slices.Index(before.Args, "--socket"); opts.KeepFlags && before.PID != 0 && i >= 0 {
+		want = before.Args[i:]
+	}
 	if before.PID != 0 && before.RunningSHA == sum && sameFlags(before.Args, want) {
 		st, err := f.status(ctx, s, l, 5*time.Second)
 		if err == nil {
