@@ -32,6 +32,9 @@ type BenchConfig struct {
 	// BenchOversubComm), "cassini" (BenchCassini), "both" (philly and comm)
 	// or "" / "all".
 	OversubWorkload string
+	// OversubSeeds is how many seeds (traces) the CASSINI and the
+	// communication-heavy sweeps run per cell (default 6).
+	OversubSeeds int
 	// JSON prints the cells of the CASSINI and communication-heavy sweeps
 	// as JSON (SweepCell) instead of the text (with OversubOnly).
 	JSON bool
@@ -64,7 +67,11 @@ func benchOversub(ctx context.Context, w io.Writer, cfg BenchConfig) error {
 		}
 	}
 	if all || wl == "cassini" {
-		return BenchCassini(ctx, w, shiftSeedCount)
+		seeds := cfg.OversubSeeds
+		if seeds <= 0 {
+			seeds = shiftSeedCount
+		}
+		return BenchCassini(ctx, w, seeds)
 	}
 	return nil
 }

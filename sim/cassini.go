@@ -113,6 +113,10 @@ type CassiniCell struct {
 	// (Config.PriceUnshifted, start delays counted); SharedRatio the
 	// communication sharing added, with the shifts over without.
 	NoPlaceVsMorphling, HeldCutPct, SharedRatio float64
+	// CeilingPct is the cut had the shifts removed all that sharing added
+	// in the run without them: its share of that run's exposed
+	// communication.
+	CeilingPct float64
 }
 
 // arrivalName is "batch" or "poisson".
@@ -180,6 +184,7 @@ func cassiniCell(ctx context.Context, seed uint64, over float64, batch bool) (Ca
 	unshifted := with.CommExposed - with.CommShared + with.CommSharedUnshifted
 	c.HeldCutPct = finite(100 * (1 - ratio(with.CommExposed+with.ShiftDelay, unshifted)))
 	c.SharedRatio = finite(ratio(with.CommShared, without.CommShared))
+	c.CeilingPct = finite(100 * ratio(without.CommShared, without.CommExposed))
 	return c, nil
 }
 
@@ -207,7 +212,7 @@ func printCassini(w io.Writer, cells []CassiniCell, seeds int) {
 		cassiniJobs, cassiniGPUs, cassiniRefOver, 100*CassiniCommMin, 100*CassiniCommMax, cassiniPerRack, seeds)
 	fmt.Fprintf(w, "targets at %d:1: morphling/replan avg JCT >= %.1f× and the shifts' exposed comm cut >= %.0f %% (medians over seeds)\n", cassiniTargetOver, TargetCassiniVsMorphling, 100*TargetCassiniShiftCut)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  oversub.\tarrivals\tseed\tracks\tcomm share alone\tmorphling/replan avg JCT\twithout uplink-aware placement\tshifts: exposed comm cut\theld: exposed comm cut\tsharing-added comm, with / without shifts\t")
+	fmt.Fprintln(tw, "  oversub.\tarrivals\tseed\tracks\tcomm share alone\tmorphling/replan avg JCT\twithout uplink-aware placement\tshifts: exposed comm cut\theld: exposed comm cut\tsharing-added comm, with / without shifts\tceiling: cut were all sharing removed\t")
 	type key struct {
 		over  float64
 		batch string
@@ -222,19 +227,19 @@ func printCassini(w io.Writer, cells []CassiniCell, seeds int) {
 		groups[k] = append(groups[k], c)
 	}
 	for _, k := range order {
-		var vs, np, cut, held, sh []float64
+		var vs, np, cut, held, sh, ceil []float64
 		for _, c := range groups[k] {
-			fmt.Fprintf(tw, "  %g:1\t%s\t%d\t%d\t%.0f-%.0f %%\t%.3f×\t%.3f×\t%+.1f %%\t%+.1f %%\t%.2f×\t\n", c.Oversub, c.Arrivals, c.Seed, c.Racks, 100*c.CommMin, 100*c.CommMax,
-				c.ReplanVsMorphling, c.NoPlaceVsMorphling, c.ShiftExposedCutPct, c.HeldCutPct, c.SharedRatio)
+			fmt.Fprintf(tw, "  %g:1\t%s\t%d\t%d\t%.0f-%.0f %%\t%.3f×\t%.3f×\t%+.1f %%\t%+.1f %%\t%.2f×\t%.1f %%\t\n", c.Oversub, c.Arrivals, c.Seed, c.Racks, 100*c.CommMin, 100*c.CommMax,
+				c.ReplanVsMorphling, c.NoPlaceVsMorphling, c.ShiftExposedCutPct, c.HeldCutPct, c.SharedRatio, c.CeilingPct)
 			vs, np, cut = append(vs, c.ReplanVsMorphling), append(np, c.NoPlaceVsMorphling), append(cut, c.ShiftExposedCutPct)
-			held, sh = append(held, c.HeldCutPct), append(sh, c.SharedRatio)
+			held, sh, ceil = append(held, c.HeldCutPct), append(sh, c.SharedRatio), append(ceil, c.CeilingPct)
 		}
 		t1, t2 := "", ""
 		if k.over == cassiniTargetOver {
 			t1 = fmt.Sprintf(" (target >= %.1f×) %s", TargetCassiniVsMorphling, met(medianOf(vs) >= TargetCassiniVsMorphling))
 			t2 = fmt.Sprintf(" (target >= %.0f %%) %s", 100*TargetCassiniShiftCut, met(medianOf(cut) >= 100*TargetCassiniShiftCut))
 		}
-		fmt.Fprintf(tw, "  %g:1\t%s\tmedian\t\t\t%.3f×%s\t%.3f×\t%+.1f %%%s\t%+.1f %%\t%.2f×\t\n", k.over, k.batch, medianOf(vs), t1, medianOf(np), medianOf(cut), t2, medianOf(held), medianOf(sh))
+		fmt.Fprintf(tw, "  %g:1\t%s\tmedian\t\t\t%.3f×%s\t%.3f×\t%+.1f %%%s\t%+.1f %%\t%.2f×\t%.1f %%\t\n", k.over, k.batch, medianOf(vs), t1, medianOf(np), medianOf(cut), t2, medianOf(held), medianOf(sh), medianOf(ceil))
 	}
 	tw.Flush()
 }
@@ -274,9 +279,13 @@ func sweepCells(ctx context.Context, cfg BenchConfig, racks, perRack, jobs int) 
 	if jobs <= 0 {
 		jobs = 200
 	}
+	seeds := cfg.OversubSeeds
+	if seeds <= 0 {
+		seeds = shiftSeedCount
+	}
 	var out []SweepCell
 	if cfg.OversubWorkload == "" || cfg.OversubWorkload == "all" || cfg.OversubWorkload == "cassini" {
-		cs, err := CassiniSweep(ctx, shiftSeedCount, cassiniOvers)
+		cs, err := CassiniSweep(ctx, seeds, cassiniOvers)
 		if err != nil {
 			return nil, err
 		}
@@ -286,7 +295,7 @@ func sweepCells(ctx context.Context, cfg BenchConfig, racks, perRack, jobs int) 
 	}
 	if cfg.OversubWorkload != "cassini" && cfg.OversubWorkload != "philly" {
 		for _, batch := range []bool{false, true} {
-			es, err := ShiftSeeds(ctx, jobs, racks, perRack, shiftSeedCount, []float64{2, 4, 16}, batch)
+			es, err := ShiftSeeds(ctx, jobs, racks, perRack, seeds, []float64{2, 4, 16}, batch)
 			if err != nil {
 				return nil, err
 			}
