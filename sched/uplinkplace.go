@@ -21,8 +21,9 @@ import (
 // scored on the uplinks of its racks by uplinkScore: the worst uplink's
 // compatibility (the job's circle rotated against the cross-rack jobs
 // already there, Rotate), then the most loaded uplink's communication
-// load with the job added (lower is better: it leaves room to interleave
-// the jobs still to come), then the mean compatibility. The job moves
+// load with the job added, where sharing can overload it at all (lower is
+// better: it leaves room to interleave the jobs still to come), then the
+// mean compatibility. The job moves
 // only to a strictly better score; it returns whether it moved.
 func placeOnUplinks(st *state, i int, plan perf.Plan, thr func(a []Alloc) float64) bool {
 	js := &st.jobs[i]
@@ -141,20 +142,31 @@ func newUplinkScorer(st *state, i int, me Circle) *uplinkScorer {
 // rack is the job's compatibility on rack r's uplink with the cross-rack
 // jobs already there (their circles as the round leaves them, unchanged
 // running jobs held at their phase; 1 alone) and the uplink's load with
-// the job: the communication demand its circles average over a period.
+// the job: the communication demand its circles average over a period,
+// counted only where the link can be overloaded at all (their peak
+// demands sum above its capacity; else 0, as alone). A link that sharing
+// cannot slow does not steer the placement: on an uncontended spine the
+// choice stays the fewest-racks one.
 func (u *uplinkScorer) rack(r int) (float64, float64) {
 	if v, ok := u.racks[r]; ok {
 		return v[0], v[1]
 	}
-	sc, load := 1.0, CommLoad(u.me)
+	sc, load := 1.0, 0.0
 	if tcs, _ := u.st.rackCircles(r, u.i); len(tcs) > 0 {
 		cs, fixed, offs := make([]Circle, 0, len(tcs)+1), make([]bool, 0, len(tcs)+1), make([]float64, 0, len(tcs)+1)
 		for _, o := range tcs {
 			cs, fixed, offs = append(cs, o.c), append(fixed, o.fixed), append(offs, o.off)
-			load += CommLoad(o.c)
 		}
-		cs, fixed, offs = append(cs, u.me), append(fixed, false), append(offs, 0)
-		_, sc = Rotate(cs, fixed, offs, 1)
+		// An uplink whose peak demands sum to at most its capacity is
+		// never overloaded: compatibility 1, and its load does not count.
+		if peakDemand(cs)+u.me.peak() > 1 {
+			load = CommLoad(u.me)
+			for _, c := range cs {
+				load += CommLoad(c)
+			}
+			cs, fixed, offs = append(cs, u.me), append(fixed, false), append(offs, 0)
+			_, sc = Rotate(cs, fixed, offs, 1)
+		}
 	}
 	u.racks[r] = [2]float64{sc, load}
 	return sc, load
