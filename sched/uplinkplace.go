@@ -125,6 +125,14 @@ func (x uplinkScore) better(y uplinkScore) bool {
 	return x.mean > y.mean+eps
 }
 
+// roomyLoad is the uplink load at or below which the placement treats an
+// uplink as unloaded: half its capacity on average leaves room for one
+// more job of as long an arc at the same demand. Below it, loads do not
+// steer the placement (on the Philly-like mix at 4:1 arcs are 1-9 % of an
+// iteration: moving jobs by such loads only reshuffled the trajectory,
+// 2026-11-27).
+const roomyLoad = 0.5
+
 // uplinkScorer scores placements of job i (circle me) rack by rack, each
 // rack's uplink once: the job is left out of the rack's jobs, so a rack's
 // score does not depend on the candidate.
@@ -144,7 +152,7 @@ func newUplinkScorer(st *state, i int, me Circle) *uplinkScorer {
 // running jobs held at their phase; 1 alone) and the uplink's load with
 // the job: the communication demand its circles average over a period,
 // counted only where the link can be overloaded at all (their peak
-// demands sum above its capacity; else 0, as alone). A link that sharing
+// demands sum above its capacity) and above roomyLoad; else 0, as alone. A link that sharing
 // cannot slow does not steer the placement: on an uncontended spine the
 // choice stays the fewest-racks one.
 func (u *uplinkScorer) rack(r int) (float64, float64) {
@@ -163,6 +171,9 @@ func (u *uplinkScorer) rack(r int) (float64, float64) {
 			load = CommLoad(u.me)
 			for _, c := range cs {
 				load += CommLoad(c)
+			}
+			if load <= roomyLoad {
+				load = 0
 			}
 			cs, fixed, offs = append(cs, u.me), append(fixed, false), append(offs, 0)
 			_, sc = Rotate(cs, fixed, offs, 1)
