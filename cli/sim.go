@@ -244,8 +244,10 @@ func newSimBenchCmd(stdout io.Writer) *cobra.Command {
 	f.IntVar(&b.ScaleServers, "scale-servers", 1024, "servers of the scale trace and the one-round benchmark")
 	f.Float64Var(&b.ScaleRoundInterval, "scale-round-interval", 60, "round interval of the scale run in seconds (0: a round on every event)")
 	f.BoolVar(&b.SkipScale, "skip-scale", false, "skip the scale traces")
-	f.BoolVar(&b.OversubOnly, "oversub-only", false, "print only the spine-oversubscription sweeps (1:1, 4:1, 16:1)")
-	f.StringVar(&b.OversubWorkload, "oversub-workload", "both", "spine-oversubscription sweeps: philly (racks of 8 servers), comm (communication-heavy data-parallel jobs on racks of 3 servers, plans pinned and elastic) or both")
+	f.BoolVar(&b.OversubOnly, "oversub-only", false, "print only the spine-oversubscription sweeps (1:1, 2:1, 4:1, 16:1)")
+	f.StringVar(&b.OversubWorkload, "oversub-workload", "all", "spine-oversubscription sweeps: philly (racks of 8 servers), comm (communication-heavy data-parallel jobs on racks of 3 servers, plans pinned and elastic), cassini (pure data-parallel jobs larger than a rack, 25-45 % communication), both (philly and comm) or all")
+	f.IntVar(&b.OversubSeeds, "oversub-seeds", 6, "seeds (traces) of the cassini sweep, and of the comm sweep in --json")
+	f.BoolVar(&b.JSON, "json", false, "with --oversub-only: print every cell (seed) of the cassini and comm sweeps as a JSON array of objects (sweep, oversub, arrivals, seed, replan_vs_morphling, shift_exposed_cut_pct; comm also dally_auto_vs_manual)")
 	f.BoolVar(&b.SkipNetwork, "skip-network", false, "skip the multi-rack experiments")
 	f.IntVar(&b.NetworkJobs, "network-jobs", 400, "jobs of each generated multi-rack trace")
 	return cmd

@@ -244,14 +244,17 @@ type roundCircle struct {
 // leaves them, running ones at their phase), the communication seconds
 // per iteration the link's
 // overload adds to the job at its best rotation (Rotate, LinkLoad), as a
-// share of its iteration alone. It returns the worst uplink's share, the
-// rack and the jobs on it (0, "", nil when the allocation stays in one rack
-// or no other cross-rack job shares its uplinks).
-func uplinkInflation(st *state, i int, plan perf.Plan) (float64, string, []string) {
+// share of its iteration alone, against that uplink's limit: limit(load),
+// load being the uplink's communication load with the job (Σ CommLoad).
+// It returns the share on the uplink furthest over (or nearest to) its
+// limit, that share over the limit, the rack and the jobs on it (0, 0,
+// "", nil when the allocation stays in one rack or no other cross-rack
+// job shares its uplinks).
+func uplinkInflation(st *state, i int, plan perf.Plan, limit func(load float64) float64) (float64, float64, string, []string) {
 	js := &st.jobs[i]
 	var me Circle
 	haveMe := false
-	worst, rack := 0.0, ""
+	worst, over, rack := 0.0, 0.0, ""
 	var with []string
 	for n, a := range js.alloc {
 		r := st.rackOf[a.Server]
@@ -270,12 +273,16 @@ func uplinkInflation(st *state, i int, plan perf.Plan) (float64, string, []strin
 			// the job's own circle only once an uplink has others
 			var ok bool
 			if me, ok = spineCircle(st.snap, js.job, plan, js.alloc); !ok || me.Period <= 0 {
-				return 0, "", nil
+				return 0, 0, "", nil
 			}
 			haveMe = true
 		}
 		if peakDemand(cs)+me.peak() <= 1 {
 			continue // never over capacity, whatever the rotation
+		}
+		load := CommLoad(me)
+		for _, c := range cs {
+			load += CommLoad(c)
 		}
 		// The others are held where they are (those starting this round
 		// at offset 0: the shifts that follow rotate them too, so this
@@ -287,11 +294,22 @@ func uplinkInflation(st *state, i int, plan perf.Plan) (float64, string, []strin
 		cs, offs = append(cs, me), append(offs, 0)
 		offs, _ = Rotate(cs, fixed, offs, 1)
 		_, _, extra := LinkLoad(cs, offs, 1)
-		if x := extra[len(extra)-1] / me.Period; x > worst {
-			worst, rack, with = x, st.snap.Servers[a.Server].Rack, ids
+		x := extra[len(extra)-1] / me.Period
+		if l := limit(load); l > 0 && x/l > over {
+			worst, over, rack, with = x, x/l, st.snap.Servers[a.Server].Rack, ids
 		}
 	}
-	return worst, rack, with
+	return worst, over, rack, with
+}
+
+// holdLimit is the uplink hold's threshold on an uplink of load (Σ
+// CommLoad with the job): UplinkHoldFit where the load fits the
+// capacity, else UplinkHold.
+func (o NetOptions) holdLimit(load float64) float64 {
+	if load <= 1 && o.UplinkHoldFit > 0 {
+		return math.Min(o.UplinkHold, o.UplinkHoldFit)
+	}
+	return o.UplinkHold
 }
 
 // holdReason is the waiting reason of a job the uplink hold passed over:

@@ -552,7 +552,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 						// (since submit or its last run) less than
 						// UplinkHoldRuns times its predicted run on the offer.
 						run := js.remaining * float64(js.job.Model.Arch.GlobalBatch) / v.thr
-						if x, rack, with := uplinkInflation(st, i, v.plan); x > p.net.UplinkHold && nr.jobs[i].starved < p.net.UplinkHoldRuns*run {
+						if x, over, rack, with := uplinkInflation(st, i, v.plan, p.net.holdLimit); over > 1 && nr.jobs[i].starved < p.net.UplinkHoldRuns*run {
 							offer := st.placement(i)
 							st.rollback(step)
 							if js.total == 0 {
@@ -666,7 +666,10 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 // that this round placed across racks with free GPUs only (no job shrunk
 // since mark): among equally good placements (the same GPUs per server,
 // so the same best plan and predicted throughput) the one whose rack
-// uplinks its communication interleaves with best.
+// uplinks its communication interleaves with best. With
+// NetOptions.UplinkPlace it is the uplink-aware placement
+// (placeOnUplinks), which weighs the fewest-racks alternatives and the
+// uplinks' load too.
 func (p *Morphling) preferCompatible(st *state, i, mark int) {
 	js := &st.jobs[i]
 	if js.job.Model == nil || len(js.alloc) < 2 || !st.cross(i) {
@@ -681,12 +684,17 @@ func (p *Morphling) preferCompatible(st *state, i, mark int) {
 	if !v.ok {
 		return
 	}
-	preferCompatible(st, i, v.plan, func(a []Alloc) float64 {
+	thr := func(a []Alloc) float64 {
 		if w := p.c.best(js.job.Model, js.fam, placementOf(a), crossRack(st.snap.Servers, a), js.cpg); w.ok {
 			return w.thr
 		}
 		return 0
-	})
+	}
+	if p.net.UplinkPlace {
+		placeOnUplinks(st, i, v.plan, thr) // uplinkplace.go
+		return
+	}
+	preferCompatible(st, i, v.plan, thr)
 }
 
 // planFor is the plan job i runs on its tentative allocation: the best

@@ -49,6 +49,23 @@ type NetOptions struct {
 	// (ItersTotal 0) never is. Default 8 (2026-11-26: 8-16 did best on
 	// the contended sweep; unbounded was worse at 16:1).
 	UplinkHoldRuns float64
+	// UplinkHoldFit is the uplink hold's threshold on an uplink whose
+	// load with the job (Σ CommLoad of the circles there) is at most its
+	// capacity: there the overlap is the circles' incompatibility, not a
+	// lack of bandwidth, and a job that interleaves with them may come
+	// (CASSINI's premise), so a smaller slowdown already holds the job.
+	// Default 0.05 (2026-11-27, the CASSINI sweep: 0.02-0.05 did best,
+	// 0.1 half as well); negative: UplinkHold everywhere.
+	UplinkHoldFit float64
+	// UplinkPlace is replan's uplink-aware placement (uplinkplace.go): a
+	// waiting job placed across racks on free GPUs goes, among the
+	// placements the model prices as good as the fewest-racks one, to the
+	// one whose spine uplinks its communication arcs interleave with best
+	// (CASSINI's compatibility score against the cross-rack jobs already
+	// there), then the one that leaves those uplinks least loaded. Off:
+	// only the compatibility tie-break among exactly equivalent servers
+	// (preferCompatible). On in DefaultNetOptions.
+	UplinkPlace bool
 	// PreemptMinRun is Dally's network-sensitive preemption (dally,
 	// dally-manual; replan preempts by Morphling's rule and ignores it): a
 	// running job is preempted for a waiting one only after it ran this
@@ -61,10 +78,11 @@ type NetOptions struct {
 }
 
 // DefaultNetOptions returns Dally's manual timers (12 h / 12 h), the
-// auto-tuner on, a 5 % loss threshold, time-shifts on and a 25 % uplink
-// hold of at most 8 runs.
+// auto-tuner on, a 5 % loss threshold, time-shifts on, a 25 % uplink
+// hold of at most 8 runs (5 % where the uplink's load fits it) and the
+// uplink-aware placement.
 func DefaultNetOptions() NetOptions {
-	return NetOptions{ServerTimer: 12 * 3600, RackTimer: 12 * 3600, AutoTune: true, LossAccept: 0.05, Shifts: true, UplinkHold: 0.25, UplinkHoldRuns: 8}
+	return NetOptions{ServerTimer: 12 * 3600, RackTimer: 12 * 3600, AutoTune: true, LossAccept: 0.05, Shifts: true, UplinkHold: 0.25, UplinkHoldRuns: 8, UplinkHoldFit: 0.05, UplinkPlace: true}
 }
 
 func (o NetOptions) withDefaults() NetOptions {
@@ -82,6 +100,9 @@ func (o NetOptions) withDefaults() NetOptions {
 	}
 	if o.UplinkHoldRuns <= 0 {
 		o.UplinkHoldRuns = 8
+	}
+	if o.UplinkHoldFit == 0 {
+		o.UplinkHoldFit = 0.05
 	}
 	if o.PreemptMinRun == 0 {
 		o.PreemptMinRun = 3600

@@ -564,13 +564,19 @@ func (f *freeIndex) unskip() {
 // spanning racks share it; the generic fill (the servers with the most
 // free GPUs, wherever they are) can spread a 32-GPU job over four racks
 // of 24 GPUs where two do. It returns how many it got (0 or need).
-func (st *state) takeFewestRacks(j, need int) int {
+func (st *state) takeFewestRacks(j, need int) int { return st.takeFewestRacksExcept(j, need, -1) }
+
+// takeFewestRacksExcept is takeFewestRacks without rack except (-1: none).
+func (st *state) takeFewestRacksExcept(j, need, except int) int {
 	js := &st.jobs[j]
 	cpg := max(js.cpg, 1)
 	room := func(s int) int { return max(min(st.free[s], st.freeCPU[s]/cpg), 0) }
 	h := &st.idx
 	mark := len(st.journal)
 	used := make([]bool, len(st.racks))
+	if except >= 0 && except < len(used) {
+		used[except] = true
+	}
 	got := 0
 	for got < need {
 		rest := need - got

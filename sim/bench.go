@@ -29,24 +29,49 @@ type BenchConfig struct {
 	OversubOnly bool
 	// OversubWorkload picks the sweeps: "philly" (Philly-like jobs on racks
 	// of 8 servers), "comm" (communication-heavy data-parallel jobs on racks of 3 servers,
-	// BenchOversubComm) or "" / "both".
+	// BenchOversubComm), "cassini" (BenchCassini), "both" (philly and comm)
+	// or "" / "all".
 	OversubWorkload string
+	// OversubSeeds is how many seeds (traces) the CASSINI and the
+	// communication-heavy sweeps run per cell (default 6).
+	OversubSeeds int
+	// JSON prints the cells of the CASSINI and communication-heavy sweeps
+	// as JSON (SweepCell) instead of the text (with OversubOnly).
+	JSON bool
 }
 
 // benchOversub runs the spine-oversubscription sweeps cfg asks for.
 func benchOversub(ctx context.Context, w io.Writer, cfg BenchConfig) error {
-	switch cfg.OversubWorkload {
-	case "", "both", "philly", "comm":
+	wl := cfg.OversubWorkload
+	switch wl {
+	case "", "all", "both", "philly", "comm", "cassini":
 	default:
-		return fmt.Errorf("oversub workload %q: want philly, comm or both", cfg.OversubWorkload)
+		return fmt.Errorf("oversub workload %q: want philly, comm, cassini, both (philly and comm) or all", wl)
 	}
-	if cfg.OversubWorkload != "comm" {
+	if cfg.JSON {
+		cells, err := sweepCells(ctx, cfg, 8, 3, cfg.NetworkJobs)
+		if err != nil {
+			return err
+		}
+		return WriteSweepJSON(w, cells)
+	}
+	all := wl == "" || wl == "all"
+	if all || wl == "both" || wl == "philly" {
 		if err := BenchOversub(ctx, w, 4, cfg.NetworkJobs); err != nil {
 			return err
 		}
 	}
-	if cfg.OversubWorkload != "philly" {
-		return BenchOversubComm(ctx, w, 8, 3, cfg.NetworkJobs)
+	if all || wl == "both" || wl == "comm" {
+		if err := BenchOversubComm(ctx, w, 8, 3, cfg.NetworkJobs); err != nil {
+			return err
+		}
+	}
+	if all || wl == "cassini" {
+		seeds := cfg.OversubSeeds
+		if seeds <= 0 {
+			seeds = shiftSeedCount
+		}
+		return BenchCassini(ctx, w, seeds)
 	}
 	return nil
 }
@@ -75,6 +100,9 @@ func Bench(ctx context.Context, w io.Writer, cfg BenchConfig) error {
 	}
 	if cfg.OversubOnly {
 		return benchOversub(ctx, w, cfg)
+	}
+	if cfg.JSON {
+		return fmt.Errorf("sim bench: --json prints the oversubscription sweeps' cells: it needs --oversub-only")
 	}
 	if cfg.DataDir == "" {
 		fmt.Fprintln(w, "sim bench: skipped the Morphling traces: no data directory (../shared/data/morphling is absent; pass --data)")

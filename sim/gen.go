@@ -32,6 +32,10 @@ type GenConfig struct {
 	Apps []string
 	// Plans, when set, are the only plan codes drawn (of those that fit).
 	Plans []string
+	// Keep, when set, further restricts the plans drawn for a model type
+	// on g GPUs (CassiniWorkload: by the share of the iteration they
+	// communicate across racks).
+	Keep func(m perf.Model, p perf.Plan, g int) bool
 }
 
 // GenDemand is one GPU demand of a generated mix and its probability.
@@ -146,6 +150,13 @@ func Generate(cfg GenConfig) ([]dataset.WorkloadJob, error) {
 			plans[k] = genPlans(models[app].Arch, g, cfg.GPUsPerServer, env)
 			if len(cfg.Plans) > 0 {
 				plans[k] = slices.DeleteFunc(plans[k], func(c string) bool { return !slices.Contains(cfg.Plans, c) })
+			}
+			if cfg.Keep != nil {
+				m := models[app]
+				plans[k] = slices.DeleteFunc(plans[k], func(c string) bool {
+					p, err := dataset.PlanFromCode(c, m.Arch, g)
+					return err != nil || !cfg.Keep(m, p, g)
+				})
 			}
 		}
 		cands := plans[k]

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/replan/replan/cluster"
@@ -89,6 +90,9 @@ type ShiftEffect struct {
 	// removed (a share of the unshifted exposed communication); and
 	// HeldNet the same less the start delay the shifts cost.
 	HeldShared, HeldCut, HeldNet []float64
+	// DallyAutoVsManual is dally-manual's avg JCT over dally's: > 1 when
+	// Dally's auto-tuned timers beat its hand-set ones.
+	DallyAutoVsManual []float64
 }
 
 // ShiftSeeds measures ShiftEffect for each oversubscription over seeds
@@ -108,11 +112,11 @@ func ShiftSeeds(ctx context.Context, jobs, racks, perRack, seeds int, overs []fl
 			if err != nil {
 				return nil, err
 			}
-			var r [4]*Result
+			var r [6]*Result
 			for k, run := range []struct {
 				policy   string
 				noShifts bool
-			}{{"replan", false}, {"replan", true}, {"morphling", false}, {"replan no-hold", false}} {
+			}{{"replan", false}, {"replan", true}, {"morphling", false}, {"replan no-hold", false}, {"dally", false}, {"dally-manual", false}} {
 				cfg := Config{Servers: racks * perRack, ServersPerRack: perRack, PinPlans: true, NoShifts: run.noShifts, PriceUnshifted: k == 0}
 				models := DefaultModels(perf.A800)
 				models.SetSpine(float64(perRack)*cluster.A800RDMAGBps/over, perRack)
@@ -134,6 +138,7 @@ func ShiftSeeds(ctx context.Context, jobs, racks, perRack, seeds int, overs []fl
 			e.HeldShared = append(e.HeldShared, ratio(with.CommShared, with.CommSharedUnshifted))
 			e.HeldCut = append(e.HeldCut, 1-ratio(with.CommExposed, unshifted))
 			e.HeldNet = append(e.HeldNet, 1-ratio(with.CommExposed+with.ShiftDelay, unshifted))
+			e.DallyAutoVsManual = append(e.DallyAutoVsManual, ratio(r[5].AvgJCT, r[4].AvgJCT))
 		}
 		out = append(out, e)
 	}
@@ -159,13 +164,25 @@ func printShiftSeeds(w io.Writer, es []ShiftEffect, jobs, seeds int, batch bool)
 	}
 	fmt.Fprintf(w, "\n%d seeds of the communication-heavy trace (plans pinned, %s, %d jobs), median (min to max): replan against morphling, with and without its uplink hold; replan with the shifts against a run without them; and, trajectory held, the run with the shifts against its own links priced unshifted (same placements and progress; the cut counts the start delays the shifts cost)\n", seeds, arrivals, jobs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  oversub.\tmorphling/replan avg JCT (target >= 1.15×)\twithout the uplink hold\tshifts: sharing-added comm\texposed comm cut (target >= 30%)\tavg JCT\theld: sharing-added comm\theld: exposed comm cut\t")
+	fmt.Fprintln(tw, "  oversub.\tmorphling/replan avg JCT (target >= 1.15×)\twithout the uplink hold\tshifts: sharing-added comm\texposed comm cut (target >= 30%)\tavg JCT\theld: sharing-added comm\theld: exposed comm cut\tdally-manual/dally avg JCT (target >= 1×)\t")
 	for _, e := range es {
-		fmt.Fprintf(tw, "  %g:1\t%s %s\t%s\t%s\t%s %s\t%s\t%s\t%s %s\t\n", e.Over, spreadOf(e.VsMorphling, "%.2f×"), met(medianOf(e.VsMorphling) >= 1.15), spreadOf(e.NoHoldVsMorphling, "%.2f×"),
+		fmt.Fprintf(tw, "  %g:1\t%s %s\t%s\t%s\t%s %s\t%s\t%s\t%s %s\t%s %s\t\n", e.Over, spreadOf(e.VsMorphling, "%.2f×"), met(medianOf(e.VsMorphling) >= 1.15), spreadOf(e.NoHoldVsMorphling, "%.2f×"),
 			spreadOf(e.SharedRatio, "%.2f×"), spreadOf(pct(e.ExposedCut), "%+.1f%%"), met(medianOf(e.ExposedCut) >= 0.3), spreadOf(e.JCTRatio, "%.2f×"),
-			spreadOf(e.HeldShared, "%.2f×"), spreadOf(pct(e.HeldNet), "%+.1f%%"), met(medianOf(e.HeldNet) >= 0.3))
+			spreadOf(e.HeldShared, "%.2f×"), spreadOf(pct(e.HeldNet), "%+.1f%%"), met(medianOf(e.HeldNet) >= 0.3),
+			spreadOf(e.DallyAutoVsManual, "%.2f×"), met(medianOf(e.DallyAutoVsManual) >= 1))
 	}
 	tw.Flush()
+	// every seed's figures, as the JSON has them
+	fmt.Fprintln(w, "  per seed (seeds 1..n): morphling/replan avg JCT | shifts' exposed comm cut | dally-manual/dally avg JCT")
+	for _, e := range es {
+		var a, b, c []string
+		for n := range e.VsMorphling {
+			a = append(a, fmt.Sprintf("%.2f×", e.VsMorphling[n]))
+			b = append(b, fmt.Sprintf("%+.1f%%", 100*e.ExposedCut[n]))
+			c = append(c, fmt.Sprintf("%.2f×", e.DallyAutoVsManual[n]))
+		}
+		fmt.Fprintf(w, "  %g:1  %s | %s | %s\n", e.Over, strings.Join(a, " "), strings.Join(b, " "), strings.Join(c, " "))
+	}
 }
 
 func pct(v []float64) []float64 {
@@ -196,12 +213,18 @@ func spreadOf(v []float64, f string) string {
 	return fmt.Sprintf(f+" ("+f+" to "+f+")", medianOf(v), slices.Min(v), slices.Max(v))
 }
 
-// policyNamed is sched.New, and "replan no-hold": replan with its uplink
-// hold off (the ablation of NetOptions.UplinkHold).
+// policyNamed is sched.New, "replan no-hold": replan with its uplink hold
+// off (the ablation of NetOptions.UplinkHold), and "replan no-place":
+// replan without its uplink-aware placement (NetOptions.UplinkPlace).
 func policyNamed(name string) (sched.Policy, error) {
-	if name == "replan no-hold" {
+	switch name {
+	case "replan no-hold":
 		n := sched.DefaultNetOptions()
 		n.UplinkHold = -1
+		return sched.NewReplan(sched.DefaultOptions(), n), nil
+	case "replan no-place":
+		n := sched.DefaultNetOptions()
+		n.UplinkPlace = false
 		return sched.NewReplan(sched.DefaultOptions(), n), nil
 	}
 	return sched.New(name)

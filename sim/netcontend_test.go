@@ -94,7 +94,7 @@ func TestShiftSeeds(t *testing.T) {
 		t.Fatalf("effects %+v: want 4:1 and 16:1", es)
 	}
 	for _, e := range es {
-		for _, v := range [][]float64{e.SharedRatio, e.ExposedCut, e.JCTRatio, e.VsMorphling, e.HeldShared, e.HeldCut, e.HeldNet} {
+		for _, v := range [][]float64{e.SharedRatio, e.ExposedCut, e.JCTRatio, e.VsMorphling, e.HeldShared, e.HeldCut, e.HeldNet, e.DallyAutoVsManual} {
 			if len(v) != 3 {
 				t.Fatalf("%g:1: %d values, want one per seed", e.Over, len(v))
 			}
