@@ -258,19 +258,26 @@ func (c *Client) Submit(ctx context.Context, file string, spec []byte) (JobRecor
 		return JobRecord{}, err
 	}
 	var r JobRecord
+	var deadline time.Time
+	if to := c.timeout(); to > 0 {
+		deadline = time.Now().Add(to)
+	}
 	for attempt := 0; ; attempt++ {
 		r, err = c.SubmitWithKey(ctx, file, spec, key)
 		var re *RemoteError
 		// A follower whose leader died under the request (502): the
-		// retry with the same key gets the job if it was created.
+		// retry with the same key gets the job if it was created, once
+		// another leader is elected (retried within the client's
+		// timeout, as a follower's 503 for want of a leader is).
 		gone := errors.As(err, &re) && re.Status == http.StatusBadGateway
-		if err == nil || (errors.As(err, &re) && !gone) || attempt == 3 || ctx.Err() != nil {
+		if err == nil || (errors.As(err, &re) && !gone) || (!gone && attempt >= 3) || ctx.Err() != nil ||
+			(gone && !deadline.IsZero() && time.Now().After(deadline)) {
 			return r, err
 		}
 		select {
 		case <-ctx.Done():
 			return r, err
-		case <-time.After(time.Duration(250<<attempt) * time.Millisecond):
+		case <-time.After(time.Duration(250<<min(attempt, 2)) * time.Millisecond):
 		}
 	}
 }
