@@ -299,12 +299,12 @@ func (m *member) run(ctx context.Context) error {
 		}
 		err = m.lead(ctx, term)
 		m.follow() // before anything else: no request reaches the old daemon
-		why := term.Err()
-		term.Resign()
 		if ctx.Err() != nil {
+			term.Resign()
 			break
 		}
-		m.log.Warn("stepped down: no longer the leader; following", "epoch", term.Epoch, "why", why, "err", err)
+		m.log.Warn("stepped down: no longer the leader, not scheduling; following", "epoch", term.Epoch, "why", term.Err(), "err", err)
+		term.Resign()
 	}
 	return nil
 }

@@ -420,3 +420,163 @@ func TestHAFailover(t *testing.T) {
 		t.Error("no submit was acknowledged")
 	}
 }
+
+// Three daemon processes, each with its own embedded etcd member
+// (--etcd-embedded --peers). Losing one member (a follower's daemon, with
+// its etcd) changes nothing: the leader keeps its epoch and runs rounds.
+// Losing two: the last daemon's etcd has no quorum, so it steps down,
+// stops scheduling and says why in its status; when a member returns, a
+// leader is elected again and runs rounds.
+func TestHAEmbeddedQuorum(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the replan binary and runs three daemons with embedded etcd")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not on PATH")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "replan")
+	if out, err := exec.Command(gobin, "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	inv, err := filepath.Abs("../inventory.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("ha-test-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var peers []string
+	peerURL := map[string]string{}
+	for i := range 3 {
+		name := fmt.Sprintf("e%d", i)
+		peerURL[name] = "http://" + haFreePort(t)
+		peers = append(peers, name+"="+peerURL[name])
+	}
+	var members []*haMember
+	for i := range 3 {
+		name := fmt.Sprintf("e%d", i)
+		port := haFreePort(t)
+		m := &haMember{name: name, sock: filepath.Join(dir, name+".sock"), addr: "https://" + port}
+		m.args = []string{"daemon", "--inventory", inv, "--db", filepath.Join(dir, "shared.db"), "--socket", m.sock,
+			"--listen", port, "--advertise", m.addr, "--token-file", token, "--etcd-embedded", "--peers", strings.Join(peers, ","),
+			"--etcd-client-url", "http://" + haFreePort(t), "--etcd-dir", filepath.Join(dir, "etcd-"+name),
+			"--name", name, "--election-ttl", "2s", "--tick", "500ms"}
+		if m.log, err = os.Create(filepath.Join(dir, name+".log")); err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, m)
+		m.start(t, bin, dir)
+	}
+	t.Cleanup(func() {
+		for _, m := range members {
+			m.kill()
+			m.log.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(m.log.Name())
+				if len(b) > 6000 {
+					b = b[len(b)-6000:]
+				}
+				t.Logf("%s's log (end):\n%s", m.name, b)
+			}
+		}
+	})
+	opt := waitfor.Options{Stall: 90 * time.Second, Poll: 100 * time.Millisecond}
+	var lead *haMember
+	var epoch uint64
+	if err := waitfor.Progress(ctx, "a leader among three embedded members", opt, func() error {
+		var seen []string
+		lead = nil
+		for _, m := range members {
+			st, err := m.status(ctx)
+			if err != nil {
+				seen = append(seen, m.name+": down")
+				continue
+			}
+			seen = append(seen, fmt.Sprintf("%s: %s, %d members", m.name, st.Role, len(st.Members)))
+			if st.Role == "leader" && st.Leader == m.addr && !st.LastRound.At.IsZero() && len(st.Members) == 3 {
+				lead, epoch = m, st.Epoch
+			}
+		}
+		if lead == nil || strings.Contains(strings.Join(seen, " "), "down") {
+			return fmt.Errorf("%s", strings.Join(seen, "; "))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var followers []*haMember
+	for _, m := range members {
+		if m != lead {
+			followers = append(followers, m)
+		}
+	}
+
+	// Lose one member: the leader stays, with its epoch, running rounds
+	// for three election TTLs after the loss.
+	t0 := time.Now()
+	followers[0].kill()
+	if err := waitfor.Progress(ctx, "rounds after losing one member", opt, func() error {
+		st, err := lead.status(ctx)
+		if err != nil {
+			return err
+		}
+		if st.Role != "leader" || st.Epoch != epoch {
+			t.Fatalf("after losing one of three members the leader is %s of %s, epoch %d (was leader, epoch %d)", st.Role, st.Leader, st.Epoch, epoch)
+		}
+		if st.LastRound.At.Before(t0.Add(6 * time.Second)) {
+			return fmt.Errorf("last round %v after the loss", st.LastRound.At.Sub(t0).Round(100*time.Millisecond))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Lose two: no quorum; the last daemon steps down and says why.
+	followers[1].kill()
+	var why string
+	if err := waitfor.Progress(ctx, "the last daemon stepping down", opt, func() error {
+		st, err := lead.status(ctx)
+		if err != nil {
+			return err
+		}
+		if st.Role != "follower" || st.Election == "" {
+			return fmt.Errorf("%s, leader %q, election %q", st.Role, st.Leader, st.Election)
+		}
+		why = st.Election
+		if b, _ := os.ReadFile(lead.log.Name()); !strings.Contains(string(b), "stepped down") {
+			return fmt.Errorf("a follower (%s), but its log does not say it stepped down", why)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("without quorum %s says: %s", lead.name, why)
+
+	// A member returns: a leader again, running rounds.
+	t1 := time.Now()
+	followers[1].start(t, bin, dir)
+	if err := waitfor.Progress(ctx, "a leader after a member returned", opt, func() error {
+		var seen []string
+		for _, m := range []*haMember{lead, followers[1]} {
+			st, err := m.status(ctx)
+			if err != nil {
+				seen = append(seen, m.name+": "+err.Error())
+				continue
+			}
+			if st.Role == "leader" && st.LastRound.At.After(t1) {
+				if st.Epoch <= epoch {
+					t.Fatalf("the new leader's epoch %d is not above the old %d", st.Epoch, epoch)
+				}
+				return nil
+			}
+			seen = append(seen, fmt.Sprintf("%s: %s of %q (%s)", m.name, st.Role, st.Leader, st.Election))
+		}
+		return fmt.Errorf("%s", strings.Join(seen, "; "))
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

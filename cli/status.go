@@ -23,6 +23,9 @@ func newStatusCmd(stdout, stderr io.Writer) *cobra.Command {
 					leader = "none (an election is under way, or etcd has no quorum)"
 				}
 				fmt.Fprintf(w, "role     %s\nleader   %s\nmembers  %s\nepoch    %d\n", clean(st.Role), clean(leader), clean(strings.Join(st.Members, ", ")), st.Epoch)
+				if st.Election != "" {
+					fmt.Fprintf(w, "election %s\n", clean(st.Election))
+				}
 				if st.Version == "" || st.Policy == "" {
 					return nil // a follower without a leader knows no more
 				}

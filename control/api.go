@@ -89,6 +89,9 @@ type Status struct {
 	Leader  string   `json:"leader"`
 	Members []string `json:"members"`
 	Epoch   uint64   `json:"epoch"`
+	// Election says why there is no leader, or why the view is
+	// incomplete (etcd unreachable, no quorum); empty when all is well.
+	Election string `json:"election,omitempty"`
 }
 
 // API serves the daemon over HTTP/JSON.

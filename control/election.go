@@ -267,7 +267,7 @@ var ErrNoLeader = errors.New("no leader")
 func (e *Election) Leader(ctx context.Context) (Member, error) {
 	ms, err := e.Members(ctx)
 	if err != nil {
-		return Member{}, fmt.Errorf("%w: %v", ErrNoLeader, err)
+		return Member{}, fmt.Errorf("%w: etcd does not answer (%v): without a majority of its members up and connected no daemon leads, and none schedules; jobs keep running", ErrNoLeader, err)
 	}
 	if len(ms) == 0 {
 		return Member{}, fmt.Errorf("%w: no daemon campaigns under %s", ErrNoLeader, e.cfg.Prefix)

@@ -78,7 +78,7 @@ func (e *Election) HAView(ctx context.Context) HAView {
 	defer cancel()
 	ms, err := e.Members(ctx)
 	if err != nil {
-		v.Why = err.Error()
+		v.Why = fmt.Sprintf("etcd does not answer (%v): without a majority of its members no daemon can lead, and none schedules", err)
 		if v.Role == "leader" {
 			v.Leader = e.cfg.Self
 			v.Members = []Member{e.cfg.Self}
@@ -102,7 +102,7 @@ func (a *API) fillRole(ctx context.Context, st *Status) {
 		return
 	}
 	v := a.HA.HAView(ctx)
-	st.Role, st.Leader, st.Members = v.Role, v.Leader.Addr, []string{}
+	st.Role, st.Leader, st.Members, st.Election = v.Role, v.Leader.Addr, []string{}, v.Why
 	st.Epoch = uint64(max(v.Leader.Rev, 0))
 	for _, m := range v.Members {
 		st.Members = append(st.Members, m.Addr)
@@ -147,7 +147,7 @@ func (f *Follower) Handler() http.Handler {
 }
 
 func (f *Follower) serve(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), f.El.cfg.TTL)
+	ctx, cancel := context.WithTimeout(r.Context(), max(f.El.cfg.TTL/2, time.Second))
 	leader, err := f.El.Leader(ctx)
 	cancel()
 	if err == nil && leader.Addr == f.El.cfg.Self.Addr {
@@ -195,11 +195,9 @@ func (f *Follower) status(w http.ResponseWriter, r *http.Request, p *httputil.Re
 // what this follower knows, anything else 503 (retry).
 func (f *Follower) noLeader(w http.ResponseWriter, r *http.Request, why error) {
 	if r.Method == http.MethodGet && r.URL.Path == "/v1/status" {
-		st := Status{Version: f.Version, Now: time.Now().UTC()}
-		f.API.fillRole(r.Context(), &st)
-		if st.Role == "follower" {
-			st.Leader = "" // none answers
-		}
+		// What this follower knows without asking etcd again (it may be
+		// what does not answer): no leader, and why.
+		st := Status{Version: f.Version, Now: time.Now().UTC(), Role: "follower", Members: []string{}, Election: why.Error()}
 		writeJSON(w, http.StatusOK, st)
 		return
 	}
