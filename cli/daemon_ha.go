@@ -282,7 +282,12 @@ type member struct {
 }
 
 // run campaigns, leads while elected, and campaigns again, until ctx ends.
+// A daemon that fails to take over maxTakeoverFailures times in a row,
+// its term intact each time (a store it cannot open, an executor it
+// cannot build), stops with the error rather than flap.
 func (m *member) run(ctx context.Context) error {
+	const maxTakeoverFailures = 3
+	failures := 0
 	for ctx.Err() == nil {
 		m.follow()
 		term, err := m.el.Campaign(ctx)
@@ -302,6 +307,14 @@ func (m *member) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			term.Resign()
 			break
+		}
+		if err != nil && term.Err() == nil {
+			if failures++; failures >= maxTakeoverFailures {
+				term.Resign()
+				return fmt.Errorf("%w (elected %d times in a row, could not take over)", err, failures)
+			}
+		} else {
+			failures = 0
 		}
 		m.log.Warn("stepped down: no longer the leader, not scheduling; following", "epoch", term.Epoch, "why", term.Err(), "err", err)
 		term.Resign()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -578,5 +579,35 @@ func TestHAEmbeddedQuorum(t *testing.T) {
 		return fmt.Errorf("%s", strings.Join(seen, "; "))
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A daemon elected again and again that cannot take over (its store does
+// not open) stops with the error after three tries instead of flapping,
+// and resigns each time so that another member could lead.
+func TestHADaemonStopsWhenItCannotTakeOver(t *testing.T) {
+	endpoint := startHAEtcd(t)
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The database's directory is a file: LockDB cannot create it.
+	if err := os.WriteFile(filepath.Join(dir, "notadir"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := haFreePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stderr bytes.Buffer
+	err := run(ctx, []string{"daemon", "--inventory", "../inventory.yaml", "--db", filepath.Join(dir, "notadir", "r.db"),
+		"--socket", filepath.Join(dir, "r.sock"), "--listen", port, "--advertise", "https://" + port, "--token-file", token,
+		"--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem"),
+		"--etcd-endpoints", endpoint, "--etcd-prefix", "/takeover/", "--name", "x", "--election-ttl", "1s"}, io.Discard, &stderr)
+	if ctx.Err() != nil {
+		t.Fatalf("the daemon still runs after %v:\n%s", 2*time.Minute, stderr.String())
+	}
+	if err == nil || !strings.Contains(err.Error(), "elected 3 times in a row, could not take over") || !strings.Contains(err.Error(), "notadir") {
+		t.Fatalf("daemon: %v, want the store's error after three take-overs\n%s", err, stderr.String())
 	}
 }
