@@ -341,6 +341,9 @@ func (m *member) lead(ctx context.Context, term *control.Term) error {
 		return err
 	}
 	defer closeStore()
+	// Logged when the loop and the executor have stopped, before the store
+	// is let go (a SQLite store's lock: the next leader waits for it).
+	defer m.log.Info("stopped leading: the loop and the executor are stopped", "epoch", term.Epoch)
 	servers, tenants := serversFromInventory(m.inv)
 	models := dataset.ModelSource(lctx, o.data, perf.A800)
 	exec, closeExec, err := newExecutor(lctx, o, m.inv, servers, models, m.log)

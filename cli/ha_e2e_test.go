@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -329,6 +330,7 @@ func TestHAFailover(t *testing.T) {
 	}()
 
 	var took []time.Duration
+	var killedAt []haEvent
 	for k := range kills {
 		// Some load between kills: a few more submits acknowledged.
 		lmu.Lock()
@@ -345,6 +347,7 @@ func TestHAFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 		t0 := time.Now()
+		killedAt = append(killedAt, haEvent{at: t0, member: cur.name, kind: "killed"})
 		cur.kill()
 		next, dt := newLeader(cur, t0)
 		took = append(took, dt)
@@ -405,6 +408,40 @@ func TestHAFailover(t *testing.T) {
 			twice++
 			t.Errorf("job %s: %d start decisions but %d stays in running: launched twice?", j.ID, starts, runs)
 		}
+	}
+	// Never two leaders: from the daemons' logs and the kills, each
+	// daemon began leading only while no other led, with a higher epoch.
+	events := slices.Clone(killedAt)
+	for _, m := range members {
+		b, err := os.ReadFile(m.log.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, haEvents(t, m.name, string(b))...)
+	}
+	slices.SortStableFunc(events, func(a, b haEvent) int { return a.at.Compare(b.at) })
+	leading := map[string]bool{}
+	var lastEpoch uint64
+	terms := 0
+	for _, e := range events {
+		switch e.kind {
+		case "leading":
+			if len(leading) > 0 {
+				t.Errorf("%s began leading (epoch %d) at %s while %v led", e.member, e.epoch, e.at.Format(time.StampMilli), leading)
+			}
+			if e.epoch <= lastEpoch {
+				t.Errorf("%s leads with epoch %d after epoch %d", e.member, e.epoch, lastEpoch)
+			}
+			leading[e.member], lastEpoch = true, e.epoch
+			terms++
+		case "killed", "stepped":
+			delete(leading, e.member)
+		}
+	}
+	if terms < kills+1 {
+		t.Errorf("the daemons' logs show %d terms for %d kills: want at least one more than kills", terms, kills)
+	} else if terms > kills+1 {
+		t.Logf("%d terms for %d kills (a term also ends when a loaded leader misses its lease)", terms, kills)
 	}
 	slices.Sort(took)
 	summary := fmt.Sprintf("ha failover: %d kills, new leader's first round after p50 %v p99 %v max %v; %d submits (%d acknowledged, %d failed), %d cancels (%d failed); %d jobs: %d lost, %d duplicated, %d launched twice",
@@ -610,4 +647,37 @@ func TestHADaemonStopsWhenItCannotTakeOver(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "elected 3 times in a row, could not take over") || !strings.Contains(err.Error(), "notadir") {
 		t.Fatalf("daemon: %v, want the store's error after three take-overs\n%s", err, stderr.String())
 	}
+}
+
+// haEvent is a daemon that began leading, stepped down or was killed.
+type haEvent struct {
+	at     time.Time
+	member string
+	kind   string // leading, stepped, killed
+	epoch  uint64
+}
+
+var haLogLine = regexp.MustCompile(`^time=(\S+) level=\S+ msg="(leading: running rounds|stopped leading)[^"]*"(?: epoch=(\d+))?`)
+
+// haEvents are the leading and stopped-leading lines of a daemon's log.
+func haEvents(t *testing.T, member, log string) []haEvent {
+	t.Helper()
+	var out []haEvent
+	for _, line := range strings.Split(log, "\n") {
+		m := haLogLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			t.Fatalf("%s's log: %q: %v", member, line, err)
+		}
+		e := haEvent{at: at, member: member, kind: "stepped"}
+		if strings.HasPrefix(m[2], "leading") {
+			e.kind = "leading"
+			e.epoch, _ = strconv.ParseUint(m[3], 10, 64)
+		}
+		out = append(out, e)
+	}
+	return out
 }
