@@ -113,7 +113,11 @@ func NewElection(cfg ElectionConfig) (*Election, error) {
 type Term struct {
 	// Epoch is the election revision: the leader key's create revision.
 	Epoch uint64
-	done  chan struct{}
+	// Key is the leader key: a store on the same etcd can make each write
+	// conditional on it (CreateRevision(Key) == Epoch), so that a deposed
+	// leader writes nothing.
+	Key  string
+	done chan struct{}
 	why   error
 	once  sync.Once
 	stop  func()
@@ -190,7 +194,7 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 	default:
 	}
 	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-	t := &Term{Epoch: uint64(rev), done: make(chan struct{})}
+	t := &Term{Epoch: uint64(rev), Key: key, done: make(chan struct{})}
 	t.stop = func() {
 		wcancel()
 		rctx, cancel := context.WithTimeout(context.Background(), e.cfg.TTL)
