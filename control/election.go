@@ -118,9 +118,9 @@ type Term struct {
 	// leader writes nothing.
 	Key  string
 	done chan struct{}
-	why   error
-	once  sync.Once
-	stop  func()
+	why  error
+	once sync.Once
+	stop func()
 }
 
 // Done is closed when the term ends (the leader steps down).
