@@ -4,6 +4,7 @@
 # and, where Debian's python3-torch is installed:
 #   make e2e-torch   real distributed training through replan (torchrun, DP 4 -> 2)
 #   make e2e-faults  faults handled without a person (Xid 79, a hung rank, a reboot, ...)
+#   make e2e-ha      three daemons on etcd, the leader killed -9 20 times under load
 
 GO       ?= go
 BIN      ?= bin/replan
@@ -11,7 +12,7 @@ PKGS     ?= ./...
 SHARED   ?= ../shared
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test e2e-torch e2e-faults bench lint fmt demo fuzz clean
+.PHONY: all build test e2e-torch e2e-faults e2e-ha bench lint fmt demo fuzz clean
 
 all: build
 
@@ -66,6 +67,21 @@ e2e-faults:
 		grep -A1 -- '--- SKIP' $$log; rm -f $$sum $$log; echo "fault e2e: skipped"; \
 	else \
 		tail -n 150 $$log; cat $$sum; rm -f $$sum $$log; echo "fault e2e: FAIL (cases without a line: $${missing:-?})"; exit 1; \
+	fi
+
+# A highly available control plane (issue 27, docs/ha.md): three daemon
+# processes elect a leader on a real (embedded) etcd; the leader is killed
+# with SIGKILL 20 times under submit/cancel load from client processes.
+# Prints the failover summary: the new leader's first round after the kill
+# (p50/p99), acknowledged submits lost, duplicated, jobs launched twice.
+# `make test` runs the same test with 5 kills.
+HA_KILLS ?= 20
+e2e-ha:
+	@sum=$$(mktemp); log=$$(mktemp); \
+	if REPLAN_HA_KILLS=$(HA_KILLS) REPLAN_HA_SUMMARY=$$sum $(GO) test -count=1 -timeout 20m -run '^TestHAFailover$$' -v ./cli/ >$$log 2>&1; then \
+		grep -E 'ha_e2e_test.go:[0-9]+: kill ' $$log | sed -E 's/^\s+ha_e2e_test.go:[0-9]+: /  /'; cat $$sum; rm -f $$sum $$log; \
+	else \
+		grep -v '^{"level"' $$log | tail -n 150; rm -f $$sum $$log; echo "ha e2e: FAIL"; exit 1; \
 	fi
 
 # Benchmarks print every issue's targets as tables (figures next to their

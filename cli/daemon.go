@@ -52,6 +52,7 @@ type daemonOptions struct {
 	// was given (the sim executor profiles only then)
 	profile    control.ProfileOptions
 	profileSet bool
+	ha         haOptions // daemon_ha.go
 }
 
 func serversFromInventory(inv *cluster.Inventory) ([]control.ServerInfo, []control.TenantInfo) {
@@ -113,6 +114,7 @@ See docs/control.md.`,
 	f.DurationVar(&o.profile.RunTimeout, "profile-run-timeout", 3*time.Minute, "a profile run ends after this long, measured or not")
 	f.DurationVar(&o.profile.PhaseTimeout, "profile-phase-timeout", 10*time.Minute, "a profiling phase ends after this long")
 	addAuthFlags(f, &o.auth) // daemon_auth.go
+	addHAFlags(f, &o.ha)     // daemon_ha.go
 	return cmd
 }
 
@@ -134,6 +136,12 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	if o.db == "" {
 		home, _ := os.UserHomeDir()
 		o.db = filepath.Join(home, ".replan", "replan.db")
+	}
+	if o.ha.on() {
+		return runHADaemon(ctx, o, log, stderr) // daemon_ha.go: one of several daemons, one leader
+	}
+	if o.ha.store != "sqlite" {
+		return fmt.Errorf("daemon: --store %q: want sqlite or etcd", o.ha.store)
 	}
 	// One daemon per database: the lock comes before anything is read,
 	// and is held until the process ends.
@@ -163,52 +171,12 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	defer st.Close()
 	servers, tenants := serversFromInventory(inv)
 	models := dataset.ModelSource(ctx, o.data, perf.A800)
-	var exec control.Executor
-	switch o.executor {
-	case "sim":
-		var measured *dataset.Measured
-		if o.data != "" {
-			measured, _ = dataset.LoadMeasured(ctx, o.data)
-		}
-		names := make([]string, len(servers))
-		for i, s := range servers {
-			names[i] = s.Name
-		}
-		exec = control.NewSimExecutor(time.Now, names, measured, models, o.restartCost)
-	case "ssh":
-		pool, err := ssh.NewPool(ssh.FromInventory(inv, log))
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		fl := fleet.New(pool, fleet.Options{RemoteDir: cmp.Or(o.remoteDir, inv.SSH.RemoteDir), Logger: log})
-		var deploy *fleet.DeployOptions
-		if o.redeployTries > 0 {
-			bin := o.agentBinary
-			if bin == "" {
-				var why string
-				if bin, why, err = fleet.DefaultAgentBinary(); err != nil {
-					return fmt.Errorf("daemon: agent binary for redeploys: %w", err)
-				}
-				log.Info("agent binary for redeploys", "path", bin, "why", why)
-			}
-			if _, err := os.Stat(bin); err != nil {
-				return fmt.Errorf("daemon: --agent-binary: %w", err)
-			}
-			deploy = &fleet.DeployOptions{AgentBinary: bin, FakeGPUs: o.agentFakeGPUs}
-		}
-		if exec, err = control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, RunAs: runAsOf(inv), Lease: o.lease, Deploy: deploy}); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("daemon: --executor %q: want sim or ssh", o.executor)
+	exec, closeExec, err := newExecutor(ctx, o, inv, servers, models, log)
+	if err != nil {
+		return err
 	}
-	spine := 0.0
-	for _, r := range inv.Racks {
-		if spine == 0 || (r.SpineGBps > 0 && r.SpineGBps < spine) {
-			spine = r.SpineGBps
-		}
-	}
+	defer closeExec()
+	spine := spineOf(inv)
 	// The socket is taken before the daemon recovers its state, so a
 	// daemon that cannot serve changes nothing.
 	l, err := control.ListenUnix(o.socket)
@@ -216,14 +184,8 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		return err
 	}
 	defer l.Close()
-	if o.profile.MaxConfigs < 1 || o.profile.MaxConfigs > perf.MaxProfileConfigs {
-		return fmt.Errorf("daemon: --profile-configs %d: want 1..%d", o.profile.MaxConfigs, perf.MaxProfileConfigs)
-	}
-	if o.profile.Iterations < 1 || o.profile.RunTimeout <= 0 || o.profile.PhaseTimeout <= 0 {
-		return fmt.Errorf("daemon: --profile-iterations, --profile-run-timeout and --profile-phase-timeout must be positive")
-	}
-	if o.executor == "sim" && !o.profileSet {
-		o.profile.Enabled = false // simulated model types come from the data
+	if err := checkProfileFlags(&o); err != nil {
+		return err
 	}
 	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine, IdempotencyRetention: o.idemRetention,
 		HangFactor: o.hangFactor, HangFloor: o.hangFloor, GPUReadFailures: o.gpuReadFailures, Profile: o.profile, Redeploy: redeploy})
@@ -231,7 +193,7 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		return err
 	}
 	d.EnableETA(func() sched.Policy { p, _ := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds()); return p }, o.restartCost, o.tick) // start estimates (control/eta.go)
-	api := &control.API{D: d, Version: version}
+	api := &control.API{D: d, Version: version, Self: selfAddr(o)}
 	errc := make(chan error, 8)
 	if err := setupAuth(ctx, o, inv, api, log, stderr, errc); err != nil { // daemon_auth.go: users, TLS and metrics listeners
 		l.Close()
@@ -252,3 +214,88 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 }
 
 func netListen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+
+// checkProfileFlags checks the profiling flags (and turns profiling off
+// for the sim executor unless --profile was given).
+func checkProfileFlags(o *daemonOptions) error {
+	if o.profile.MaxConfigs < 1 || o.profile.MaxConfigs > perf.MaxProfileConfigs {
+		return fmt.Errorf("daemon: --profile-configs %d: want 1..%d", o.profile.MaxConfigs, perf.MaxProfileConfigs)
+	}
+	if o.profile.Iterations < 1 || o.profile.RunTimeout <= 0 || o.profile.PhaseTimeout <= 0 {
+		return fmt.Errorf("daemon: --profile-iterations, --profile-run-timeout and --profile-phase-timeout must be positive")
+	}
+	if o.executor == "sim" && !o.profileSet {
+		o.profile.Enabled = false // simulated model types come from the data
+	}
+	return nil
+}
+
+// spineOf is the inventory's smallest rack spine bandwidth (0: none set).
+func spineOf(inv *cluster.Inventory) float64 {
+	spine := 0.0
+	for _, r := range inv.Racks {
+		if spine == 0 || (r.SpineGBps > 0 && r.SpineGBps < spine) {
+			spine = r.SpineGBps
+		}
+	}
+	return spine
+}
+
+// newExecutor builds --executor's executor; the function it returns
+// releases what it holds (the SSH pool).
+func newExecutor(ctx context.Context, o daemonOptions, inv *cluster.Inventory, servers []control.ServerInfo, models func(perf.Arch) perf.Model, log *slog.Logger) (control.Executor, func(), error) {
+	switch o.executor {
+	case "sim":
+		var measured *dataset.Measured
+		if o.data != "" {
+			measured, _ = dataset.LoadMeasured(ctx, o.data)
+		}
+		names := make([]string, len(servers))
+		for i, s := range servers {
+			names[i] = s.Name
+		}
+		return control.NewSimExecutor(time.Now, names, measured, models, o.restartCost), func() {}, nil
+	case "ssh":
+		pool, err := ssh.NewPool(ssh.FromInventory(inv, log))
+		if err != nil {
+			return nil, nil, err
+		}
+		fl := fleet.New(pool, fleet.Options{RemoteDir: cmp.Or(o.remoteDir, inv.SSH.RemoteDir), Logger: log})
+		var deploy *fleet.DeployOptions
+		if o.redeployTries > 0 {
+			bin := o.agentBinary
+			if bin == "" {
+				var why string
+				if bin, why, err = fleet.DefaultAgentBinary(); err != nil {
+					pool.Close()
+					return nil, nil, fmt.Errorf("daemon: agent binary for redeploys: %w", err)
+				}
+				log.Info("agent binary for redeploys", "path", bin, "why", why)
+			}
+			if _, err := os.Stat(bin); err != nil {
+				pool.Close()
+				return nil, nil, fmt.Errorf("daemon: --agent-binary: %w", err)
+			}
+			deploy = &fleet.DeployOptions{AgentBinary: bin, FakeGPUs: o.agentFakeGPUs}
+		}
+		exec, err := control.NewSSHExecutor(fl, inv.Servers, control.SSHOptions{Logger: log, RunAs: runAsOf(inv), Lease: o.lease, Deploy: deploy})
+		if err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		return exec, func() { pool.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("daemon: --executor %q: want sim or ssh", o.executor)
+}
+
+// selfAddr is a single daemon's address in `replan status`: its
+// --advertise, else its TCP listener, else its socket.
+func selfAddr(o daemonOptions) string {
+	switch {
+	case o.ha.advertise != "":
+		return o.ha.advertise
+	case o.listen != "":
+		return "https://" + o.listen
+	}
+	return "unix://" + o.socket
+}

@@ -99,7 +99,7 @@ func setupAuth(ctx context.Context, o daemonOptions, inv *cluster.Inventory, api
 		if err != nil {
 			return err
 		}
-		tapi := &control.API{D: api.D, Version: version, Token: legacy, Access: acc}
+		tapi := &control.API{D: api.D, Version: version, Token: legacy, Access: acc, Self: api.Self}
 		go func() {
 			errc <- control.Serve(ctx, tls.NewListener(tl, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), tapi.Handler())
 		}()

@@ -53,6 +53,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newNodesCmd,
 		newModelsCmd,  // models.go
 		newProfileCmd, // models.go
+		newStatusCmd,  // status.go
 	} {
 		root.AddCommand(add(stdout, stderr))
 	}

@@ -81,6 +81,17 @@ type Status struct {
 	// UnusableGPUs are on drained or unreachable servers (not free).
 	Now          time.Time `json:"now"`
 	UnusableGPUs int       `json:"unusable_gpus"`
+	// Role is "leader" or "follower"; Leader the leader's address,
+	// Members every daemon's (the leader first) and Epoch the leader's
+	// epoch (its election revision on etcd; ha.go). A single daemon is
+	// the leader, its only member.
+	Role    string   `json:"role"`
+	Leader  string   `json:"leader"`
+	Members []string `json:"members"`
+	Epoch   uint64   `json:"epoch"`
+	// Election says why there is no leader, or why the view is
+	// incomplete (etcd unreachable, no quorum); empty when all is well.
+	Election string `json:"election,omitempty"`
 }
 
 // API serves the daemon over HTTP/JSON.
@@ -94,7 +105,12 @@ type API struct {
 	// Access is who may do what (auth.go) and the tenants' CPU and memory
 	// quotas admission checks; nil: single-user, GPU quotas only.
 	Access *Access
-	reg    *prometheus.Registry
+	// Self is this daemon's address in Status (its --advertise, --listen
+	// or socket); HA, when set, tells the leader, members and epoch of a
+	// highly available control plane (ha.go).
+	Self string
+	HA   HAReporter
+	reg  *prometheus.Registry
 }
 
 // Handler returns the API's routes.
@@ -205,6 +221,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	}
 	st.Now = a.D.now()
 	st.Jobs = len(a.D.jobsSnapshot())
+	a.fillRole(r.Context(), &st) // ha.go
 	writeJSON(w, http.StatusOK, st)
 }
 

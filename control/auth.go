@@ -254,6 +254,9 @@ func (a *API) identify(r *http.Request) (Identity, error) {
 		}
 	}
 	if a.Token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(a.Token)) == 1 {
+		if id, ok := a.forwardedIdentity(r, tok); ok {
+			return id, nil // a follower speaks for its caller (ha.go)
+		}
 		// The single shared token of --token-file speaks for the daemon's
 		// own user, as it always did.
 		return Identity{User: userName(os.Getuid()), UID: os.Getuid(), Via: "token"}, nil

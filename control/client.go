@@ -145,6 +145,8 @@ func (c *Client) failed(ctx context.Context, err error) error {
 type RemoteError struct {
 	Status int
 	APIError
+	// noLeader: a follower's 503 for want of a leader (ha.go).
+	noLeader bool
 }
 
 func (e *RemoteError) Error() string {
@@ -174,6 +176,26 @@ func (c *Client) doWait(ctx context.Context, method, path string, hdr http.Heade
 	if err := c.checkToken(); err != nil {
 		return err
 	}
+	// A follower without a leader changed nothing: retry while a new
+	// leader is elected (ha.go), within the client's timeout.
+	var deadline time.Time
+	if to := c.timeout(); to > 0 {
+		deadline = time.Now().Add(to)
+	}
+	for {
+		err := c.doOnce(ctx, method, path, hdr, body, out, wait)
+		if !IsNoLeader(err) || ctx.Err() != nil || (!deadline.IsZero() && time.Now().After(deadline)) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Client) doOnce(ctx context.Context, method, path string, hdr http.Header, body, out any, wait time.Duration) error {
 	ctx, cancel := c.withTimeout(ctx, wait)
 	defer cancel()
 	var rd io.Reader
@@ -203,7 +225,7 @@ func (c *Client) doWait(ctx context.Context, method, path string, hdr http.Heade
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		re := &RemoteError{Status: resp.StatusCode}
+		re := &RemoteError{Status: resp.StatusCode, noLeader: resp.Header.Get(HeaderNoLeader) != ""}
 		if err := json.NewDecoder(resp.Body).Decode(&re.APIError); err != nil || re.APIError.Error == "" {
 			re.APIError.Error = resp.Status
 		}
@@ -236,16 +258,26 @@ func (c *Client) Submit(ctx context.Context, file string, spec []byte) (JobRecor
 		return JobRecord{}, err
 	}
 	var r JobRecord
+	var deadline time.Time
+	if to := c.timeout(); to > 0 {
+		deadline = time.Now().Add(to)
+	}
 	for attempt := 0; ; attempt++ {
 		r, err = c.SubmitWithKey(ctx, file, spec, key)
 		var re *RemoteError
-		if err == nil || errors.As(err, &re) || attempt == 3 || ctx.Err() != nil {
+		// A follower whose leader died under the request (502): the
+		// retry with the same key gets the job if it was created, once
+		// another leader is elected (retried within the client's
+		// timeout, as a follower's 503 for want of a leader is).
+		gone := errors.As(err, &re) && re.Status == http.StatusBadGateway
+		if err == nil || (errors.As(err, &re) && !gone) || (!gone && attempt >= 3) || ctx.Err() != nil ||
+			(gone && !deadline.IsZero() && time.Now().After(deadline)) {
 			return r, err
 		}
 		select {
 		case <-ctx.Done():
 			return r, err
-		case <-time.After(time.Duration(250<<attempt) * time.Millisecond):
+		case <-time.After(time.Duration(250<<min(attempt, 2)) * time.Millisecond):
 		}
 	}
 }

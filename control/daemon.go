@@ -104,6 +104,9 @@ type Config struct {
 	// Redeploy bounds how the daemon starts the agent again on a server
 	// that answers SSH but whose agent does not (redeploy.go).
 	Redeploy RedeployOptions
+	// Epoch, when not 0, is the daemon's epoch: a leader's election
+	// revision (election.go). 0: the store hands one out (EpochStore).
+	Epoch uint64
 }
 
 // HealthChecker is implemented by executors that can check a server
@@ -198,6 +201,8 @@ type Daemon struct {
 	// under way.
 	agents      map[int]*agentState
 	redeploying sync.WaitGroup
+	// epoch is the epoch the daemon's agent commands carry (fence.go).
+	epoch uint64
 }
 
 type jobState struct {
@@ -340,15 +345,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	// A new epoch for this daemon before it commands any agent: agents
 	// then refuse the commands of the daemon it replaces (fence.go).
-	if es, ok := cfg.Store.(EpochStore); ok {
-		if eu, ok := cfg.Exec.(EpochUser); ok {
-			epoch, err := es.NextEpoch(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("control: %w", err)
-			}
-			eu.SetEpoch(epoch)
-			d.log.Info("daemon epoch", "epoch", epoch)
-		}
+	if err := d.takeEpoch(ctx); err != nil { // fence.go
+		return nil, err
 	}
 	if err := d.adopt(ctx); err != nil {
 		return nil, err

@@ -71,6 +71,34 @@ func (d *Daemon) holdForFence(js *jobState) {
 	}
 }
 
+// takeEpoch gives the daemon its epoch (Config.Epoch, the election's
+// revision, or the store's next) and hands it to the executor.
+func (d *Daemon) takeEpoch(ctx context.Context) error {
+	epoch := d.cfg.Epoch
+	eu, uses := d.cfg.Exec.(EpochUser)
+	if epoch == 0 {
+		// Every start takes one, whether its executor carries it or not
+		// (the sim executor does not): status reports it.
+		es, ok := d.cfg.Store.(EpochStore)
+		if !ok {
+			return nil
+		}
+		var err error
+		if epoch, err = es.NextEpoch(ctx); err != nil {
+			return fmt.Errorf("control: %w", err)
+		}
+	}
+	d.epoch = epoch
+	if uses {
+		eu.SetEpoch(epoch)
+	}
+	d.log.Info("daemon epoch", "epoch", epoch)
+	return nil
+}
+
+// Epoch is the daemon's epoch (0: its executor carries none).
+func (d *Daemon) Epoch() uint64 { return d.epoch }
+
 // NextEpoch implements EpochStore: 1, 2, ... one per daemon start.
 func (s *SQLite) NextEpoch(ctx context.Context) (uint64, error) {
 	var v int64

@@ -500,6 +500,9 @@ func (m *model) titleBar() string {
 	if m.haveStatus && m.status.Policy != "" {
 		parts = append(parts, "policy "+m.status.Policy)
 	}
+	if m.haveStatus && m.status.Members > 1 {
+		parts = append(parts, haPart(m.status))
+	}
 	if m.speed > 0 {
 		parts = append(parts, fmt.Sprintf("×%g", m.speed))
 	}
@@ -529,6 +532,21 @@ func (m *model) titleBar() string {
 	}
 	right = common.Truncate(right, room)
 	return left + strings.Repeat(" ", m.width-ansi.StringWidth(left)-ansi.StringWidth(right)) + m.st.Title.Render(right)
+}
+
+// haPart is the title bar's word on a highly available control plane:
+// the leader, the members and the leader's epoch (and whether the daemon
+// the TUI reads is a follower).
+func haPart(s data.Status) string {
+	leader := s.Leader
+	if leader == "" {
+		leader = "none"
+	}
+	out := fmt.Sprintf("leader %s (%d members, epoch %d)", leader, s.Members, s.Epoch)
+	if s.Role == "follower" {
+		out = "via a follower · " + out
+	}
+	return out
 }
 
 func (m *model) banner() string {

@@ -41,7 +41,7 @@ func (b *Backend) Status(ctx context.Context) (data.Status, error) {
 	}
 	return data.Status{Version: s.Version, Policy: s.Policy, Servers: s.Servers, GPUs: s.GPUs, FreeGPUs: s.FreeGPUs,
 		Jobs: s.Jobs, Waiting: s.LastRound.Waiting, RoundAt: s.LastRound.At, RoundTook: s.LastRound.Duration,
-		Now: s.Now, UnusableGPUs: s.UnusableGPUs}, nil
+		Now: s.Now, UnusableGPUs: s.UnusableGPUs, Role: s.Role, Leader: s.Leader, Members: len(s.Members), Epoch: s.Epoch}, nil
 }
 
 // Nodes implements tui.Backend.

@@ -30,6 +30,13 @@ type Status struct {
 	// UnusableGPUs are idle GPUs on drained or unreachable servers.
 	Now          time.Time
 	UnusableGPUs int
+	// Role is the answering daemon's ("leader" or "follower"), Leader the
+	// leader's address, Members how many daemons there are and Epoch the
+	// leader's (a highly available control plane, docs/ha.md).
+	Role    string
+	Leader  string
+	Members int
+	Epoch   uint64
 }
 
 // Node is one server.

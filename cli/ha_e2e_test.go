@@ -1,0 +1,683 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/replan/replan/control"
+	"github.com/replan/replan/internal/waitfor"
+)
+
+// haFreePort is a loopback port free a moment ago.
+func haFreePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startHAEtcd runs a one-member etcd (the real server, embedded in the
+// test) and returns its client URL.
+func startHAEtcd(t *testing.T) string {
+	t.Helper()
+	cfg := embed.NewConfig()
+	cfg.Dir = t.TempDir()
+	cfg.LogLevel = "fatal"
+	cu, pu := url.URL{Scheme: "http", Host: haFreePort(t)}, url.URL{Scheme: "http", Host: haFreePort(t)}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(time.Minute):
+		t.Fatal("embedded etcd not ready after a minute")
+	}
+	return cu.String()
+}
+
+// haMember is one daemon process of the test's control plane.
+type haMember struct {
+	name, sock, addr string
+	args             []string
+	log              *os.File
+	mu               sync.Mutex
+	cmd              *exec.Cmd
+}
+
+func (m *haMember) start(t *testing.T, bin, dir string) {
+	t.Helper()
+	cmd := exec.Command(bin, m.args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = m.log, m.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	m.cmd = cmd
+	m.mu.Unlock()
+}
+
+func (m *haMember) kill() {
+	m.mu.Lock()
+	cmd := m.cmd
+	m.cmd = nil
+	m.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+}
+
+func (m *haMember) status(ctx context.Context) (control.Status, error) {
+	c := control.NewUnixClient(m.sock)
+	c.Timeout = 3 * time.Second
+	return c.Status(ctx)
+}
+
+// percentile is the q-quantile of sorted ds (nearest rank).
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(ds))+0.999999) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+// Three daemon processes (the replan binary, sim executor, one SQLite file
+// the leader locks once elected) elect a leader on a real etcd. The leader
+// is killed with SIGKILL again and again (5 times; REPLAN_HA_KILLS sets
+// how often: make e2e-ha kills 20 times) while client processes submit
+// and cancel through every member. After each kill another daemon leads
+// and runs rounds within 10 s (p50/p99 logged); over all kills no
+// acknowledged submit is lost, none is created twice, and no job was
+// launched twice (every start decision begins exactly one stay in running).
+func TestHAFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the replan binary and runs three daemons")
+	}
+	kills := 5
+	if v := os.Getenv("REPLAN_HA_KILLS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("REPLAN_HA_KILLS=%q: want a positive integer", v)
+		}
+		kills = n
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not on PATH")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "replan")
+	if out, err := exec.Command(gobin, "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	inv, err := filepath.Abs("../inventory.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := startHAEtcd(t)
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("ha-test-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var members []*haMember
+	for i := range 3 {
+		name := fmt.Sprintf("m%d", i)
+		port := haFreePort(t)
+		m := &haMember{name: name, sock: filepath.Join(dir, name+".sock"), addr: "https://" + port}
+		m.args = []string{"daemon", "--inventory", inv, "--db", filepath.Join(dir, "shared.db"), "--socket", m.sock,
+			"--listen", port, "--advertise", m.addr, "--token-file", token, "--etcd-endpoints", endpoint, "--etcd-prefix", "/ha-test/",
+			"--name", name, "--election-ttl", "2s", "--tick", "500ms"}
+		if m.log, err = os.Create(filepath.Join(dir, name+".log")); err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, m)
+		m.start(t, bin, dir)
+	}
+	t.Cleanup(func() {
+		for _, m := range members {
+			m.kill()
+			m.log.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(m.log.Name())
+				if len(b) > 6000 {
+					b = b[len(b)-6000:]
+				}
+				t.Logf("%s's log (end):\n%s", m.name, b)
+			}
+		}
+	})
+
+	// leader waits until every member answers and one leads, having run
+	// a round after since; it returns that member.
+	leader := func(since time.Time, what string) (*haMember, time.Duration) {
+		var found *haMember
+		var at time.Duration
+		err := waitfor.Progress(ctx, what, waitfor.Options{Stall: 90 * time.Second, Poll: 50 * time.Millisecond}, func() error {
+			var seen []string
+			found = nil
+			for _, m := range members {
+				st, err := m.status(ctx)
+				if err != nil {
+					seen = append(seen, m.name+": down")
+					continue
+				}
+				seen = append(seen, fmt.Sprintf("%s: %s of %s (epoch %d)", m.name, st.Role, st.Leader, st.Epoch))
+				if st.Role == "leader" && st.Leader == m.addr && st.LastRound.At.After(since) {
+					found, at = m, time.Since(since)
+				}
+			}
+			if found == nil || strings.Contains(strings.Join(seen, " "), "down") {
+				return fmt.Errorf("%s", strings.Join(seen, "; "))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return found, at
+	}
+	// newLeader waits for a member other than old to lead and run a round
+	// after since; it does not wait for old to come back.
+	newLeader := func(old *haMember, since time.Time) (*haMember, time.Duration) {
+		for {
+			for _, m := range members {
+				if m == old {
+					continue
+				}
+				st, err := m.status(ctx)
+				if err == nil && st.Role == "leader" && st.Leader == m.addr && st.LastRound.At.After(since) {
+					return m, time.Since(since)
+				}
+			}
+			if time.Since(since) > 60*time.Second {
+				t.Fatalf("no new leader ran a round within 60 s of killing %s", old.name)
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+
+	cur, _ := leader(time.Time{}, "the first leader")
+	t.Logf("first leader: %s", cur.name)
+
+	// Load: client processes submit (each with its own job name) and
+	// cancel through random members.
+	spec, err := os.ReadFile("../examples/job.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		lmu        sync.Mutex
+		acked      = map[string]string{} // job id → name
+		submits    int
+		failedSubs int
+		cancels    int
+		failedCanc int
+		why        []string // the first failures, for the log
+	)
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	run := func(args ...string) ([]byte, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		if err != nil {
+			return out.Bytes(), fmt.Errorf("%v: %s", err, strings.TrimSpace(errb.String()))
+		}
+		return out.Bytes(), nil
+	}
+	for c := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; loadCtx.Err() == nil; n++ {
+				name := fmt.Sprintf("ha-%d-%d", c, n)
+				file := filepath.Join(dir, name+".yaml")
+				body := strings.Replace(string(spec), "name: gpt2-pretrain", "name: "+name, 1)
+				if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+					t.Error(err)
+					return
+				}
+				m := members[rand.IntN(len(members))]
+				out, err := run("submit", "--socket", m.sock, "--json", "--daemon-timeout", "20s", file)
+				lmu.Lock()
+				submits++
+				if err != nil {
+					failedSubs++
+					if len(why) < 8 {
+						why = append(why, fmt.Sprintf("submit via %s: %v", m.name, err))
+					}
+				} else {
+					var rec control.JobRecord
+					if jerr := json.Unmarshal(out, &rec); jerr != nil || rec.ID == "" || rec.Name != name {
+						t.Errorf("submit %s: acknowledged with %q (%v)", name, out, jerr)
+					} else {
+						acked[rec.ID] = name
+					}
+				}
+				lmu.Unlock()
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for loadCtx.Err() == nil {
+			lmu.Lock()
+			var id string
+			for k := range acked {
+				if rand.IntN(4) == 0 {
+					id = k
+					break
+				}
+			}
+			lmu.Unlock()
+			if id == "" {
+				select {
+				case <-loadCtx.Done():
+				case <-time.After(50 * time.Millisecond): // pacing: nothing to cancel yet
+				}
+				continue
+			}
+			m := members[rand.IntN(len(members))]
+			_, err := run("cancel", "--socket", m.sock, "--daemon-timeout", "20s", id)
+			lmu.Lock()
+			cancels++
+			if err != nil {
+				failedCanc++
+				if len(why) < 8 {
+					why = append(why, fmt.Sprintf("cancel %s via %s: %v", id, m.name, err))
+				}
+			}
+			lmu.Unlock()
+		}
+	}()
+
+	var took []time.Duration
+	var killedAt []haEvent
+	for k := range kills {
+		// Some load between kills: a few more submits acknowledged.
+		lmu.Lock()
+		base := len(acked)
+		lmu.Unlock()
+		if err := waitfor.Progress(ctx, "submits before the kill", waitfor.Options{Stall: 90 * time.Second}, func() error {
+			lmu.Lock()
+			defer lmu.Unlock()
+			if len(acked) < base+3 {
+				return fmt.Errorf("%d acknowledged (%d submits, %d failed)", len(acked), submits, failedSubs)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		killedAt = append(killedAt, haEvent{at: t0, member: cur.name, kind: "killed"})
+		cur.kill()
+		next, dt := newLeader(cur, t0)
+		took = append(took, dt)
+		t.Logf("kill %d: %s killed, %s leads and ran a round after %v", k+1, cur.name, next.name, dt.Round(time.Millisecond))
+		if dt > 10*time.Second {
+			t.Errorf("kill %d: the new leader ran its first round %v after the kill, want within 10 s", k+1, dt)
+		}
+		cur.start(t, bin, dir)
+		cur, _ = leader(t0, "all three members back")
+	}
+	stopLoad()
+	wg.Wait()
+
+	// Every acknowledged submit is there, none twice, none launched twice.
+	c := control.NewUnixClient(cur.sock)
+	all, err := c.Jobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string][]string{}
+	byID := map[string]control.JobRecord{}
+	for _, j := range all {
+		byName[j.Name] = append(byName[j.Name], j.ID)
+		byID[j.ID] = j
+	}
+	lost, dup := 0, 0
+	for id, name := range acked {
+		if j, ok := byID[id]; !ok || j.Name != name {
+			lost++
+			t.Errorf("acknowledged submit %s (%s) is not in the store", id, name)
+		}
+	}
+	for name, ids := range byName {
+		if len(ids) > 1 {
+			dup++
+			t.Errorf("job %s created %d times: %v", name, len(ids), ids)
+		}
+	}
+	twice := 0
+	for _, j := range all {
+		d, err := c.Job(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts := 0
+		for _, dec := range d.Decisions {
+			if dec.Kind == "start" {
+				starts++
+			}
+		}
+		runs := 0
+		for _, tr := range d.History {
+			if tr.To == control.StateRunning && tr.From != control.StateRunning {
+				runs++
+			}
+		}
+		if starts != runs {
+			twice++
+			t.Errorf("job %s: %d start decisions but %d stays in running: launched twice?", j.ID, starts, runs)
+		}
+	}
+	// Never two leaders: from the daemons' logs and the kills, each
+	// daemon began leading only while no other led, with a higher epoch.
+	events := slices.Clone(killedAt)
+	for _, m := range members {
+		b, err := os.ReadFile(m.log.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, haEvents(t, m.name, string(b))...)
+	}
+	slices.SortStableFunc(events, func(a, b haEvent) int { return a.at.Compare(b.at) })
+	leading := map[string]bool{}
+	var lastEpoch uint64
+	terms := 0
+	for _, e := range events {
+		switch e.kind {
+		case "leading":
+			if len(leading) > 0 {
+				t.Errorf("%s began leading (epoch %d) at %s while %v led", e.member, e.epoch, e.at.Format(time.StampMilli), leading)
+			}
+			if e.epoch <= lastEpoch {
+				t.Errorf("%s leads with epoch %d after epoch %d", e.member, e.epoch, lastEpoch)
+			}
+			leading[e.member], lastEpoch = true, e.epoch
+			terms++
+		case "killed", "stepped":
+			delete(leading, e.member)
+		}
+	}
+	if terms < kills+1 {
+		t.Errorf("the daemons' logs show %d terms for %d kills: want at least one more than kills", terms, kills)
+	} else if terms > kills+1 {
+		t.Logf("%d terms for %d kills (a term also ends when a loaded leader misses its lease)", terms, kills)
+	}
+	slices.Sort(took)
+	summary := fmt.Sprintf("ha failover: %d kills, new leader's first round after p50 %v p99 %v max %v; %d submits (%d acknowledged, %d failed), %d cancels (%d failed); %d jobs: %d lost, %d duplicated, %d launched twice",
+		kills, percentile(took, 0.5).Round(time.Millisecond), percentile(took, 0.99).Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond),
+		submits, len(acked), failedSubs, cancels, failedCanc, len(all), lost, dup, twice)
+	t.Log(summary)
+	for _, w := range why {
+		t.Logf("a client's failure: %s", w)
+	}
+	if p := os.Getenv("REPLAN_HA_SUMMARY"); p != "" {
+		os.WriteFile(p, []byte(summary+"\n"), 0o644)
+	}
+	if len(acked) == 0 {
+		t.Error("no submit was acknowledged")
+	}
+}
+
+// Three daemon processes, each with its own embedded etcd member
+// (--etcd-embedded --peers). Losing one member (a follower's daemon, with
+// its etcd) changes nothing: the leader keeps its epoch and runs rounds.
+// Losing two: the last daemon's etcd has no quorum, so it steps down,
+// stops scheduling and says why in its status; when a member returns, a
+// leader is elected again and runs rounds.
+func TestHAEmbeddedQuorum(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the replan binary and runs three daemons with embedded etcd")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not on PATH")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "replan")
+	if out, err := exec.Command(gobin, "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	inv, err := filepath.Abs("../inventory.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("ha-test-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var peers []string
+	peerURL := map[string]string{}
+	for i := range 3 {
+		name := fmt.Sprintf("e%d", i)
+		peerURL[name] = "http://" + haFreePort(t)
+		peers = append(peers, name+"="+peerURL[name])
+	}
+	var members []*haMember
+	for i := range 3 {
+		name := fmt.Sprintf("e%d", i)
+		port := haFreePort(t)
+		m := &haMember{name: name, sock: filepath.Join(dir, name+".sock"), addr: "https://" + port}
+		m.args = []string{"daemon", "--inventory", inv, "--db", filepath.Join(dir, "shared.db"), "--socket", m.sock,
+			"--listen", port, "--advertise", m.addr, "--token-file", token, "--etcd-embedded", "--peers", strings.Join(peers, ","),
+			"--etcd-client-url", "http://" + haFreePort(t), "--etcd-dir", filepath.Join(dir, "etcd-"+name),
+			"--name", name, "--election-ttl", "2s", "--tick", "500ms"}
+		if m.log, err = os.Create(filepath.Join(dir, name+".log")); err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, m)
+		m.start(t, bin, dir)
+	}
+	t.Cleanup(func() {
+		for _, m := range members {
+			m.kill()
+			m.log.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(m.log.Name())
+				if len(b) > 6000 {
+					b = b[len(b)-6000:]
+				}
+				t.Logf("%s's log (end):\n%s", m.name, b)
+			}
+		}
+	})
+	opt := waitfor.Options{Stall: 90 * time.Second, Poll: 100 * time.Millisecond}
+	var lead *haMember
+	var epoch uint64
+	if err := waitfor.Progress(ctx, "a leader among three embedded members", opt, func() error {
+		var seen []string
+		lead = nil
+		for _, m := range members {
+			st, err := m.status(ctx)
+			if err != nil {
+				seen = append(seen, m.name+": down")
+				continue
+			}
+			seen = append(seen, fmt.Sprintf("%s: %s, %d members", m.name, st.Role, len(st.Members)))
+			if st.Role == "leader" && st.Leader == m.addr && !st.LastRound.At.IsZero() && len(st.Members) == 3 {
+				lead, epoch = m, st.Epoch
+			}
+		}
+		if lead == nil || strings.Contains(strings.Join(seen, " "), "down") {
+			return fmt.Errorf("%s", strings.Join(seen, "; "))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var followers []*haMember
+	for _, m := range members {
+		if m != lead {
+			followers = append(followers, m)
+		}
+	}
+
+	// Lose one member: the leader stays, with its epoch, running rounds
+	// for three election TTLs after the loss.
+	t0 := time.Now()
+	followers[0].kill()
+	if err := waitfor.Progress(ctx, "rounds after losing one member", opt, func() error {
+		st, err := lead.status(ctx)
+		if err != nil {
+			return err
+		}
+		if st.Role != "leader" || st.Epoch != epoch {
+			t.Fatalf("after losing one of three members the leader is %s of %s, epoch %d (was leader, epoch %d)", st.Role, st.Leader, st.Epoch, epoch)
+		}
+		if st.LastRound.At.Before(t0.Add(6 * time.Second)) {
+			return fmt.Errorf("last round %v after the loss", st.LastRound.At.Sub(t0).Round(100*time.Millisecond))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Lose two: no quorum; the last daemon steps down and says why.
+	followers[1].kill()
+	var why string
+	if err := waitfor.Progress(ctx, "the last daemon stepping down", opt, func() error {
+		st, err := lead.status(ctx)
+		if err != nil {
+			return err
+		}
+		if st.Role != "follower" || st.Election == "" {
+			return fmt.Errorf("%s, leader %q, election %q", st.Role, st.Leader, st.Election)
+		}
+		why = st.Election
+		if b, _ := os.ReadFile(lead.log.Name()); !strings.Contains(string(b), "stepped down") {
+			return fmt.Errorf("a follower (%s), but its log does not say it stepped down", why)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("without quorum %s says: %s", lead.name, why)
+
+	// A member returns: a leader again, running rounds.
+	t1 := time.Now()
+	followers[1].start(t, bin, dir)
+	if err := waitfor.Progress(ctx, "a leader after a member returned", opt, func() error {
+		var seen []string
+		for _, m := range []*haMember{lead, followers[1]} {
+			st, err := m.status(ctx)
+			if err != nil {
+				seen = append(seen, m.name+": "+err.Error())
+				continue
+			}
+			if st.Role == "leader" && st.LastRound.At.After(t1) {
+				if st.Epoch <= epoch {
+					t.Fatalf("the new leader's epoch %d is not above the old %d", st.Epoch, epoch)
+				}
+				return nil
+			}
+			seen = append(seen, fmt.Sprintf("%s: %s of %q (%s)", m.name, st.Role, st.Leader, st.Election))
+		}
+		return fmt.Errorf("%s", strings.Join(seen, "; "))
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A daemon elected again and again that cannot take over (its store does
+// not open) stops with the error after three tries instead of flapping,
+// and resigns each time so that another member could lead.
+func TestHADaemonStopsWhenItCannotTakeOver(t *testing.T) {
+	endpoint := startHAEtcd(t)
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The database's directory is a file: LockDB cannot create it.
+	if err := os.WriteFile(filepath.Join(dir, "notadir"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := haFreePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stderr bytes.Buffer
+	err := run(ctx, []string{"daemon", "--inventory", "../inventory.yaml", "--db", filepath.Join(dir, "notadir", "r.db"),
+		"--socket", filepath.Join(dir, "r.sock"), "--listen", port, "--advertise", "https://" + port, "--token-file", token,
+		"--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem"),
+		"--etcd-endpoints", endpoint, "--etcd-prefix", "/takeover/", "--name", "x", "--election-ttl", "1s"}, io.Discard, &stderr)
+	if ctx.Err() != nil {
+		t.Fatalf("the daemon still runs after %v:\n%s", 2*time.Minute, stderr.String())
+	}
+	if err == nil || !strings.Contains(err.Error(), "elected 3 times in a row, could not take over") || !strings.Contains(err.Error(), "notadir") {
+		t.Fatalf("daemon: %v, want the store's error after three take-overs\n%s", err, stderr.String())
+	}
+}
+
+// haEvent is a daemon that began leading, stepped down or was killed.
+type haEvent struct {
+	at     time.Time
+	member string
+	kind   string // leading, stepped, killed
+	epoch  uint64
+}
+
+var haLogLine = regexp.MustCompile(`^time=(\S+) level=\S+ msg="(leading: running rounds|stopped leading)[^"]*"(?: epoch=(\d+))?`)
+
+// haEvents are the leading and stopped-leading lines of a daemon's log.
+func haEvents(t *testing.T, member, log string) []haEvent {
+	t.Helper()
+	var out []haEvent
+	for _, line := range strings.Split(log, "\n") {
+		m := haLogLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			t.Fatalf("%s's log: %q: %v", member, line, err)
+		}
+		e := haEvent{at: at, member: member, kind: "stepped"}
+		if strings.HasPrefix(m[2], "leading") {
+			e.kind = "leading"
+			e.epoch, _ = strconv.ParseUint(m[3], 10, 64)
+		}
+		out = append(out, e)
+	}
+	return out
+}
