@@ -750,7 +750,7 @@ func (s *EtcdStore) Decisions(ctx context.Context, jobID string, limit int) ([]D
 		if err := json.Unmarshal(kv.Value, &d); err != nil {
 			return nil, fmt.Errorf("decision %s: %w", kv.Key, err)
 		}
-		d.At = normTime(d.At)
+		d.At, d.Detail = normTime(d.At), nilIfEmpty(d.Detail)
 		out = append(out, d)
 	}
 	return out, nil
@@ -762,7 +762,7 @@ func (s *EtcdStore) LaunchDecisions(ctx context.Context) (map[string][]DecisionR
 	out := map[string][]DecisionRecord{}
 	err := scanJSON(ctx, s, s.k("decisions/"), func(d DecisionRecord) {
 		if d.Kind == "start" || d.Kind == "reconfigure" {
-			d.At = normTime(d.At)
+			d.At, d.Detail = normTime(d.At), nilIfEmpty(d.Detail)
 			out[d.JobID] = append(out[d.JobID], d)
 		}
 	})
@@ -796,7 +796,7 @@ func (s *EtcdStore) Events(ctx context.Context, after int64, limit int) ([]Event
 		if err := json.Unmarshal(kv.Value, &e); err != nil {
 			return nil, fmt.Errorf("event %s: %w", kv.Key, err)
 		}
-		e.At = normTime(e.At)
+		e.At, e.Data = normTime(e.At), nilIfEmpty(e.Data)
 		out = append(out, e)
 	}
 	return out, nil
@@ -812,7 +812,7 @@ func (s *EtcdStore) PutNode(ctx context.Context, n NodeRecord) error {
 func (s *EtcdStore) Nodes(ctx context.Context) ([]NodeRecord, error) {
 	var out []NodeRecord
 	err := scanJSON(ctx, s, s.k("nodes/"), func(n NodeRecord) {
-		n.UpdatedAt = normTime(n.UpdatedAt)
+		n.UpdatedAt, n.Status = normTime(n.UpdatedAt), nilIfEmpty(n.Status)
 		out = append(out, n)
 	})
 	if err != nil {

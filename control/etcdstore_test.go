@@ -111,6 +111,10 @@ func testStoreRecordsOfTheDaemon(t *testing.T, k storeKit) {
 	if err != nil || len(ld[j.ID]) != 1 || ld[j.ID][0].Kind != "start" || string(ld[j.ID][0].Detail) != `{"gpus":8}` {
 		t.Errorf("launch decisions %+v %v", ld, err)
 	}
+	// A decision without detail reads back without (not JSON null).
+	if ds, err := s.Decisions(ctx, j.ID, 10); err != nil || len(ds) != 2 || ds[0].Kind != "wait" || ds[0].Detail != nil || ds[1].ID >= ds[0].ID {
+		t.Errorf("decisions %+v %v", ds, err)
+	}
 	evs, _ := s.Events(ctx, 0, 100)
 	if len(evs) != 1 || evs[0].User != "alice" {
 		t.Errorf("events %+v", evs)
