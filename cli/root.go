@@ -53,6 +53,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newNodesCmd,
 		newModelsCmd,  // models.go
 		newProfileCmd, // models.go
+		newStoreCmd,   // store.go
 	} {
 		root.AddCommand(add(stdout, stderr))
 	}
