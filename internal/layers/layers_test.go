@@ -15,7 +15,9 @@ const module = "github.com/replan/replan"
 // that must not appear anywhere in its dependency closure.
 var forbidden = map[string][]string{
 	// The agent runs on every server: it must stay small.
-	"agent": {"charm.land/", "github.com/charmbracelet/", "gonum.org/", "modernc.org/sqlite", module + "/tui", module + "/sched", module + "/control", module + "/perf"},
+	"agent": {"charm.land/", "github.com/charmbracelet/", "gonum.org/", "modernc.org/sqlite", "go.etcd.io/", "google.golang.org/grpc", module + "/tui", module + "/sched", module + "/control", module + "/perf"},
+	// The agent's binary: no store (SQLite or etcd) comes with it.
+	"cmd/replan-agent": {"charm.land/", "modernc.org/sqlite", "go.etcd.io/", "google.golang.org/grpc", module + "/control", module + "/tui"},
 	// Pure layers: no terminal, no store, no network code.
 	"perf":    {"charm.land/", "modernc.org/sqlite", module + "/ssh", module + "/agent", module + "/control", module + "/tui", module + "/sched", "net/http"},
 	"sched":   {"charm.land/", "modernc.org/sqlite", module + "/ssh", module + "/agent", module + "/control", module + "/tui", "net/http"},
