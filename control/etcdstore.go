@@ -141,6 +141,12 @@ func NewEtcdStoreFromClient(cli *clientv3.Client, prefix string) *EtcdStore {
 	return newEtcdStore(cli, prefix, 0)
 }
 
+// NewEtcdStoreWith is NewEtcdStoreFromClient with cfg's Prefix and
+// EventRetention (its Endpoints, TLS and DialTimeout are the client's).
+func NewEtcdStoreWith(cli *clientv3.Client, cfg EtcdConfig) *EtcdStore {
+	return newEtcdStore(cli, cfg.Prefix, cfg.EventRetention)
+}
+
 func newEtcdStore(cli *clientv3.Client, prefix string, retention time.Duration) *EtcdStore {
 	if prefix == "" {
 		prefix = DefaultEtcdPrefix
