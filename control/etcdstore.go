@@ -203,20 +203,19 @@ func (s *EtcdStore) compactLoop() {
 // to the first that is not (events are stored in time order), in one
 // range delete. It returns how many it deleted.
 func (s *EtcdStore) CompactEvents(ctx context.Context, before time.Time) (int64, error) {
-	var stop string
-	var first string
+	var first, last string
 	err := s.scan(ctx, s.k("events/"), func(kv *mvccpb.KeyValue) (bool, error) {
 		var e Event
 		if err := json.Unmarshal(kv.Value, &e); err != nil {
 			return false, fmt.Errorf("event %s: %w", kv.Key, err)
 		}
 		if !e.At.Before(before) {
-			stop = string(kv.Key)
 			return false, nil
 		}
 		if first == "" {
 			first = string(kv.Key)
 		}
+		last = string(kv.Key)
 		return true, nil
 	})
 	if err != nil {
@@ -225,11 +224,8 @@ func (s *EtcdStore) CompactEvents(ctx context.Context, before time.Time) (int64,
 	if first == "" {
 		return 0, nil
 	}
-	end := stop
-	if end == "" {
-		end = clientv3.GetPrefixRangeEnd(s.k("events/"))
-	}
-	r, err := s.cli.Delete(ctx, first, clientv3.WithRange(end))
+	// Up to the last old event read: events stored meanwhile are newer.
+	r, err := s.cli.Delete(ctx, first, clientv3.WithRange(last+"\x00"))
 	if err != nil {
 		return 0, fmt.Errorf("compact events: %w", err)
 	}

@@ -62,7 +62,21 @@ func StartCluster(t testing.TB, n int) []*Member {
 	if n < 1 {
 		t.Fatalf("etcdtest: a cluster of %d members", n)
 	}
-	root := t.TempDir()
+	// The ports are free when chosen, but another process may take one
+	// before etcd binds it: then again, on other ports.
+	for try := 1; ; try++ {
+		ms, err := startCluster(t, n, fmt.Sprintf("try%d", try))
+		if err == nil {
+			return ms
+		}
+		if try >= 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("etcdtest: %v", err)
+		}
+	}
+}
+
+func startCluster(t testing.TB, n int, name string) ([]*Member, error) {
+	root := filepath.Join(t.TempDir(), name)
 	ports := freePorts(t, 2*n)
 	ms := make([]*Member, n)
 	var peers []string
@@ -80,26 +94,25 @@ func StartCluster(t testing.TB, n int) []*Member {
 	}
 	// Members wait for each other (quorum) before they are ready: start
 	// them all, then wait.
-	errs := make([]error, n)
-	for i, m := range ms {
-		errs[i] = m.start(embed.ClusterStateFlagNew)
-	}
 	t.Cleanup(func() {
 		for _, m := range ms {
 			m.Stop()
 		}
 	})
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("etcdtest: start member %s: %v", ms[i].Name, err)
+	for _, m := range ms {
+		if err := m.start(embed.ClusterStateFlagNew); err != nil {
+			for _, m := range ms {
+				m.Stop()
+			}
+			return nil, fmt.Errorf("start member %s: %w", m.Name, err)
 		}
 	}
 	for _, m := range ms {
 		if err := m.waitReady(); err != nil {
-			t.Fatalf("etcdtest: member %s: %v", m.Name, err)
+			return nil, fmt.Errorf("member %s: %w", m.Name, err)
 		}
 	}
-	return ms
+	return ms, nil
 }
 
 // Endpoints are the client URLs of ms.
@@ -121,6 +134,9 @@ func (m *Member) config(state string) (*embed.Config, error) {
 	}
 	pu, err := url.Parse(m.peerURL)
 	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(m.Dir), 0o700); err != nil {
 		return nil, err
 	}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
