@@ -241,8 +241,26 @@ func TestEtcdStoreCompactsOldEvents(t *testing.T) {
 	if n, _ := s.CompactEvents(ctx, now.Add(-time.Hour)); n != 0 {
 		t.Errorf("compacted %d again", n)
 	}
+	// Every event is old, and one is stored while the compaction runs
+	// (between its read and its delete): that one is kept.
+	compactHook = func() {
+		if _, err := s.AddEvent(ctx, Event{Kind: "k", Msg: "meanwhile", At: now}); err != nil {
+			t.Error(err)
+		}
+	}
+	n, err = s.CompactEvents(ctx, now.Add(time.Hour))
+	compactHook = nil
+	if evs, _ := s.Events(ctx, 0, 100); err != nil || n != 2 || len(evs) != 1 || evs[0].Msg != "meanwhile" {
+		t.Fatalf("compacted %d (%v), kept %+v: want the event stored meanwhile kept", n, err, evs)
+	}
 	// A store opened with a retention of 10 min compacts at start.
-	s2, err := OpenEtcdStore(ctx, EtcdConfig{Endpoints: eps, Prefix: "/e/", EventRetention: 10 * time.Minute})
+	other := openEtcdTest(t, eps, "/e2/")
+	for i, at := range []time.Time{now.Add(-time.Hour), now} {
+		if _, err := other.AddEvent(ctx, Event{Kind: "k", Msg: fmt.Sprint(i), At: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2, err := OpenEtcdStore(ctx, EtcdConfig{Endpoints: eps, Prefix: "/e2/", EventRetention: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +268,7 @@ func TestEtcdStoreCompactsOldEvents(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		evs, _ := s2.Events(ctx, 0, 100)
-		if len(evs) == 1 && evs[0].Msg == "3" {
+		if len(evs) == 1 && evs[0].Msg == "1" {
 			break
 		}
 		if time.Now().After(deadline) {
