@@ -95,6 +95,9 @@ type EtcdStore struct {
 	p         string
 	retention time.Duration
 
+	ctrMu sync.Mutex
+	ctr   map[string]etcdCounter // incr's counters as last seen
+
 	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
@@ -157,7 +160,7 @@ func newEtcdStore(cli *clientv3.Client, prefix string, retention time.Duration) 
 	if retention == 0 {
 		retention = DefaultEventRetention
 	}
-	s := &EtcdStore{cli: cli, p: prefix, retention: retention, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &EtcdStore{cli: cli, p: prefix, retention: retention, ctr: map[string]etcdCounter{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.compactLoop()
 	return s
 }
@@ -605,30 +608,49 @@ func etcdErr(err error) error {
 	return err
 }
 
-// incr draws the next number of counter name.
+// incr draws the next number of counter name: one Txn that writes the
+// next value if the counter is still as this store last saw it, else
+// reads it (another writer drew meanwhile) and tries again.
 func (s *EtcdStore) incr(ctx context.Context, name string) (int64, error) {
 	key := s.k("counters", name)
-	for try := 0; try < etcdCommitTries; try++ {
+	s.ctrMu.Lock()
+	defer s.ctrMu.Unlock()
+	c, known := s.ctr[name]
+	if !known {
 		r, err := s.cli.Get(ctx, key)
 		if err != nil {
 			return 0, err
 		}
-		var v, rev int64
 		if len(r.Kvs) > 0 {
-			v, _ = strconv.ParseInt(string(r.Kvs[0].Value), 10, 64)
-			rev = r.Kvs[0].ModRevision
+			c.value, _ = strconv.ParseInt(string(r.Kvs[0].Value), 10, 64)
+			c.rev = r.Kvs[0].ModRevision
 		}
-		tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, strconv.FormatInt(v+1, 10))).Commit()
+	}
+	for try := 0; try < etcdCommitTries; try++ {
+		tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", c.rev)).
+			Then(clientv3.OpPut(key, strconv.FormatInt(c.value+1, 10))).
+			Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
+			delete(s.ctr, name)
 			return 0, err
 		}
 		if tr.Succeeded {
-			return v + 1, nil
+			c = etcdCounter{value: c.value + 1, rev: tr.Header.Revision}
+			s.ctr[name] = c
+			return c.value, nil
+		}
+		c = etcdCounter{}
+		if kvs := tr.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			c.value, _ = strconv.ParseInt(string(kvs[0].Value), 10, 64)
+			c.rev = kvs[0].ModRevision
 		}
 	}
+	delete(s.ctr, name)
 	return 0, fmt.Errorf("counter %s: %d tries lost to concurrent writers: %w", name, etcdCommitTries, ErrStore)
 }
+
+// etcdCounter is a counter as this store last saw it.
+type etcdCounter struct{ value, rev int64 }
 
 // CreateJob implements Store.
 func (s *EtcdStore) CreateJob(ctx context.Context, j JobRecord) error {
