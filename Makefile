@@ -94,6 +94,7 @@ bench: build
 	REPLAN_FOOTPRINT=1 $(GO) test -run TestFootprint -v ./agent/ | grep -E 'binary|RSS|CPU' || true
 	REPLAN_LOAD_DURATION=60s $(GO) test -count=1 -run TestAPILoad -v ./control/ | grep -E 'load:' || true
 	REPLAN_DAEMON_BENCH=1 $(GO) test -count=1 -timeout 30m -run TestDaemonBench -v ./control/ | grep -E '^(daemon bench|\|)' || true
+	REPLAN_DAEMON_BENCH=1 REPLAN_BENCH_STORE=etcd $(GO) test -count=1 -timeout 30m -run TestDaemonBench -v ./control/ | grep -E '^(daemon bench|\|)' || true
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -23,6 +23,10 @@ func startEmbeddedEtcd(ctx context.Context, name, dir, clientURL, peers string, 
 	cfg.Dir = dir
 	cfg.LogLevel = "error"
 	cfg.InitialClusterToken = "replan"
+	// One daemon write is one transaction: etcd's default of 128
+	// operations per transaction is too few (docs/ha.md "Transactions").
+	cfg.MaxTxnOps = 4096
+	cfg.MaxRequestBytes = 8 << 20
 	var self *url.URL
 	var cluster []string
 	for _, p := range splitList(peers) {

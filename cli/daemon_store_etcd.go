@@ -2,17 +2,15 @@ package cli
 
 import (
 	"context"
-	"errors"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/replan/replan/control"
 )
 
-// openEtcdStore is the etcd store under prefix on cli.
-//
-// MERGE: this branch has no etcd store; once control.EtcdStore is merged
-// the body becomes `return control.NewEtcdStoreFromClient(cli, prefix), nil`.
+// openEtcdStore is the etcd store under prefix on cli (the election's
+// client; docs/ha.md). An external etcd must accept transactions of 4096
+// operations (--max-txn-ops 4096 --max-request-bytes 8388608).
 func openEtcdStore(ctx context.Context, cli *clientv3.Client, prefix string) (control.Store, error) {
-	return nil, errors.New("daemon: --store etcd: this build has no etcd store; use --store sqlite (the default)")
+	return control.NewEtcdStoreFromClient(cli, prefix), nil
 }

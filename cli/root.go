@@ -54,6 +54,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newModelsCmd,  // models.go
 		newProfileCmd, // models.go
 		newStatusCmd,  // status.go
+		newStoreCmd,   // store.go
 	} {
 		root.AddCommand(add(stdout, stderr))
 	}

@@ -2,6 +2,7 @@ package control
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replan/replan/internal/etcdtest"
 	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/sched"
 )
@@ -28,7 +30,9 @@ import (
 // submits and reads through the API. It prints submit and read (queue,
 // jobs) latency p50/p99 and the round times. Targets: submit p99 <= 50 ms,
 // read p99 <= 20 ms. REPLAN_BENCH_SERVERS, REPLAN_BENCH_JOBS,
-// REPLAN_BENCH_POLICY and REPLAN_BENCH_DURATION change the size.
+// REPLAN_BENCH_POLICY and REPLAN_BENCH_DURATION change the size;
+// REPLAN_BENCH_STORE=etcd runs it on the etcd store (an embedded etcd
+// server on loopback, internal/etcdtest) instead of SQLite.
 func TestDaemonBench(t *testing.T) {
 	if os.Getenv("REPLAN_DAEMON_BENCH") == "" {
 		t.Skip("REPLAN_DAEMON_BENCH=1 runs the control-plane benchmark (make bench)")
@@ -54,7 +58,17 @@ func TestDaemonBench(t *testing.T) {
 	gcPercent := TuneGC() // as `replan daemon` runs
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "bench.db"))
+	storeKind := cmp.Or(os.Getenv("REPLAN_BENCH_STORE"), "sqlite")
+	var st Store
+	var err error
+	switch storeKind {
+	case "sqlite":
+		st, err = OpenSQLite(ctx, filepath.Join(t.TempDir(), "bench.db"))
+	case "etcd":
+		st, err = OpenEtcdStore(ctx, EtcdConfig{Endpoints: etcdtest.Start(t)})
+	default:
+		t.Fatalf("REPLAN_BENCH_STORE=%s: want sqlite or etcd", storeKind)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,8 +246,8 @@ func TestDaemonBench(t *testing.T) {
 		return "MISSES"
 	}
 	running := len(d.Running())
-	fmt.Printf("daemon bench: %d servers (%d GPUs), %d queued jobs (stored in %s), policy %s, GOGC %d, %s of probes, %d rounds (%d with errors), %d jobs running at the end\n",
-		nServers, nServers*8, nJobs, fill.Round(time.Millisecond), policy, gcPercent, dur, len(rounds), roundErrs, running)
+	fmt.Printf("daemon bench: store %s, %d servers (%d GPUs), %d queued jobs (stored in %s), policy %s, GOGC %d, %s of probes, %d rounds (%d with errors), %d jobs running at the end\n",
+		storeKind, nServers, nServers*8, nJobs, fill.Round(time.Millisecond), policy, gcPercent, dur, len(rounds), roundErrs, running)
 	fmt.Printf("| %-22s | %6s | %10s | %10s | %10s | %-14s |\n", "operation", "n", "p50", "p99", "max", "target (p99)")
 	fmt.Printf("|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 24), strings.Repeat("-", 8), strings.Repeat("-", 12), strings.Repeat("-", 12), strings.Repeat("-", 12), strings.Repeat("-", 16))
 	row := func(name string, v []time.Duration, target string) {

@@ -125,8 +125,12 @@ func newDaemon(t *testing.T, st Store, ex Executor, policy string) (*Daemon, *cl
 }
 
 func TestDaemonStartsFinishesAndFreesDevices(t *testing.T) {
+	forEachStore(t, testDaemonStartsFinishes)
+}
+
+func testDaemonStartsFinishes(t *testing.T, k storeKit) {
 	ctx := context.Background()
-	st, _ := openTest(t)
+	st, _ := k.open(t)
 	ex := &recorder{}
 	d, _ := newDaemon(t, st, ex, "static")
 	j1, _ := d.Submit(ctx, spec(t, "one", 8, jobspec.Guaranteed))
@@ -260,8 +264,12 @@ func TestDaemonRequeuesJobsOfADeadServer(t *testing.T) {
 }
 
 func TestDaemonRecoversFromTheStore(t *testing.T) {
+	forEachStore(t, testDaemonRecoversFromTheStore)
+}
+
+func testDaemonRecoversFromTheStore(t *testing.T, k storeKit) {
 	ctx := context.Background()
-	st, _ := openTest(t)
+	st, _ := k.open(t)
 	ex := &recorder{}
 	d, _ := newDaemon(t, st, ex, "static")
 	d.Submit(ctx, spec(t, "one", 8, jobspec.BestEffort))

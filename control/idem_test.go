@@ -21,8 +21,12 @@ import (
 // (the key is stored with the job); the same key with another spec is
 // refused.
 func TestAPISubmitIdempotencyKey(t *testing.T) {
+	forEachStore(t, testAPISubmitIdempotencyKey)
+}
+
+func testAPISubmitIdempotencyKey(t *testing.T, k storeKit) {
 	ctx := context.Background()
-	st, dbPath := openTest(t)
+	st, reopen := k.open(t)
 	serve := func(st Store) *Client {
 		c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
 		p, _ := sched.New("morphling")
@@ -85,12 +89,7 @@ func TestAPISubmitIdempotencyKey(t *testing.T) {
 		t.Fatalf("plain submit %+v %v", r, err)
 	}
 	// The key survives a daemon restart.
-	st.Close()
-	st2, err := OpenSQLite(ctx, dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st2.Close() })
+	st2 := reopen(t)
 	cl2 := serve(st2)
 	r, err := cl2.SubmitWithKey(ctx, "a.yaml", spec, "key-1")
 	if err != nil || r.ID != first.ID {
@@ -108,8 +107,12 @@ func TestAPISubmitIdempotencyKey(t *testing.T) {
 // the loop deletes expired keys from the store. After the clock steps
 // back, the queue's waiting_s is 0, never negative.
 func TestIdempotencyKeysExpireAndWaitNeverNegative(t *testing.T) {
+	forEachStore(t, testIdempotencyKeysExpire)
+}
+
+func testIdempotencyKeysExpire(t *testing.T, k storeKit) {
 	ctx := context.Background()
-	st, _ := openTest(t)
+	st, _ := k.open(t)
 	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
 	p, _ := sched.New("morphling")
 	d, err := New(ctx, Config{Store: st, Exec: &recorder{}, Policy: p, Clock: c.now, IdempotencyRetention: 2 * time.Hour,
@@ -134,13 +137,7 @@ func TestIdempotencyKeysExpireAndWaitNeverNegative(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := func() int {
-		var n int
-		if err := st.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM idempotency`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	keys := func() int { return countStored(t, st, "idempotency", "idem/") }
 	c.advance(2*time.Hour - time.Second)
 	if r, err := cl.SubmitWithKey(ctx, "a.yaml", spec, "k"); err != nil || r.ID != first.ID {
 		t.Fatalf("retry within the retention: %s %v, want %s", r.ID, err, first.ID)

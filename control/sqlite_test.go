@@ -29,8 +29,12 @@ func openTest(t *testing.T) (*SQLite, string) {
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
 func TestStoreJobLifecycle(t *testing.T) {
+	forEachStore(t, testStoreJobLifecycle)
+}
+
+func testStoreJobLifecycle(t *testing.T, k storeKit) {
 	ctx := context.Background()
-	s, path := openTest(t)
+	s, reopen := k.open(t)
 	id, err := s.NextJobID(ctx)
 	if err != nil || id != "j-000001" {
 		t.Fatalf("id %q %v", id, err)
@@ -75,12 +79,7 @@ func TestStoreJobLifecycle(t *testing.T) {
 		t.Errorf("missing job: %v", err)
 	}
 	// Everything survives a reopen; IDs are never reused.
-	s.Close()
-	s2, err := OpenSQLite(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := reopen(t)
 	if j, err := s2.GetJob(ctx, id); err != nil || j.State != StateFinished {
 		t.Fatalf("after reopen: %+v %v", j, err)
 	}
@@ -90,8 +89,12 @@ func TestStoreJobLifecycle(t *testing.T) {
 }
 
 func TestStoreListsEventsDecisionsNodesModelsTimers(t *testing.T) {
+	forEachStore(t, testStoreLists)
+}
+
+func testStoreLists(t *testing.T, k storeKit) {
 	ctx := context.Background()
-	s, _ := openTest(t)
+	s, _ := k.open(t)
 	for i, st := range []JobState{StateQueued, StateRunning, StateQueued, StateFinished} {
 		id := fmt.Sprintf("j-%06d", i+1)
 		if err := s.CreateJob(ctx, JobRecord{ID: id, Name: id, Tenant: []string{"a", "b"}[i%2], Class: "best-effort", Spec: json.RawMessage(`{}`), State: st, SubmittedAt: t0.Add(time.Duration(i) * time.Second)}); err != nil {

@@ -315,9 +315,9 @@ func preemptOne(s sched.Snapshot) []sched.Decision {
 	return nil
 }
 
-func newFaultDaemon(t *testing.T) (*Daemon, *faultStore, *SQLite, *clock, *SimExecutor) {
+func newFaultDaemon(t *testing.T, k storeKit) (*Daemon, *faultStore, Store, *clock, *SimExecutor) {
 	t.Helper()
-	st, _ := openTest(t)
+	st, _ := k.open(t)
 	fs := &faultStore{Store: st}
 	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
 	ex := NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 30*time.Second)
@@ -339,7 +339,11 @@ func newFaultDaemon(t *testing.T) (*Daemon, *faultStore, *SQLite, *clock, *SimEx
 // every N: after each step, and after a restart on the same store, memory
 // equals the store and no GPU is held by two jobs.
 func TestStoreFaultAtEveryWrite(t *testing.T) {
-	d, fs, st0, c, ex := newFaultDaemon(t)
+	forEachStore(t, testStoreFaultAtEveryWrite)
+}
+
+func testStoreFaultAtEveryWrite(t *testing.T, k storeKit) {
+	d, fs, st0, c, ex := newFaultDaemon(t, k)
 	faultScenario(t, d, c, ex, func(string) {})
 	total := fs.writes
 	evs, _ := st0.Events(context.Background(), 0, 10000)
@@ -362,7 +366,7 @@ func TestStoreFaultAtEveryWrite(t *testing.T) {
 	}
 	t.Logf("scenario: %d store writes; failing each (stride %d)", total, stride)
 	for n := 1; n <= total; n += stride {
-		d, fs, st, c, ex := newFaultDaemon(t)
+		d, fs, st, c, ex := newFaultDaemon(t, k)
 		fs.set(n, false)
 		faultScenario(t, d, c, ex, func(when string) { consistent(t, d, fs, ex, fmt.Sprintf("write %d failed, %s", n, when)) })
 		if fs.failed != 1 {

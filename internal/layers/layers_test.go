@@ -15,7 +15,7 @@ const module = "github.com/replan/replan"
 // that must not appear anywhere in its dependency closure.
 var forbidden = map[string][]string{
 	// The agent runs on every server: it must stay small.
-	"agent": {"charm.land/", "github.com/charmbracelet/", "gonum.org/", "modernc.org/sqlite", "go.etcd.io/", module + "/tui", module + "/sched", module + "/control", module + "/perf"},
+	"agent": {"charm.land/", "github.com/charmbracelet/", "gonum.org/", "modernc.org/sqlite", "go.etcd.io/", "google.golang.org/grpc", module + "/tui", module + "/sched", module + "/control", module + "/perf"},
 	// The agent's binary neither: etcd (the control plane's HA) stays out.
 	"cmd/replan-agent": {"charm.land/", "gonum.org/", "modernc.org/sqlite", "go.etcd.io/", "google.golang.org/grpc", module + "/control", module + "/tui", module + "/sched"},
 	// Pure layers: no terminal, no store, no network code.
