@@ -44,6 +44,8 @@ type daemonOptions struct {
 	hangFactor                                                       float64
 	hangFloor                                                        time.Duration
 	gpuReadFailures                                                  int
+	slowFraction                                                     float64
+	slowObservations                                                 int
 	// profiling on arrival (control.ProfileOptions); profileSet: --profile
 	// was given (the sim executor profiles only then)
 	profile    control.ProfileOptions
@@ -99,6 +101,8 @@ See docs/control.md.`,
 	f.Float64Var(&o.hangFactor, "hang-factor", control.DefaultHangFactor, "restart a job that logged no new iteration for this many times its predicted iteration time (or --hang-floor, whichever is longer; a spec's hang: overrides both)")
 	f.DurationVar(&o.hangFloor, "hang-floor", control.DefaultHangFloor, "the shortest silence after which a job counts as hung")
 	f.IntVar(&o.gpuReadFailures, "gpu-read-failures", control.DefaultGPUReadFailures, "cordon a GPU whose reads failed this many observations in a row")
+	f.Float64Var(&o.slowFraction, "slow-fraction", control.DefaultSlowFraction, "look for a slow server when a job runs below this fraction of its predicted throughput for --slow-observations observations in a row (a spec's slow: overrides both)")
+	f.IntVar(&o.slowObservations, "slow-observations", control.DefaultSlowObservations, "how many observations in a row a job must run below --slow-fraction of its prediction")
 	f.BoolVar(&o.profile.Enabled, "profile", true, "profile a job's model type on arrival when it has no fitted model (a few bounded test runs on free GPUs, docs/perf.md); the sim executor profiles only when this is given")
 	f.IntVar(&o.profile.MaxConfigs, "profile-configs", perf.MaxProfileConfigs, "most configurations a profiling phase runs (at most 7)")
 	f.IntVar(&o.profile.Iterations, "profile-iterations", 20, "a profile run ends once it measured this many iterations")
@@ -112,6 +116,9 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	if o.idemRetention <= 0 {
 		return fmt.Errorf("daemon: --idempotency-retention %v: want a positive duration", o.idemRetention)
+	}
+	if o.slowFraction <= 0 || o.slowFraction >= 1 || o.slowObservations <= 0 {
+		return fmt.Errorf("daemon: --slow-fraction %g must be between 0 and 1, --slow-observations %d positive", o.slowFraction, o.slowObservations)
 	}
 	if o.hangFactor <= 0 || o.hangFloor <= 0 || o.gpuReadFailures <= 0 {
 		return fmt.Errorf("daemon: --hang-factor %g, --hang-floor %v, --gpu-read-failures %d: each must be positive", o.hangFactor, o.hangFloor, o.gpuReadFailures)
@@ -196,7 +203,8 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		o.profile.Enabled = false // simulated model types come from the data
 	}
 	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine, IdempotencyRetention: o.idemRetention,
-		HangFactor: o.hangFactor, HangFloor: o.hangFloor, GPUReadFailures: o.gpuReadFailures, Profile: o.profile})
+		HangFactor: o.hangFactor, HangFloor: o.hangFloor, GPUReadFailures: o.gpuReadFailures, Profile: o.profile,
+		SlowFraction: o.slowFraction, SlowObservations: o.slowObservations})
 	if err != nil {
 		return err
 	}
