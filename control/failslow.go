@@ -12,7 +12,7 @@ package control
 //     power limit below the default, a PCIe link trained below its best,
 //     NVLinks down;
 //  2. lacking a signal, the other running jobs of its model type: when
-//     some ran at prediction on other servers, the job's server is to
+//     some ran at prediction on other servers (atPrediction), the job's server is to
 //     blame (a job on one server), or the one of its servers where other
 //     jobs ran slow too and none at prediction (the servers' history of
 //     jobs; a job on several servers);
@@ -46,9 +46,14 @@ const (
 )
 
 // atPrediction is the fraction of its prediction a job must reach to
-// count as running at prediction (a peer that shows the model right):
-// within perf.RefitThreshold.
-const atPrediction = 0.9
+// count as running at prediction (a peer that shows the model right),
+// as the median of its last peerWindow observations: within 15 % (one
+// iteration's time varies with the load beside it).
+const atPrediction = 0.85
+
+// peerWindow is how many of a job's latest observations its speed as a
+// peer is the median of.
+const peerWindow = 5
 
 // slowHistoryAge is how long a job's speed on a server is remembered.
 const slowHistoryAge = time.Hour
@@ -71,8 +76,23 @@ type slowState struct {
 	streak  int       // observations in a row below the fraction
 	since   time.Time // the first of them
 	held    []float64 // samples/s kept from the model meanwhile
-	low     float64   // the lowest measured/predicted ratio of the streak
+	ratios  []float64 // the streak's measured/predicted ratios
 	told    bool      // an unexplained slowdown was told for this streak
+	// recent are its last peerWindow ratios, slow or not.
+	recent []float64
+}
+
+// median of v (0 when empty).
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	c := slices.Clone(v)
+	slices.Sort(c)
+	if n := len(c); n%2 == 0 {
+		return (c[n/2-1] + c[n/2]) / 2
+	}
+	return c[len(c)/2]
 }
 
 // slowMark is a job's latest speed on a server.
@@ -105,10 +125,12 @@ func (d *Daemon) slowBounds(js *jobState) (float64, int) {
 	return frac, n
 }
 
-// noteSpeed follows a measured throughput of js against its prediction.
-// It reports whether the sample is kept from the model (js runs slow);
-// otherwise the caller feeds it to refit. The caller holds d.mu.
-func (d *Daemon) noteSpeed(js *jobState, sps float64) bool {
+// noteSpeed follows a measured throughput of js against its prediction;
+// fresh says the observation brought new iterations (only those count:
+// a job observed twice between two iteration lines shows the same one
+// twice). It reports whether the sample is kept from the model (js runs
+// slow); otherwise the caller feeds it to refit. The caller holds d.mu.
+func (d *Daemon) noteSpeed(js *jobState, sps float64, fresh bool) bool {
 	if js.predSPS <= 0 || sps <= 0 || len(js.servers) == 0 {
 		return false
 	}
@@ -138,19 +160,26 @@ func (d *Daemon) noteSpeed(js *jobState, sps float64) bool {
 		fs.jobs[id] = st
 	}
 	frac, _ := d.slowBounds(js)
+	if !fresh {
+		return st.streak > 0 && ratio < frac // the same iteration again
+	}
+	st.recent = append(st.recent, ratio)
+	if len(st.recent) > peerWindow {
+		st.recent = st.recent[1:]
+	}
 	if ratio >= frac {
 		// Back at speed: a passing slowdown is neither the model's fault
 		// nor a server's; its samples are dropped.
-		*st = slowState{attempt: js.rec.Attempt}
+		st.streak, st.since, st.held, st.ratios, st.told = 0, time.Time{}, nil, nil, false
 		return false
 	}
 	if st.streak == 0 {
-		st.since, st.low = now, ratio
+		st.since = now
 	}
 	st.streak++
-	st.low = min(st.low, ratio)
 	if len(st.held) < maxHeldSamples {
 		st.held = append(st.held, sps)
+		st.ratios = append(st.ratios, ratio)
 	}
 	return true
 }
@@ -353,7 +382,7 @@ func judgeSlow(c slowCase) slowVerdict {
 func (d *Daemon) slowCaseOf(js *jobState, st *slowState) slowCase {
 	frac, _ := d.slowBounds(js)
 	c := slowCase{Job: js.rec.ID, PredSPS: js.predSPS, MeasSPS: js.measSPS, Fraction: frac}
-	c.Ratio = js.measSPS / js.predSPS
+	c.Ratio = medianOf(st.ratios)
 	for _, s := range js.servers {
 		ss := slowServer{Name: s.Name}
 		i, known := d.srvIdx[s.Name]
@@ -383,6 +412,9 @@ func (d *Daemon) slowCaseOf(js *jobState, st *slowState) slowCase {
 			continue
 		}
 		p := slowPeer{Job: id, Ratio: o.measSPS / o.predSPS}
+		if ps := d.fs.jobs[id]; ps != nil && ps.attempt == o.rec.Attempt && len(ps.recent) > 0 {
+			p.Ratio = medianOf(ps.recent)
+		}
 		for _, s := range o.servers {
 			p.Servers = append(p.Servers, s.Name)
 		}
@@ -397,6 +429,7 @@ type slowFound struct {
 	js      *jobState
 	attempt int
 	v       slowVerdict
+	ratio   float64 // the median of its slow streak
 	held    []float64
 }
 
@@ -424,8 +457,8 @@ func (d *Daemon) slowChecks(ctx context.Context) error {
 		if js.stopping || d.unsettled(id) || st.streak < n || st.told || js.predSPS <= 0 {
 			continue
 		}
-		v := judgeSlow(d.slowCaseOf(js, st))
-		found = append(found, slowFound{js: js, attempt: st.attempt, v: v, held: slices.Clone(st.held)})
+		c := d.slowCaseOf(js, st)
+		found = append(found, slowFound{js: js, attempt: st.attempt, v: judgeSlow(c), ratio: c.Ratio, held: slices.Clone(st.held)})
 	}
 	var errs []error
 	var moved []*jobState
@@ -434,7 +467,7 @@ func (d *Daemon) slowChecks(ctx context.Context) error {
 		st := d.fs.jobs[id]
 		switch {
 		case len(f.v.Blame) > 0:
-			if err := d.blameSlow(ctx, js, f.v.Blame); err != nil {
+			if err := d.blameSlow(ctx, js, f.v.Blame, f.ratio); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -442,7 +475,7 @@ func (d *Daemon) slowChecks(ctx context.Context) error {
 		case f.v.Refit:
 			// The samples kept from the model go to it now, each as
 			// Observe would have given it.
-			ev := d.ev("slow", id, "", f.v.Why, slowData{Ratio: js.measSPS / js.predSPS, PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS, Refit: true, Servers: []string{}})
+			ev := d.ev("slow", id, "", f.v.Why, slowData{Ratio: f.ratio, PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS, Refit: true, Servers: []string{}})
 			if err := d.write(ctx, nil, Batch{Events: []Event{ev}}, nil); err != nil {
 				errs = append(errs, fmt.Errorf("slow %s: %w", id, err))
 				continue
@@ -454,7 +487,7 @@ func (d *Daemon) slowChecks(ctx context.Context) error {
 				}
 			}
 		default:
-			ev := d.ev("slow", id, "", f.v.Why, slowData{Ratio: js.measSPS / js.predSPS, PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS, Servers: []string{}})
+			ev := d.ev("slow", id, "", f.v.Why, slowData{Ratio: f.ratio, PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS, Servers: []string{}})
 			if err := d.write(ctx, nil, Batch{Events: []Event{ev}}, func() { st.told = true }); err != nil {
 				errs = append(errs, fmt.Errorf("slow %s: %w", id, err))
 			}
@@ -485,7 +518,7 @@ type slowData struct {
 // slow_servers) and requeues js from its checkpoint, not counted, in one
 // transaction with a "suspect" event per server and a "slow" event; the
 // caller holds d.mu and then stops js with a checkpoint.
-func (d *Daemon) blameSlow(ctx context.Context, js *jobState, blame []slowBlame) error {
+func (d *Daemon) blameSlow(ctx context.Context, js *jobState, blame []slowBlame, ratio float64) error {
 	id, now := js.rec.ID, d.now()
 	var b Batch
 	var names, whys []string
@@ -499,11 +532,11 @@ func (d *Daemon) blameSlow(ctx context.Context, js *jobState, blame []slowBlame)
 		names, whys, idx = append(names, bl.Server), append(whys, bl.Why), append(idx, i)
 		b.Nodes = append(b.Nodes, NodeRecord{Name: bl.Server, Reachable: n.reachable, Drained: n.drained, Missed: n.missed, Suspect: true, SuspectWhy: bl.Why, UpdatedAt: now})
 		b.SlowServers = append(b.SlowServers, SlowServerRecord{Server: bl.Server, Why: bl.Why, At: now})
-		b.Events = append(b.Events, d.ev("suspect", "", bl.Server, bl.Server+" is suspect, no new starts there: "+bl.Why, slowData{Ratio: js.measSPS / js.predSPS, PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS, Servers: []string{bl.Server}}))
+		b.Events = append(b.Events, d.ev("suspect", "", bl.Server, bl.Server+" is suspect, no new starts there: "+bl.Why, slowData{Ratio: ratio, PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS, Servers: []string{bl.Server}}))
 	}
 	ck := max(js.rec.Checkpoint, js.ckpt)
 	msg := fmt.Sprintf("%s runs slow: %s; moving it from %s (checkpoint, stop, requeue from checkpoint %d)", js.spec.Name, strings.Join(whys, "; "), strings.Join(names, ", "), ck)
-	b.Events = append(b.Events, d.ev("slow", id, "", msg, slowData{Ratio: js.measSPS / js.predSPS, PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS, Servers: names}))
+	b.Events = append(b.Events, d.ev("slow", id, "", msg, slowData{Ratio: ratio, PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS, Servers: names}))
 	up, e, final := d.requeueChange(js, fmt.Sprintf("slow on %s; back to the queue from checkpoint %d", strings.Join(names, ", "), ck), false)
 	b.Events = append(b.Events, e)
 	err := d.write(ctx, []jobUpdate{up}, b, func() {

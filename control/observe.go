@@ -112,7 +112,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			js.launchFails = 0 // it runs: its launches succeed again
 			js.measSPS = o.SamplesPerSec
 			js.measAt = d.now() // with iters: the ETA's progress since
-			if d.noteSpeed(js, o.SamplesPerSec) {
+			if d.noteSpeed(js, o.SamplesPerSec, o.Iterations > js.iters) {
 				// Kept from the model until its slowness is judged (failslow.go).
 			} else if err := d.refit(ctx, js, o.SamplesPerSec); err != nil {
 				errs = append(errs, err)
