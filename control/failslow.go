@@ -534,10 +534,9 @@ func (d *Daemon) blameSlow(ctx context.Context, js *jobState, blame []slowBlame,
 		b.SlowServers = append(b.SlowServers, SlowServerRecord{Server: bl.Server, Why: bl.Why, At: now})
 		b.Events = append(b.Events, d.ev("suspect", "", bl.Server, bl.Server+" is suspect, no new starts there: "+bl.Why, slowData{Ratio: ratio, PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS, Servers: []string{bl.Server}}))
 	}
-	ck := max(js.rec.Checkpoint, js.ckpt)
-	msg := fmt.Sprintf("%s runs slow: %s; moving it from %s (checkpoint, stop, requeue from checkpoint %d)", js.spec.Name, strings.Join(whys, "; "), strings.Join(names, ", "), ck)
+	msg := fmt.Sprintf("%s runs slow: %s; moving it from %s (checkpoint, stop, requeue)", js.spec.Name, strings.Join(whys, "; "), strings.Join(names, ", "))
 	b.Events = append(b.Events, d.ev("slow", id, "", msg, slowData{Ratio: ratio, PredictedSPS: js.predSPS, MeasuredSPS: js.measSPS, Servers: names}))
-	up, e, final := d.requeueChange(js, fmt.Sprintf("slow on %s; back to the queue from checkpoint %d", strings.Join(names, ", "), ck), false)
+	up, e, final := d.requeueChange(js, fmt.Sprintf("slow on %s; back to the queue from the checkpoint it writes at its stop", strings.Join(names, ", ")), false)
 	b.Events = append(b.Events, e)
 	err := d.write(ctx, []jobUpdate{up}, b, func() {
 		for k, i := range idx {
