@@ -11,8 +11,9 @@ package control
 //     (NVML's clock event reasons, the SM clock against its maximum), a
 //     power limit below the default, a PCIe link trained below its best,
 //     NVLinks down;
-//  2. lacking a signal, the other running jobs of its model type: when
-//     some ran at prediction on other servers (atPrediction), the job's server is to
+//  2. lacking a signal, the other running jobs of its model type with
+//     its plan and placement shape (the model's error may depend on
+//     them): when some ran at prediction on other servers (atPrediction), the job's server is to
 //     blame (a job on one server), or the one of its servers where other
 //     jobs ran slow too and none at prediction (the servers' history of
 //     jobs; a job on several servers);
@@ -98,8 +99,7 @@ func medianOf(v []float64) float64 {
 // slowMark is a job's latest speed on a server.
 type slowMark struct {
 	job   string
-	typ   ModelType
-	ratio float64
+	ratio float64 // measured / predicted
 	at    time.Time
 }
 
@@ -140,7 +140,6 @@ func (d *Daemon) noteSpeed(js *jobState, sps float64, fresh bool) bool {
 	}
 	id, now := js.rec.ID, d.now()
 	ratio := sps / js.predSPS
-	typ := modelTypeOf(js.spec)
 	for _, s := range js.servers {
 		m := fs.hist[s.Name]
 		if m == nil {
@@ -152,7 +151,7 @@ func (d *Daemon) noteSpeed(js *jobState, sps float64, fresh bool) bool {
 				delete(m, j)
 			}
 		}
-		m[id] = slowMark{job: id, typ: typ, ratio: ratio, at: now}
+		m[id] = slowMark{job: id, ratio: ratio, at: now}
 	}
 	st := fs.jobs[id]
 	if st == nil || st.attempt != js.rec.Attempt {
@@ -407,9 +406,11 @@ func (d *Daemon) slowCaseOf(js *jobState, st *slowState) slowCase {
 		c.Servers = append(c.Servers, ss)
 	}
 	typ := modelTypeOf(js.spec)
+	shape := placementShape(js)
 	for id, o := range d.jobs {
-		if id == js.rec.ID || o.rec.State != StateRunning || len(o.servers) == 0 || o.predSPS <= 0 || o.measSPS <= 0 || modelTypeOf(o.spec) != typ {
-			continue
+		if id == js.rec.ID || o.rec.State != StateRunning || len(o.servers) == 0 || o.predSPS <= 0 || o.measSPS <= 0 || modelTypeOf(o.spec) != typ ||
+			o.plan != js.plan || !slices.Equal(placementShape(o), shape) {
+			continue // a peer runs what the model predicted for the same plan and placement
 		}
 		p := slowPeer{Job: id, Ratio: o.measSPS / o.predSPS}
 		if ps := d.fs.jobs[id]; ps != nil && ps.attempt == o.rec.Attempt && len(ps.recent) > 0 {
@@ -422,6 +423,16 @@ func (d *Daemon) slowCaseOf(js *jobState, st *slowState) slowCase {
 	}
 	sort.Slice(c.Peers, func(a, b int) bool { return c.Peers[a].Job < c.Peers[b].Job })
 	return c
+}
+
+// placementShape is the GPUs js holds per server, most first.
+func placementShape(js *jobState) []int {
+	out := make([]int, 0, len(js.servers))
+	for _, s := range js.servers {
+		out = append(out, len(s.GPUs))
+	}
+	slices.SortFunc(out, func(a, b int) int { return b - a })
+	return out
 }
 
 // slowFound is a job found slow, with the verdict on it.
