@@ -16,6 +16,18 @@ var fakeModels = map[string]uint64{
 	"A100-40GB": 40, "V100": 32, "L40S": 48, "A10": 24, "RTX4090": 24,
 }
 
+// fakeClocks maps a GPU model to its maximum SM clock (MHz), default
+// power limit (W) and PCIe generation; others get 1410 MHz, 400 W, gen 4.
+var fakeClocks = map[string]struct {
+	smMHz  uint32
+	powerW float64
+	gen    int
+}{
+	"A800": {1410, 400, 4}, "A100": {1410, 400, 4}, "A100-40GB": {1410, 400, 4},
+	"H800": {1980, 700, 5}, "H100": {1980, 700, 5}, "H200": {1980, 700, 5}, "H20": {1980, 500, 5},
+	"V100": {1530, 300, 3}, "L40S": {2520, 350, 4}, "A10": {1695, 150, 4}, "RTX4090": {2520, 450, 4},
+}
+
 // fakeNVLinks is the number of NVLinks per GPU the fake backend reports
 // (A800 has 8, A100 12; one number keeps it simple).
 const fakeNVLinks = 8
@@ -67,6 +79,13 @@ func NewFakeBackend(spec string) (*FakeBackend, error) {
 			MemoryTotalBytes: memGB << 30,
 			Processes:        []GPUProcess{},
 		}
+		ck, ok := fakeClocks[model]
+		if !ok {
+			ck.smMHz, ck.powerW, ck.gen = 1410, 400, 4
+		}
+		g.SMClockMHz, g.SMClockMaxMHz = ck.smMHz, ck.smMHz
+		g.PowerLimitW, g.PowerDefaultLimitW = ck.powerW, ck.powerW
+		g.PCIeGen, g.PCIeGenMax, g.PCIeWidth, g.PCIeWidthMax = ck.gen, ck.gen, 16, 16
 		for l := 0; l < fakeNVLinks; l++ {
 			g.NVLinks = append(g.NVLinks, NVLink{Link: l, Active: true, Peer: -1})
 		}
@@ -98,8 +117,12 @@ func (f *FakeBackend) GPUs(ctx context.Context) ([]GPU, error) {
 	out := make([]GPU, len(f.gpus))
 	for i, g := range f.gpus {
 		g.TemperatureC = 32 + g.UtilizationPct*45/100
+		if g.ClockEventReasons&(ClockEventSWThermal|ClockEventHWThermal) != 0 {
+			g.TemperatureC = max(g.TemperatureC, 88) // it throttles because it is hot
+		}
 		g.PowerW = 60 + float64(g.UtilizationPct)*3.4
 		g.Processes = append([]GPUProcess{}, g.Processes...)
+		g.ClockEvents = ClockEventNames(g.ClockEventReasons)
 		g.NVLinks = append([]NVLink(nil), g.NVLinks...)
 		g.Peers = append([]PeerLink(nil), g.Peers...)
 		out[i] = g
@@ -238,5 +261,57 @@ func (f *FakeBackend) inject(i int, kind string, xid uint64) error {
 		return err
 	}
 	f.evs = append(f.evs, HealthEvent{GPUIndex: i, GPUUUID: g.UUID, Kind: kind, Xid: xid})
+	return nil
+}
+
+// SetThrottle holds GPU i's SM clock at mhz (0: its maximum) for the
+// clock event reasons given (an NVML mask such as ClockEventSWThermal;
+// 0 clears them), as a GPU that overheats or hits its power cap does.
+func (f *FakeBackend) SetThrottle(i int, mhz uint32, reasons uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, err := f.gpu(i)
+	if err != nil {
+		return err
+	}
+	if mhz == 0 || mhz > g.SMClockMaxMHz {
+		mhz = g.SMClockMaxMHz
+	}
+	g.SMClockMHz, g.ClockEventReasons = mhz, reasons
+	return nil
+}
+
+// SetPowerLimit sets GPU i's enforced power limit in watts (0: its
+// default).
+func (f *FakeBackend) SetPowerLimit(i int, w float64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, err := f.gpu(i)
+	if err != nil {
+		return err
+	}
+	if w <= 0 {
+		w = g.PowerDefaultLimitW
+	}
+	g.PowerLimitW = w
+	return nil
+}
+
+// SetPCIe sets GPU i's current PCIe link generation and width (0: its
+// maximum), as a link that trained down reports.
+func (f *FakeBackend) SetPCIe(i, gen, width int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, err := f.gpu(i)
+	if err != nil {
+		return err
+	}
+	if gen <= 0 || gen > g.PCIeGenMax {
+		gen = g.PCIeGenMax
+	}
+	if width <= 0 || width > g.PCIeWidthMax {
+		width = g.PCIeWidthMax
+	}
+	g.PCIeGen, g.PCIeWidth = gen, width
 	return nil
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -39,6 +40,74 @@ type GPU struct {
 	// succeeded. The daemon cordons a GPU whose reads fail several
 	// samples in a row.
 	ReadError string `json:"read_error,omitempty"`
+	// Clocks and limits that make a GPU slow without failing it (the
+	// daemon's fail-slow checks read them; 0 / empty when NVML does not
+	// report them). ClockEventReasons is NVML's bit mask of why the clocks
+	// are held down (nvmlClocksEventReasons), ClockEvents its names
+	// (ClockEventNames).
+	ClockEventReasons uint64   `json:"clock_event_reasons"`
+	ClockEvents       []string `json:"clock_events,omitempty"`
+	// SMClockMHz is the SM clock now, SMClockMaxMHz its maximum.
+	SMClockMHz    uint32 `json:"sm_clock_mhz,omitempty"`
+	SMClockMaxMHz uint32 `json:"sm_clock_max_mhz,omitempty"`
+	// PowerLimitW is the enforced power limit, PowerDefaultLimitW the
+	// board's default one.
+	PowerLimitW        float64 `json:"power_limit_w,omitempty"`
+	PowerDefaultLimitW float64 `json:"power_default_limit_w,omitempty"`
+	// The PCIe link now and at most (generation, lanes).
+	PCIeGen      int `json:"pcie_gen,omitempty"`
+	PCIeGenMax   int `json:"pcie_gen_max,omitempty"`
+	PCIeWidth    int `json:"pcie_width,omitempty"`
+	PCIeWidthMax int `json:"pcie_width_max,omitempty"`
+}
+
+// Clock event reasons (NVML's nvmlClocksEventReason bits, formerly
+// "throttle reasons").
+const (
+	ClockEventGPUIdle          uint64 = 0x1
+	ClockEventAppClocksSetting uint64 = 0x2
+	ClockEventSWPowerCap       uint64 = 0x4
+	ClockEventHWSlowdown       uint64 = 0x8
+	ClockEventSyncBoost        uint64 = 0x10
+	ClockEventSWThermal        uint64 = 0x20
+	ClockEventHWThermal        uint64 = 0x40
+	ClockEventHWPowerBrake     uint64 = 0x80
+	ClockEventDisplayClock     uint64 = 0x100
+)
+
+var clockEventNames = []struct {
+	bit  uint64
+	name string
+}{
+	{ClockEventGPUIdle, "idle"},
+	{ClockEventAppClocksSetting, "applications_clocks"},
+	{ClockEventSWPowerCap, "sw_power_cap"},
+	{ClockEventHWSlowdown, "hw_slowdown"},
+	{ClockEventSyncBoost, "sync_boost"},
+	{ClockEventSWThermal, "sw_thermal"},
+	{ClockEventHWThermal, "hw_thermal"},
+	{ClockEventHWPowerBrake, "hw_power_brake"},
+	{ClockEventDisplayClock, "display_clock"},
+}
+
+// ClockEventNames names the bits of a clock event reason mask, lowest
+// first ("hw_thermal", "sw_power_cap", ...; an unknown bit as
+// "0x200").
+func ClockEventNames(mask uint64) []string {
+	var out []string
+	for _, e := range clockEventNames {
+		if mask&e.bit != 0 {
+			out = append(out, e.name)
+			mask &^= e.bit
+		}
+	}
+	for b := uint64(1); mask != 0 && b != 0; b <<= 1 {
+		if mask&b != 0 {
+			out = append(out, fmt.Sprintf("%#x", b))
+			mask &^= b
+		}
+	}
+	return out
 }
 
 // GPUProcess is a process holding memory on a GPU.

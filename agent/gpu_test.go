@@ -154,3 +154,39 @@ func TestSamplerKeepsLatestAndHealth(t *testing.T) {
 		t.Error("nil backend should report none")
 	}
 }
+
+// TestFakeBackendThrottle: a fake GPU reports its model's maximum SM
+// clock, power limit and PCIe link; SetThrottle holds its clock down
+// with a reason (a thermal one makes it hot), SetPowerLimit caps it and
+// SetPCIe trains its link down; the other GPUs are untouched.
+func TestFakeBackendThrottle(t *testing.T) {
+	f, err := NewFakeBackend("2xH100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetThrottle(1, 990, ClockEventSWThermal); err != nil {
+		t.Fatal(err)
+	}
+	f.SetPowerLimit(1, 450)
+	f.SetPCIe(1, 3, 8)
+	if err := f.SetThrottle(2, 990, ClockEventSWThermal); err == nil {
+		t.Error("SetThrottle(2) on 2 GPUs: want an error")
+	}
+	gpus, _ := f.GPUs(context.Background())
+	g0, g1 := gpus[0], gpus[1]
+	if g0.SMClockMHz != 1980 || g0.SMClockMaxMHz != 1980 || g0.ClockEventReasons != 0 || len(g0.ClockEvents) != 0 || g0.PowerLimitW != 700 || g0.PCIeGen != 5 || g0.PCIeWidth != 16 {
+		t.Errorf("gpu 0 = %+v", g0)
+	}
+	if g1.SMClockMHz != 990 || g1.ClockEventReasons != ClockEventSWThermal || len(g1.ClockEvents) != 1 || g1.ClockEvents[0] != "sw_thermal" || g1.TemperatureC < 85 ||
+		g1.PowerLimitW != 450 || g1.PowerDefaultLimitW != 700 || g1.PCIeGen != 3 || g1.PCIeGenMax != 5 || g1.PCIeWidth != 8 || g1.PCIeWidthMax != 16 {
+		t.Errorf("gpu 1 = %+v", g1)
+	}
+	f.SetThrottle(1, 0, 0)
+	gpus, _ = f.GPUs(context.Background())
+	if gpus[1].SMClockMHz != 1980 || len(gpus[1].ClockEvents) != 0 {
+		t.Errorf("gpu 1 after clearing = %+v", gpus[1])
+	}
+	if got := ClockEventNames(ClockEventHWThermal | 0x400); len(got) != 2 || got[0] != "hw_thermal" || got[1] != "0x400" {
+		t.Errorf("ClockEventNames = %v", got)
+	}
+}

@@ -209,6 +209,7 @@ func (b *nvmlBackend) GPUs(ctx context.Context) ([]GPU, error) {
 				g.Processes = append(g.Processes, GPUProcess{PID: p.Pid, UsedMemoryBytes: p.UsedGpuMemory})
 			}
 		}
+		b.readSlowSignals(d, &g)
 		// Link ends are static; only whether each link is up is re-read.
 		for _, l := range b.links[i] {
 			if st, ret := d.GetNvLinkState(l.Link); ret == nvml.SUCCESS {
@@ -219,6 +220,47 @@ func (b *nvmlBackend) GPUs(ctx context.Context) ([]GPU, error) {
 		out[i] = g
 	}
 	return out, nil
+}
+
+// readSlowSignals reads what makes a GPU slow without failing it: why
+// its clocks are held down, its SM clock against the maximum, its power
+// limit against the default, and its PCIe link against the best it can
+// train to. A field NVML does not support stays zero.
+func (b *nvmlBackend) readSlowSignals(d nvml.Device, g *GPU) {
+	if r, ret := d.GetCurrentClocksEventReasons(); ret == nvml.SUCCESS {
+		g.ClockEventReasons = r
+	} else if r, ret := d.GetCurrentClocksThrottleReasons(); ret == nvml.SUCCESS {
+		g.ClockEventReasons = r // drivers before 535 know only the old name
+	}
+	g.ClockEvents = ClockEventNames(g.ClockEventReasons)
+	if c, ret := d.GetClockInfo(nvml.CLOCK_SM); ret == nvml.SUCCESS {
+		g.SMClockMHz = c
+	}
+	if c, ret := d.GetMaxClockInfo(nvml.CLOCK_SM); ret == nvml.SUCCESS {
+		g.SMClockMaxMHz = c
+	}
+	if mw, ret := d.GetEnforcedPowerLimit(); ret == nvml.SUCCESS {
+		g.PowerLimitW = float64(mw) / 1000
+	} else if mw, ret := d.GetPowerManagementLimit(); ret == nvml.SUCCESS {
+		g.PowerLimitW = float64(mw) / 1000
+	}
+	if mw, ret := d.GetPowerManagementDefaultLimit(); ret == nvml.SUCCESS {
+		g.PowerDefaultLimitW = float64(mw) / 1000
+	}
+	if v, ret := d.GetCurrPcieLinkGeneration(); ret == nvml.SUCCESS {
+		g.PCIeGen = v
+	}
+	if v, ret := d.GetGpuMaxPcieLinkGeneration(); ret == nvml.SUCCESS {
+		g.PCIeGenMax = v // what the GPU can do (the slot may cap the other)
+	} else if v, ret := d.GetMaxPcieLinkGeneration(); ret == nvml.SUCCESS {
+		g.PCIeGenMax = v
+	}
+	if v, ret := d.GetCurrPcieLinkWidth(); ret == nvml.SUCCESS {
+		g.PCIeWidth = v
+	}
+	if v, ret := d.GetMaxPcieLinkWidth(); ret == nvml.SUCCESS {
+		g.PCIeWidthMax = v
+	}
 }
 
 // noteReadError keeps the first failed read of a GPU in this sample; a

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -85,6 +86,7 @@ func mockNVML(t *testing.T) *mock.Interface {
 			},
 			RegisterEventsFunc: func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
 		}
+		slowSignals(d, i)
 		devs = append(devs, d)
 	}
 	evset.WaitFunc = func(uint32) (nvml.EventData, nvml.Return) {
@@ -147,5 +149,71 @@ func TestNVMLInitFailureIsErrNoNVML(t *testing.T) {
 	_, err := newNVMLBackend(context.Background(), slog.New(slog.DiscardHandler), lib)
 	if !errors.Is(err, ErrNoNVML) {
 		t.Fatalf("err = %v, want ErrNoNVML", err)
+	}
+}
+
+// slowSignals gives mock GPU i its clocks, power limits and PCIe link:
+// GPU 0 is held at 990 of 1980 MHz by thermal slowdown and its power
+// cap, capped at 500 of 700 W and trained down to PCIe gen 4 ×8 of gen 5
+// ×16, on a current driver; GPU 1 runs at full clock on an old driver
+// that knows only the throttle-reason call, the management limit and the
+// slot's maximum generation.
+func slowSignals(d *mock.Device, i int) {
+	if i == 0 {
+		d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) {
+			return nvml.ClocksEventReasonSwThermalSlowdown | nvml.ClocksEventReasonSwPowerCap, nvml.SUCCESS
+		}
+		d.GetClockInfoFunc = func(c nvml.ClockType) (uint32, nvml.Return) {
+			if c != nvml.CLOCK_SM {
+				return 0, nvml.ERROR_INVALID_ARGUMENT
+			}
+			return 990, nvml.SUCCESS
+		}
+		d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 500000, nvml.SUCCESS }
+		d.GetGpuMaxPcieLinkGenerationFunc = func() (int, nvml.Return) { return 5, nvml.SUCCESS }
+		d.GetCurrPcieLinkGenerationFunc = func() (int, nvml.Return) { return 4, nvml.SUCCESS }
+		d.GetCurrPcieLinkWidthFunc = func() (int, nvml.Return) { return 8, nvml.SUCCESS }
+	} else {
+		d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return 0, nvml.ERROR_FUNCTION_NOT_FOUND }
+		d.GetCurrentClocksThrottleReasonsFunc = func() (uint64, nvml.Return) { return nvml.ClocksThrottleReasonGpuIdle, nvml.SUCCESS }
+		d.GetClockInfoFunc = func(nvml.ClockType) (uint32, nvml.Return) { return 1980, nvml.SUCCESS }
+		d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+		d.GetPowerManagementLimitFunc = func() (uint32, nvml.Return) { return 700000, nvml.SUCCESS }
+		d.GetGpuMaxPcieLinkGenerationFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_FUNCTION_NOT_FOUND }
+		d.GetMaxPcieLinkGenerationFunc = func() (int, nvml.Return) { return 4, nvml.SUCCESS }
+		d.GetCurrPcieLinkGenerationFunc = func() (int, nvml.Return) { return 4, nvml.SUCCESS }
+		d.GetCurrPcieLinkWidthFunc = func() (int, nvml.Return) { return 16, nvml.SUCCESS }
+	}
+	d.GetMaxClockInfoFunc = func(nvml.ClockType) (uint32, nvml.Return) { return 1980, nvml.SUCCESS }
+	d.GetPowerManagementDefaultLimitFunc = func() (uint32, nvml.Return) { return 700000, nvml.SUCCESS }
+	d.GetMaxPcieLinkWidthFunc = func() (int, nvml.Return) { return 16, nvml.SUCCESS }
+}
+
+// TestNVMLSlowSignalsOnMock: the clock event reasons (or, on an old
+// driver, the throttle reasons), SM clock and its maximum, power limit
+// and default, and PCIe link now and at most are read per GPU.
+func TestNVMLSlowSignalsOnMock(t *testing.T) {
+	ctx := context.Background()
+	b, err := newNVMLBackend(ctx, slog.New(slog.DiscardHandler), mockNVML(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	gpus, err := b.GPUs(ctx)
+	if err != nil || len(gpus) != 2 {
+		t.Fatalf("GPUs = %v, %v", gpus, err)
+	}
+	g := gpus[0]
+	if g.ClockEventReasons != ClockEventSWThermal|ClockEventSWPowerCap || !slices.Equal(g.ClockEvents, []string{"sw_power_cap", "sw_thermal"}) {
+		t.Errorf("gpu 0 clock events %#x %v", g.ClockEventReasons, g.ClockEvents)
+	}
+	if g.SMClockMHz != 990 || g.SMClockMaxMHz != 1980 || g.PowerLimitW != 500 || g.PowerDefaultLimitW != 700 ||
+		g.PCIeGen != 4 || g.PCIeGenMax != 5 || g.PCIeWidth != 8 || g.PCIeWidthMax != 16 {
+		t.Errorf("gpu 0 slow signals = %+v", g)
+	}
+	g = gpus[1]
+	if g.ClockEventReasons != ClockEventGPUIdle || !slices.Equal(g.ClockEvents, []string{"idle"}) || g.SMClockMHz != 1980 ||
+		g.PowerLimitW != 700 || g.PCIeGenMax != 4 || g.PCIeWidth != 16 {
+		t.Errorf("gpu 1 slow signals (old driver) = %+v", g)
 	}
 }

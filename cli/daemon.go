@@ -48,6 +48,8 @@ type daemonOptions struct {
 	agentBinary, agentFakeGPUs string
 	redeployTries              int
 	redeployBackoff            time.Duration
+	slowFraction               float64
+	slowObservations           int
 	// profiling on arrival (control.ProfileOptions); profileSet: --profile
 	// was given (the sim executor profiles only then)
 	profile    control.ProfileOptions
@@ -108,6 +110,8 @@ See docs/control.md.`,
 	f.StringVar(&o.agentFakeGPUs, "agent-fake-gpus", "", `such a redeployed agent's --fake-gpus, as given to replan deploy (tests, demos)`)
 	f.IntVar(&o.redeployTries, "redeploy-tries", control.DefaultRedeployTries, "failed redeploys of a server's agent after which the server is marked down with the reason (0: never redeploy)")
 	f.DurationVar(&o.redeployBackoff, "redeploy-backoff", control.DefaultRedeployBackoff, "wait after a failed redeploy, doubled after each further one (at most 32x); also how often a server whose SSH does not answer is asked again")
+	f.Float64Var(&o.slowFraction, "slow-fraction", control.DefaultSlowFraction, "look for a slow server when a job runs below this fraction of its predicted throughput for --slow-observations observations in a row (a spec's slow: overrides both)")
+	f.IntVar(&o.slowObservations, "slow-observations", control.DefaultSlowObservations, "how many observations in a row a job must run below --slow-fraction of its prediction")
 	f.BoolVar(&o.profile.Enabled, "profile", true, "profile a job's model type on arrival when it has no fitted model (a few bounded test runs on free GPUs, docs/perf.md); the sim executor profiles only when this is given")
 	f.IntVar(&o.profile.MaxConfigs, "profile-configs", perf.MaxProfileConfigs, "most configurations a profiling phase runs (at most 7)")
 	f.IntVar(&o.profile.Iterations, "profile-iterations", 20, "a profile run ends once it measured this many iterations")
@@ -122,6 +126,9 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	if o.idemRetention <= 0 {
 		return fmt.Errorf("daemon: --idempotency-retention %v: want a positive duration", o.idemRetention)
+	}
+	if o.slowFraction <= 0 || o.slowFraction >= 1 || o.slowObservations <= 0 {
+		return fmt.Errorf("daemon: --slow-fraction %g must be between 0 and 1, --slow-observations %d positive", o.slowFraction, o.slowObservations)
 	}
 	if o.hangFactor <= 0 || o.hangFloor <= 0 || o.gpuReadFailures <= 0 {
 		return fmt.Errorf("daemon: --hang-factor %g, --hang-floor %v, --gpu-read-failures %d: each must be positive", o.hangFactor, o.hangFloor, o.gpuReadFailures)
@@ -188,7 +195,8 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 		return err
 	}
 	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine, IdempotencyRetention: o.idemRetention,
-		HangFactor: o.hangFactor, HangFloor: o.hangFloor, GPUReadFailures: o.gpuReadFailures, Profile: o.profile, Redeploy: redeploy})
+		HangFactor: o.hangFactor, HangFloor: o.hangFloor, GPUReadFailures: o.gpuReadFailures, Profile: o.profile, Redeploy: redeploy,
+		SlowFraction: o.slowFraction, SlowObservations: o.slowObservations})
 	if err != nil {
 		return err
 	}

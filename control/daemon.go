@@ -94,6 +94,12 @@ type Config struct {
 	// hang.go).
 	HangFactor float64
 	HangFloor  time.Duration
+	// SlowFraction and SlowObservations: a running job measured below
+	// SlowFraction of its predicted throughput for SlowObservations
+	// observations in a row is examined for a slow server (defaults 0.7
+	// and 3; a spec's slow: overrides them; failslow.go).
+	SlowFraction     float64
+	SlowObservations int
 	// IdempotencyRetention is how long a submission's Idempotency-Key is
 	// kept, of the daemon's clock (default 24 h): a retry within it gets
 	// the job the key created, a later one creates a new job (idem.go).
@@ -203,6 +209,9 @@ type Daemon struct {
 	redeploying sync.WaitGroup
 	// epoch is the epoch the daemon's agent commands carry (fence.go).
 	epoch uint64
+	// fs follows running jobs' speed against their predictions and the
+	// servers suspect for slowness (failslow.go); guarded by mu.
+	fs failSlow
 }
 
 type jobState struct {
@@ -330,6 +339,12 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.Redeploy.Backoff <= 0 {
 		cfg.Redeploy.Backoff = DefaultRedeployBackoff
 	}
+	if cfg.SlowFraction <= 0 || cfg.SlowFraction >= 1 {
+		cfg.SlowFraction = DefaultSlowFraction
+	}
+	if cfg.SlowObservations <= 0 {
+		cfg.SlowObservations = DefaultSlowObservations
+	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[ModelType]*perf.Online{}, waits: map[string]string{}, timers: map[string]sched.JobTimers{},
 		snapModels: map[snapKey]*perf.Model{}, modelSaved: map[ModelType]time.Time{}, pending: map[string]JobObservation{}, requeues: map[string]pendingRequeue{}, checked: map[string]time.Time{}, launchFails: map[string][]launchFailure{}}
 	for i, s := range cfg.Servers {
@@ -450,6 +465,9 @@ func (d *Daemon) recover(ctx context.Context) error {
 		}
 	}
 	if err := d.recoverHealth(ctx); err != nil { // health.go
+		return err
+	}
+	if err := d.recoverSlow(ctx); err != nil { // failslow.go
 		return err
 	}
 	if err := d.recoverDrains(ctx); err != nil { // drain.go

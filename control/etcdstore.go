@@ -15,6 +15,7 @@ package control
 //	nodes/<name>                   a NodeRecord
 //	drains/<name>                  a NodeDrain
 //	gpus/<server>/<gpu>            a GPUHealthRecord
+//	slow/<server>                  a SlowServerRecord (failslow.go)
 //	models/<type>                  a fitted model: {data, at}
 //	timerwaits/<seq>               a TimerWait
 //	profiles/<seq>                 a ProfileSample
@@ -570,6 +571,16 @@ func (s *EtcdStore) commitOnce(ctx context.Context, b Batch) ([]int64, etcdIDs, 
 			return nil, ids, false, fmt.Errorf("commit: health of %s GPU %d: %w", g.Server, g.GPU, err)
 		}
 	}
+	for _, r := range b.SlowServers {
+		if r.Cleared {
+			w.del(s.k("slow", r.Server))
+			continue
+		}
+		r.At = normTime(r.At)
+		if err := w.put(s.k("slow", r.Server), r); err != nil {
+			return nil, ids, false, fmt.Errorf("commit: slow server %s: %w", r.Server, err)
+		}
+	}
 	for _, p := range b.ProfileSamples {
 		p.At = normTime(p.At)
 		if err := w.put(s.k("profiles", seqKey(next("profile"))), p); err != nil {
@@ -862,6 +873,21 @@ func (s *EtcdStore) NodeDrains(ctx context.Context) ([]NodeDrain, error) {
 	if err != nil {
 		return nil, fmt.Errorf("drains: %w", err)
 	}
+	return out, nil
+}
+
+// SlowServers implements Store: the servers suspect for slowness
+// (failslow.go), by name.
+func (s *EtcdStore) SlowServers(ctx context.Context) ([]SlowServerRecord, error) {
+	var out []SlowServerRecord
+	err := scanJSON(ctx, s, s.k("slow/"), func(r SlowServerRecord) {
+		r.At = normTime(r.At)
+		out = append(out, r)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("slow servers: %w", err)
+	}
+	slices.SortFunc(out, func(a, b SlowServerRecord) int { return strings.Compare(a.Server, b.Server) })
 	return out, nil
 }
 

@@ -34,6 +34,7 @@ func testStoreRecordsOfTheDaemon(t *testing.T, k storeKit) {
 		GPUHealth:      []GPUHealthRecord{{Server: "a800-01", GPU: 3, Cordoned: true, Cause: "xid-79", Why: "fell off the bus", At: t0, Seen: t0}, {Server: "a800-01", GPU: 1, Cordoned: true, Cause: "ecc-dbe", Why: "dbe", At: t0}},
 		ProfileSamples: []ProfileSample{{Type: "gpt2/8/deepspeed", JobID: j.ID, Config: "dp8", Plan: perf.Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 4, GA: 1}, Servers: []string{"a800-01"}, IterS: 0.5, Fits: true, At: t0}},
 		Models:         []ModelWrite{{Type: "gpt2/8/deepspeed", Data: json.RawMessage(`{"v":1}`), At: t0}},
+		SlowServers:    []SlowServerRecord{{Server: "a800-02", Why: "GPU 5: SM clock 1.1 of 1.98 GHz, thermal", At: t0}, {Server: "a800-01", Why: "slow", At: t0}},
 	}
 	vers, err := s.Commit(ctx, b)
 	if err != nil || !slices.Equal(vers, []int64{1}) {
@@ -58,10 +59,11 @@ func testStoreRecordsOfTheDaemon(t *testing.T, k storeKit) {
 	// Updates: a drain cleared, a GPU uncordoned, a decision to start.
 	got.State = StateRunning
 	up := Batch{
-		Jobs:      []JobWrite{{Rec: got, Reason: "start", At: t0.Add(time.Minute)}},
-		Drains:    []NodeDrain{{Name: "a800-01"}},
-		GPUHealth: []GPUHealthRecord{{Server: "a800-01", GPU: 3, Cordoned: false, Cause: "xid-79", Why: "uncordoned", At: t0.Add(time.Minute), Seen: t0}},
-		Decisions: []DecisionRecord{{JobID: j.ID, Kind: "start", Detail: json.RawMessage(`{"gpus":8}`), Reason: "free", At: t0.Add(time.Minute)}, {JobID: j.ID, Kind: "wait", Reason: "x", At: t0}},
+		Jobs:        []JobWrite{{Rec: got, Reason: "start", At: t0.Add(time.Minute)}},
+		Drains:      []NodeDrain{{Name: "a800-01"}},
+		GPUHealth:   []GPUHealthRecord{{Server: "a800-01", GPU: 3, Cordoned: false, Cause: "xid-79", Why: "uncordoned", At: t0.Add(time.Minute), Seen: t0}},
+		SlowServers: []SlowServerRecord{{Server: "a800-01", Cleared: true}},
+		Decisions:   []DecisionRecord{{JobID: j.ID, Kind: "start", Detail: json.RawMessage(`{"gpus":8}`), Reason: "free", At: t0.Add(time.Minute)}, {JobID: j.ID, Kind: "wait", Reason: "x", At: t0}},
 	}
 	if vers, err := s.Commit(ctx, up); err != nil || vers[0] != 2 {
 		t.Fatalf("update batch: %v %v", vers, err)
@@ -91,6 +93,10 @@ func testStoreRecordsOfTheDaemon(t *testing.T, k storeKit) {
 	gh, err := s.GPUHealth(ctx)
 	if err != nil || len(gh) != 2 || gh[0].GPU != 1 || gh[1].GPU != 3 || gh[1].Cordoned || gh[1].Why != "uncordoned" || !gh[0].Seen.IsZero() {
 		t.Errorf("GPU health %+v %v", gh, err)
+	}
+	slow, err := s.SlowServers(ctx)
+	if err != nil || len(slow) != 1 || slow[0].Server != "a800-02" || slow[0].Why != "GPU 5: SM clock 1.1 of 1.98 GHz, thermal" || !slow[0].At.Equal(t0) {
+		t.Errorf("slow servers %+v %v", slow, err)
 	}
 	ps, err := profileSamplesOf(ctx, s, "gpt2/8/deepspeed")
 	if err != nil || len(ps) != 1 || ps[0].Plan.DP != 8 || ps[0].IterS != 0.5 || !ps[0].At.Equal(t0) {

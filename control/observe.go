@@ -113,7 +113,9 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			js.launchFails = 0 // it runs: its launches succeed again
 			js.measSPS = o.SamplesPerSec
 			js.measAt = d.now() // with iters: the ETA's progress since
-			if err := d.refit(ctx, js, o.SamplesPerSec); err != nil {
+			if d.noteSpeed(js, o.SamplesPerSec, o.Iterations > js.iters) {
+				// Kept from the model until its slowness is judged (failslow.go).
+			} else if err := d.refit(ctx, js, o.SamplesPerSec); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -225,7 +227,10 @@ func (d *Daemon) Observe(ctx context.Context) error {
 	if err := d.hangChecks(ctx); err != nil { // hang.go
 		errs = append(errs, err)
 	}
-	d.redeployChecks(ctx)                      // redeploy.go: agents gone from servers that answer SSH
+	d.redeployChecks(ctx)                     // redeploy.go: agents gone from servers that answer SSH
+	if err := d.slowChecks(ctx); err != nil { // failslow.go
+		errs = append(errs, err)
+	}
 	if err := d.profileStep(ctx); err != nil { // profile.go
 		errs = append(errs, err)
 	}

@@ -203,7 +203,9 @@ func (d *Daemon) Undrain(ctx context.Context, server string) error {
 	node := d.nodeRecord(i)
 	node.Drained, node.Suspect, node.SuspectWhy = false, false, ""
 	b := Batch{Nodes: []NodeRecord{node}, Drains: []NodeDrain{{Name: server}}, Events: []Event{d.ev("undrain", "", server, server+" back in service", nil)}}
+	d.clearSlow(&b, server) // failslow.go
 	if err := d.write(ctx, nil, b, func() {
+		delete(d.fs.servers, server)
 		d.nodes[i].drained, d.nodes[i].suspect, d.nodes[i].suspectWhy = false, false, ""
 		d.nodes[i].drain = NodeDrain{}
 		delete(d.launchFails, server)

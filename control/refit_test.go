@@ -267,6 +267,10 @@ func TestRefitEventOnlyWhenPredictionsMove(t *testing.T) {
 	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
 	ex := &skewed{SimExecutor: NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 0), factor: 3}
 	d, _ := newDaemonWith(t, st, ex, "static", c)
+	// A job at a third of its peer's speed would be found slow and its
+	// server suspect (failslow.go): this test is about the refits its
+	// samples make, so the fail-slow bound is set below it.
+	d.cfg.SlowFraction = 0.2
 	a, err := d.Submit(ctx, spec(t, "fast", 8, jobspec.BestEffort))
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,11 @@ type SimExecutor struct {
 	RestartCost time.Duration
 	// GPUsPerServer is what each server reports GPU figures for (0: 8).
 	GPUsPerServer int
+	// Pace is how fast every job runs against what the tables or the
+	// model say (0: 1; 0.5: twice as slow everywhere, a model that is
+	// wrong). A GPU backend's throttled clocks slow the jobs on those
+	// GPUs further (simexec_faults.go).
+	Pace float64
 
 	mu       sync.Mutex
 	running  map[string]*simJob
@@ -40,6 +45,8 @@ type simJob struct {
 	base     float64   // iterations done when it (re)started (its checkpoint)
 	ready    time.Time // when the restart cost has been paid
 	iterTime float64   // seconds per iteration
+	nominal  float64   // seconds per iteration at full speed
+	pace     float64   // the fraction of full speed it runs at
 	// hung: it makes no progress from frozen on (simexec_faults.go); exit:
 	// its processes died with this code.
 	hung   bool
@@ -98,7 +105,8 @@ func (e *SimExecutor) start(l Launch, base float64) error {
 	}
 	now := e.Clock()
 	ready := now.Add(e.RestartCost + time.Duration(l.Shift*float64(time.Second)))
-	e.running[l.JobID] = &simJob{l: l, base: base, ready: ready, iterTime: it}
+	e.running[l.JobID] = &simJob{l: l, base: base, ready: ready, iterTime: it, nominal: it, pace: 1}
+	e.setPace(e.running[l.JobID], e.globalPace())
 	return nil
 }
 
@@ -164,6 +172,7 @@ func (e *SimExecutor) Observe(ctx context.Context) (Observation, error) {
 			}
 		}
 	}
+	gpus := map[string][]GPUStat{}
 	for _, s := range e.servers {
 		n := NodeObservation{Name: s, Reachable: !e.down[s] && !e.agents.gone[s], BootID: e.agents.bootID(s)}
 		if e.down[s] {
@@ -172,9 +181,11 @@ func (e *SimExecutor) Observe(ctx context.Context) (Observation, error) {
 			n.Err = "simulated: the agent does not answer"
 		} else {
 			n.GPUs = e.gpuHealthOf(ctx, s, simGPUs(s, e.gpusOn(s, owners[s]), owners[s], e.Clock()))
+			gpus[s] = n.GPUs
 		}
 		o.Nodes = append(o.Nodes, n)
 	}
+	e.throttle(gpus) // simexec_faults.go
 	ids := make([]string, 0, len(e.running))
 	for id := range e.running {
 		ids = append(ids, id)

@@ -135,6 +135,13 @@ var migrations = []string{
 		at INTEGER NOT NULL
 	);
 	CREATE INDEX profile_samples_type ON profile_samples(model_type, seq);`,
+	// 8 (failslow.go): servers made suspect for slowness, with why (a
+	// passing launch health check does not clear them)
+	`CREATE TABLE slow_servers (
+		server TEXT PRIMARY KEY,
+		why TEXT NOT NULL,
+		at INTEGER NOT NULL
+	);`,
 }
 
 // SQLite is the Store on a SQLite database in WAL mode (modernc.org/sqlite,
@@ -406,6 +413,9 @@ func (s *SQLite) Commit(ctx context.Context, b Batch) ([]int64, error) {
 		}
 	}
 	if err := putGPUHealth(ctx, tx, b.GPUHealth); err != nil { // health.go
+		return nil, err
+	}
+	if err := putSlowServers(ctx, tx, b.SlowServers); err != nil { // failslow.go
 		return nil, err
 	}
 	for _, p := range b.ProfileSamples {

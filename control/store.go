@@ -151,6 +151,8 @@ type Store interface {
 	Nodes(ctx context.Context) ([]NodeRecord, error)
 	// GPUHealth lists every GPU's stored health (cordons; health.go).
 	GPUHealth(ctx context.Context) ([]GPUHealthRecord, error)
+	// SlowServers lists the servers suspect for slowness (failslow.go).
+	SlowServers(ctx context.Context) ([]SlowServerRecord, error)
 
 	// SaveModel stores a fitted performance model (perf.Online as JSON)
 	// under its model type; Models returns them all.
@@ -183,6 +185,9 @@ type Batch struct {
 	Drains []NodeDrain
 	// ProfileSamples are runs of profiling phases (profile.go).
 	ProfileSamples []ProfileSample
+	// SlowServers are servers made suspect for slowness, or cleared
+	// (failslow.go).
+	SlowServers []SlowServerRecord
 }
 
 // JobWrite is one job of a Batch: created (Create) or updated with the
@@ -203,5 +208,5 @@ type ModelWrite struct {
 
 // empty reports whether b writes nothing.
 func (b *Batch) empty() bool {
-	return len(b.Jobs)+len(b.Nodes)+len(b.Decisions)+len(b.Events)+len(b.TimerWaits)+len(b.Models)+len(b.GPUHealth)+len(b.Drains)+len(b.ProfileSamples) == 0
+	return len(b.Jobs)+len(b.Nodes)+len(b.Decisions)+len(b.Events)+len(b.TimerWaits)+len(b.Models)+len(b.GPUHealth)+len(b.Drains)+len(b.ProfileSamples)+len(b.SlowServers) == 0
 }

@@ -24,6 +24,7 @@ type CopyCounts struct {
 	Nodes          int `json:"nodes"`
 	Drains         int `json:"drains"`
 	GPUHealth      int `json:"gpu_health"`
+	SlowServers    int `json:"slow_servers"`
 	Models         int `json:"models"`
 	TimerWaits     int `json:"timer_waits"`
 	ProfileSamples int `json:"profile_samples"`
@@ -213,6 +214,18 @@ func CopyToEtcd(ctx context.Context, src *SQLite, dst *EtcdStore) (CopyCounts, e
 		g.At, g.Seen = fromNS(at.Int64), fromNS(seen.Int64)
 		n.GPUHealth++
 		return b.put(ctx, dst.k("gpus", g.Server, fmt.Sprintf("%06d", g.GPU)), g)
+	}); err != nil {
+		return n, err
+	}
+	if err := each("slow servers", `SELECT server, why, at FROM slow_servers`, func(r *sql.Rows) error {
+		var rec SlowServerRecord
+		var at sql.NullInt64
+		if err := r.Scan(&rec.Server, &rec.Why, &at); err != nil {
+			return err
+		}
+		rec.At = fromNS(at.Int64)
+		n.SlowServers++
+		return b.put(ctx, dst.k("slow", rec.Server), rec)
 	}); err != nil {
 		return n, err
 	}

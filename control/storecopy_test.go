@@ -35,6 +35,7 @@ func TestCopySQLiteToEtcd(t *testing.T) {
 		Models:         []ModelWrite{{Type: "gpt2/8/deepspeed", Data: json.RawMessage(`{"m":1}`), At: t0}},
 		TimerWaits:     []TimerWait{{Tier: "rack", GPUs: 8, Wait: time.Minute, At: t0}},
 		Drains:         []NodeDrain{{Name: "b", Reason: "fans", By: "bob", Mode: "after-jobs", At: t0}},
+		SlowServers:    []SlowServerRecord{{Server: "a", Why: "GPU 2: thermal", At: t0}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestCopySQLiteToEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("copied %+v", n)
-	if n.Jobs < 6 || n.Events < 20 || n.Decisions < 5 || n.Owners != 1 || n.IdempotencyKey != 1 || n.GPUHealth != 1 {
+	if n.Jobs < 6 || n.Events < 20 || n.Decisions < 5 || n.Owners != 1 || n.IdempotencyKey != 1 || n.GPUHealth != 1 || n.SlowServers != 1 {
 		t.Errorf("counts %+v", n)
 	}
 	same := func(what string, a, b any, errA, errB error) {
@@ -102,6 +103,11 @@ func TestCopySQLiteToEtcd(t *testing.T) {
 		a, ea := src.GPUHealth(ctx)
 		b, eb := dst.GPUHealth(ctx)
 		same("GPU health", a, b, ea, eb)
+	}
+	{
+		a, ea := src.SlowServers(ctx)
+		b, eb := dst.SlowServers(ctx)
+		same("slow servers", a, b, ea, eb)
 	}
 	{
 		a, ea := src.Models(ctx)

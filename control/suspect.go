@@ -163,7 +163,7 @@ func (d *Daemon) healthChecks(ctx context.Context) error {
 	var due []int
 	for i, n := range d.nodes {
 		name := d.cfg.Servers[i].Name
-		if n.suspect && n.missed < d.cfg.HeartbeatMisses && d.now().Sub(d.checked[name]) >= time.Minute {
+		if n.suspect && !d.slowSuspect(name) && n.missed < d.cfg.HeartbeatMisses && d.now().Sub(d.checked[name]) >= time.Minute {
 			due = append(due, i)
 			d.checked[name] = d.now()
 		}

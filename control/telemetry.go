@@ -35,6 +35,20 @@ type GPUStat struct {
 	// each uses, as the agent reads them from NVML (absent when none or
 	// not reported).
 	Processes []GPUProcess `json:"processes,omitempty"`
+	// What may make the GPU slow (agent.GPU; absent when not reported):
+	// why its clocks are held down, its SM clock and maximum, its power
+	// limit and default, its PCIe link now and at most, and how many of
+	// its NVLinks are down (failslow.go).
+	ClockEvents        []string `json:"clock_events,omitempty"`
+	SMClockMHz         uint32   `json:"sm_clock_mhz,omitempty"`
+	SMClockMaxMHz      uint32   `json:"sm_clock_max_mhz,omitempty"`
+	PowerLimitW        float64  `json:"power_limit_w,omitempty"`
+	PowerDefaultLimitW float64  `json:"power_default_limit_w,omitempty"`
+	PCIeGen            int      `json:"pcie_gen,omitempty"`
+	PCIeGenMax         int      `json:"pcie_gen_max,omitempty"`
+	PCIeWidth          int      `json:"pcie_width,omitempty"`
+	PCIeWidthMax       int      `json:"pcie_width_max,omitempty"`
+	NVLinksDown        int      `json:"nvlinks_down,omitempty"`
 	// critical are the recent Xid and double-bit ECC events that may
 	// cordon the GPU (health.go); not shown.
 	critical []agent.HealthEvent
@@ -127,7 +141,14 @@ func gpuStats(snap agent.GPUSnapshot) []GPUStat {
 		at[g.Index] = len(out)
 		out = append(out, GPUStat{Index: g.Index, UtilPct: float64(g.UtilizationPct), MemUsedGB: float64(g.MemoryUsedBytes) / (1 << 30),
 			MemTotalGB: float64(g.MemoryTotalBytes) / (1 << 30), TempC: float64(g.TemperatureC), PowerW: g.PowerW,
-			RetiredPagesPending: g.RetiredPagesPending, RowRemapPending: g.RowRemapPending, RowRemapFailed: g.RowRemapFailed, ReadError: g.ReadError})
+			RetiredPagesPending: g.RetiredPagesPending, RowRemapPending: g.RowRemapPending, RowRemapFailed: g.RowRemapFailed, ReadError: g.ReadError,
+			ClockEvents: g.ClockEvents, SMClockMHz: g.SMClockMHz, SMClockMaxMHz: g.SMClockMaxMHz, PowerLimitW: g.PowerLimitW, PowerDefaultLimitW: g.PowerDefaultLimitW,
+			PCIeGen: g.PCIeGen, PCIeGenMax: g.PCIeGenMax, PCIeWidth: g.PCIeWidth, PCIeWidthMax: g.PCIeWidthMax})
+		for _, l := range g.NVLinks {
+			if !l.Active {
+				out[len(out)-1].NVLinksDown++
+			}
+		}
 		for _, p := range g.Processes {
 			out[len(out)-1].Processes = append(out[len(out)-1].Processes, GPUProcess{PID: p.PID, MemUsedGB: float64(p.UsedMemoryBytes) / (1 << 30)})
 		}

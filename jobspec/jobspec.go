@@ -96,6 +96,15 @@ type Hang struct {
 	FloorS float64 `json:"floor_s,omitempty"`
 }
 
+// Slow is a job's fail-slow bounds (spec field slow): the daemon looks
+// for a slow server when the job's measured throughput stays below
+// Fraction of its prediction for Observations observations in a row. A
+// zero field takes the daemon's value.
+type Slow struct {
+	Fraction     float64 `json:"fraction,omitempty"`
+	Observations int     `json:"observations,omitempty"`
+}
+
 // Profile is a spec's profile block: whether the model type is profiled
 // on arrival when it has no fitted model, and the phase's bounds (0: the
 // daemon's).
@@ -141,6 +150,8 @@ type Spec struct {
 	// Hang overrides the daemon's bound on how long the job may log no
 	// new iteration before it is restarted (nil: the daemon's).
 	Hang *Hang `json:"hang,omitempty"`
+	// Slow overrides the daemon's fail-slow bounds (nil: the daemon's).
+	Slow *Slow `json:"slow,omitempty"`
 	// Profile overrides the daemon's profiling bounds for the job's
 	// model type (nil: the daemon's).
 	Profile *Profile `json:"profile,omitempty"`
@@ -371,6 +382,28 @@ func ParseAuthorized(name string, data []byte, cat perf.Catalog, authorize func(
 				},
 			})
 			s.Hang = h
+		},
+		"slow": func(f string, v *yaml.Node) {
+			line(f, v)
+			sl := &Slow{}
+			w.Mapping(v, f, map[string]func(string, *yaml.Node){
+				"fraction": func(f string, v *yaml.Node) {
+					line(f, v)
+					if x, ok := w.Positive(v, f); ok {
+						if x >= 1 {
+							w.Errf(v, f, "want a fraction of the predicted throughput below 1, got %g", x)
+						}
+						sl.Fraction = x
+					}
+				},
+				"observations": func(f string, v *yaml.Node) {
+					line(f, v)
+					if n, ok := w.Count(v, f); ok {
+						sl.Observations = n
+					}
+				},
+			})
+			s.Slow = sl
 		},
 		"profile": func(f string, v *yaml.Node) {
 			p := &Profile{}

@@ -427,3 +427,38 @@ request: {gpus: 4}
 		}
 	}
 }
+
+// TestParseSlow: slow: {fraction, observations} is read; a fraction of 1
+// or more, or a count that is not positive, is refused with file, line
+// and field.
+func TestParseSlow(t *testing.T) {
+	base := `version: 1
+name: s
+tenant: t
+class: best-effort
+model: gpt2
+framework: deepspeed
+workdir: /w
+entrypoint: train.py
+global_batch: 16
+iterations: 10
+checkpoint_dir: /c
+request: {gpus: 1}
+`
+	s, err := Parse("s.yaml", []byte(base+"slow: {fraction: 0.8, observations: 5}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Slow == nil || s.Slow.Fraction != 0.8 || s.Slow.Observations != 5 {
+		t.Fatalf("slow %+v", s.Slow)
+	}
+	if s, err := Parse("s.yaml", []byte(base), nil); err != nil || s.Slow != nil {
+		t.Fatalf("no slow: %+v, %v", s, err)
+	}
+	_, err = Parse("s.yaml", []byte(base+"slow: {fraction: 1.5, observations: 0}\n"), nil)
+	for _, want := range []string{"s.yaml:13: slow.fraction: want a fraction of the predicted throughput below 1, got 1.5", "s.yaml:13: slow.observations: must be positive"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("bad slow: %v; want %q", err, want)
+		}
+	}
+}

@@ -321,9 +321,12 @@ func (m *Model) summary() string {
 	if !m.sorter.Default() {
 		s += " · " + m.sorter.Label() + " in each rack"
 	}
-	// the selected server's cordoned GPUs, with why
+	// the selected server's suspicion and cordoned GPUs, with why
 	if len(m.order) > 0 && m.cursor < len(m.order) {
 		n := m.nodes[m.order[m.cursor]]
+		if n.Suspect {
+			s += " · " + m.st.Warn.Render(fmt.Sprintf("%s suspect: %s", n.Name, n.SuspectWhy))
+		}
 		for _, c := range n.Cordoned {
 			s += " · " + m.st.Bad.Render(fmt.Sprintf("%s GPU %d cordoned: %s", n.Name, c.GPU, c.Why))
 		}
@@ -395,6 +398,8 @@ func (m *Model) server(n data.Node, selected bool) string {
 		b.WriteString(m.st.Bad.Render(common.Pad("down", 6)))
 	case n.Drained:
 		b.WriteString(m.st.Warn.Render(common.Pad("drain", 6)))
+	case n.Suspect:
+		b.WriteString(m.st.Warn.Render(common.Pad("susp", 6)))
 	case len(n.Cordoned) > 0:
 		b.WriteString(m.st.Warn.Render(common.Pad(fmt.Sprintf("%d cord", len(n.Cordoned)), 6)))
 	default:

@@ -162,3 +162,32 @@ func TestCordonedGPUShown(t *testing.T) {
 		t.Errorf("summary with srv-02 selected:\n%s", v)
 	}
 }
+
+// TestSuspectServerShown: a suspect server's state says "susp", and with
+// the cursor on it the summary gives why.
+func TestSuspectServerShown(t *testing.T) {
+	nodes := tuitest.Small().Nodes
+	why := "srv-02 GPU 5: SM clock 0.705 of 1.41 GHz, thermal at 88 °C; j-12 ran at 50 % of its predicted 40 samples/s"
+	for i := range nodes {
+		if nodes[i].Name == "srv-02" {
+			nodes[i].Suspect, nodes[i].SuspectWhy = true, why
+		}
+	}
+	m := newModel(nodes, 220, 22)
+	v := m.View()
+	for _, l := range strings.Split(v, "\n") {
+		if strings.Contains(l, "srv-02") && !strings.Contains(l, "susp") {
+			t.Errorf("srv-02's row %q does not say suspect", l)
+		}
+		if strings.Contains(l, "srv-01") && strings.Contains(l, "susp") {
+			t.Errorf("srv-01's row %q says suspect", l)
+		}
+	}
+	if strings.Contains(v, "suspect: ") {
+		t.Errorf("summary before selecting srv-02:\n%s", v)
+	}
+	press(m, "j")
+	if v := m.View(); !strings.Contains(strings.SplitN(v, "\n", 2)[0], "srv-02 suspect: "+why) {
+		t.Errorf("summary with srv-02 selected:\n%s", v)
+	}
+}

@@ -56,6 +56,10 @@ type Node struct {
 	IdleHeld []int
 	// Cordoned are the GPUs that get no new work, with why.
 	Cordoned []Cordon
+	// Suspect: the server gets no new starts (launches failed there, or
+	// it ran jobs slow); SuspectWhy says why.
+	Suspect    bool
+	SuspectWhy string
 }
 
 // Cordon is a cordoned GPU and why (an Xid, an ECC error, ...).

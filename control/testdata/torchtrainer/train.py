@@ -40,6 +40,11 @@ Environment (for tests only, none changes the math):
   TRAINER_FORWARD_S   emulated device seconds per sample of a forward pass
   TRAINER_LOSS_LOG    file rank 0 appends "iteration loss" lines to
                       (not in a profile run: REPLAN_PROFILE_RUN set)
+  TRAINER_SLOW_FILE   file of "ADDRESS FACTOR" lines, read at every
+                      iteration: a rank on the host with that address
+                      (the one it reaches MASTER_ADDR from) takes FACTOR
+                      times as long for each iteration's work, as on a
+                      throttled GPU
 """
 
 import argparse
@@ -143,6 +148,33 @@ def device(seconds):
 
 def forward_s():
     return float(os.environ.get("TRAINER_FORWARD_S", "0") or 0)
+
+
+def my_address():
+    """The address this host reaches MASTER_ADDR from ("" when unknown)."""
+    import socket
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((os.environ.get("MASTER_ADDR", "127.0.0.1"), 9))
+            return s.getsockname()[0]
+    except OSError:
+        return ""
+
+
+def slow_factor(me):
+    """This host's device slowdown from TRAINER_SLOW_FILE (1 when none)."""
+    path = os.environ.get("TRAINER_SLOW_FILE")
+    if not path or not me:
+        return 1.0
+    try:
+        with open(path) as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) == 2 and fields[0] == me:
+                    return float(fields[1])
+    except OSError:
+        pass
+    return 1.0
 
 
 def sample(seed, n, seq, vocab):
@@ -255,6 +287,7 @@ def main():
     ddp = DDP(model)
     start = it
     fwd_s = forward_s()
+    me = my_address()
     # A profile run of replan (REPLAN_PROFILE_RUN) logs no loss: the log
     # is the job's.
     loss_log = os.environ.get("TRAINER_LOSS_LOG") if rank == 0 and not os.environ.get("REPLAN_PROFILE_RUN") else None
@@ -280,6 +313,11 @@ def main():
                 (loss * dp).backward()  # DDP averages over DP: the gradient of the global mean
             device(2 * fwd_s * mb)
         opt.step()
+        slow = slow_factor(me)
+        if slow > 1:
+            # This host's "GPU" runs 1/slow as fast: all of its work
+            # (the math and the device time) takes slow times as long.
+            device((slow - 1) * (time.time() - t0))
         consumed += gb
         dist.all_reduce(total)
         # Every rank agrees whether to stop (Megatron's exit-signal handler).
