@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,14 +15,16 @@ import (
 
 // TestDallyTimerSweep is a measurement, not a check (docs/network.md,
 // "Why Dally's auto-tuner does not beat its hand-set timers here"): on
-// the comm sweep's traces (200 jobs, 8 racks of 3 servers, six seeds,
+// the comm sweep's traces (8 racks of 3 servers, six seeds,
 // plans pinned) it prints, per arrivals and oversubscription, the median
 // over seeds of dally-manual's avg JCT over that of Dally with the
 // auto-tuned timers and with fixed timers (server = rack) of 1 s to 72 h.
-// It takes about a minute: DALLY_TIMERS=1 runs it.
+// DALLY_TIMERS=N runs it on traces of N jobs (200: about 20 s; 400, the
+// default of --network-jobs: about a minute).
 func TestDallyTimerSweep(t *testing.T) {
-	if os.Getenv("DALLY_TIMERS") == "" {
-		t.Skip("a measurement: DALLY_TIMERS=1 runs it")
+	jobs, err := strconv.Atoi(os.Getenv("DALLY_TIMERS"))
+	if err != nil || jobs <= 0 {
+		t.Skip("a measurement: DALLY_TIMERS=<jobs> runs it")
 	}
 	timers := []float64{1, 3600, 6 * 3600, 12 * 3600, 24 * 3600, 72 * 3600}
 	for _, batch := range []bool{false, true} {
@@ -29,7 +32,7 @@ func TestDallyTimerSweep(t *testing.T) {
 			// k = 0: auto-tuned; 1..: the fixed timers.
 			ratios := make([][]float64, len(timers)+1)
 			for seed := 1; seed <= shiftSeedCount; seed++ {
-				gen := CommWorkload(200, 24, batch)
+				gen := CommWorkload(jobs, 24, batch)
 				gen.Seed = uint64(seed)
 				trace, err := Generate(gen)
 				if err != nil {
