@@ -105,19 +105,36 @@ func newRing(cs []Circle) *ring {
 	r.per = make([]int, len(cs))
 	r.prof = make([][]float64, len(cs))
 	r.nz = make([][]int, len(cs))
+	// One backing array each for the profiles and their demand slots
+	// (the simulator builds a ring per uplink pricing).
+	slots := 0
+	for i, c := range cs {
+		r.per[i] = max(1, int(math.Round(c.Period/r.q)))
+		slots += r.per[i]
+	}
+	profs := make([]float64, slots)
+	nzs := make([]int, 0, slots)
 	l := 1
 	for i, c := range cs {
-		p := max(1, int(math.Round(c.Period/r.q)))
-		r.per[i] = p
+		p := r.per[i]
 		if l > 0 {
 			l = l / gcd(l, p) * p
 			if l > maxUnified {
 				l = 0
 			}
 		}
-		prof := make([]float64, p)
+		prof := profs[:p:p]
+		profs = profs[p:]
 		for _, a := range c.Arcs {
-			for k := range p {
+			// Only the slots the arc can overlap (one slot of margin
+			// each side against rounding); the others add nothing, nor
+			// does an empty arc or one at no finite start.
+			if !(a.Len > 0) || math.IsNaN(a.Start) || math.IsInf(a.Start, 0) {
+				continue
+			}
+			k0 := int(math.Max(0, math.Floor(a.Start/r.q)-1))
+			k1 := int(math.Min(float64(p), math.Ceil((a.Start+a.Len)/r.q)+1))
+			for k := k0; k < k1; k++ {
 				lo, hi := float64(k)*r.q, float64(k+1)*r.q
 				ov := math.Min(hi, a.Start+a.Len) - math.Max(lo, a.Start)
 				if ov > 0 {
@@ -126,10 +143,14 @@ func newRing(cs []Circle) *ring {
 			}
 		}
 		r.prof[i] = prof
+		n0 := len(nzs)
 		for k, v := range prof {
 			if v != 0 {
-				r.nz[i] = append(r.nz[i], k)
+				nzs = append(nzs, k)
 			}
+		}
+		if len(nzs) > n0 {
+			r.nz[i] = nzs[n0:len(nzs):len(nzs)]
 		}
 	}
 	if l == 0 {
