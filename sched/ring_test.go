@@ -101,3 +101,84 @@ func TestRingMatchesFullScan(t *testing.T) {
 		}
 	}
 }
+
+// linkLoadDense is LinkLoad as it was before it summed only the slots
+// above capacity: every slot of the unified perimeter, for every circle.
+func linkLoadDense(cs []Circle, offsets []float64, capacity float64) (excess, total float64, extra []float64) {
+	r := ringFullScan(cs)
+	extra = make([]float64, len(cs))
+	if r.per == nil {
+		return 0, 0, extra
+	}
+	d := make([]float64, r.n)
+	os := make([]int, len(cs))
+	for i := range cs {
+		os[i] = r.slot(i, offsets[i]-offsets[0])
+		r.load(d, i, os[i], 1)
+	}
+	ex, tot := excessOf(d, capacity)
+	if ex == 0 {
+		return 0, tot * r.q, extra
+	}
+	over := make([]float64, len(d))
+	for t, v := range d {
+		if v > capacity {
+			over[t] = v/capacity - 1
+		}
+	}
+	w := make([]float64, 0, gridSlots)
+	for i := range cs {
+		p, prof := r.per[i], r.prof[i]
+		dem := cs[i].peak()
+		if dem <= 0 {
+			continue
+		}
+		w = w[:0]
+		for _, v := range prof {
+			w = append(w, v/dem*r.q)
+		}
+		e := 0.0
+		k := ((-os[i])%p + p) % p
+		for _, f := range over {
+			e += w[k] * f
+			if k++; k == p {
+				k = 0
+			}
+		}
+		extra[i] = e / (float64(r.n) / float64(p))
+	}
+	return ex * r.q, tot * r.q, extra
+}
+
+// LinkLoad answers, to the bit, what the dense sum over every slot
+// answered: on random job circles at random offsets, over and under
+// capacity.
+func TestLinkLoadMatchesDense(t *testing.T) {
+	rng := rand.New(rand.NewSource(2929))
+	over := 0
+	for trial := range 5000 {
+		n := 1 + rng.Intn(24)
+		cs := make([]Circle, n)
+		offs := make([]float64, n)
+		for i := range cs {
+			iter := 0.2 + rng.Float64()*5
+			cs[i] = CommCircle(iter, rng.Float64()*iter, rng.Float64())
+			if rng.Intn(5) == 0 {
+				cs[i].Arcs = append(cs[i].Arcs, Arc{Start: rng.Float64() * iter, Len: rng.Float64() * iter / 2, Demand: rng.Float64()})
+			}
+			offs[i] = rng.Float64() * 10
+		}
+		capacity := []float64{1, 0.5, 2, 0.999}[rng.Intn(4)]
+		ex, tot, extra := LinkLoad(cs, offs, capacity)
+		wex, wtot, wextra := linkLoadDense(cs, offs, capacity)
+		if ex != wex || tot != wtot || !slices.Equal(extra, wextra) {
+			t.Fatalf("trial %d: LinkLoad %v %v %v, dense %v %v %v", trial, ex, tot, extra, wex, wtot, wextra)
+		}
+		if ex > 0 {
+			over++
+		}
+	}
+	if over < 1000 {
+		t.Fatalf("only %d of 5000 trials over capacity: the test does not exercise the slowdown sum", over)
+	}
+}
