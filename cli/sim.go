@@ -37,6 +37,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 			}
 			ctx := cmd.Context()
 			control.TuneGC() // a replay allocates snapshots every round, as the daemon does
+			limitSimMemory()
 			if err := applyRacks(&cfg, racks); err != nil {
 				return err
 			}
@@ -235,6 +236,7 @@ func newSimBenchCmd(stdout io.Writer) *cobra.Command {
 				b.DataDir = defaultDataDir()
 			}
 			control.TuneGC() // as `replan sim`: the scale rows allocate snapshots every round
+			limitSimMemory()
 			return sim.Bench(cmd.Context(), stdout, b)
 		},
 	}

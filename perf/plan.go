@@ -404,10 +404,17 @@ type Rejection struct {
 // ZeRO stage with and without offload and checkpointing. It does no
 // validity checking; Enumerate does.
 func Candidates(a Arch, gpus int) []Plan {
-	var out []Plan
+	n := 0
+	forEachCandidate(a, gpus, func(Plan) { n++ })
+	out := make([]Plan, 0, n)
 	forEachCandidate(a, gpus, func(p Plan) { out = append(out, p) })
 	return out
 }
+
+// ForEachCandidate calls fn with every candidate of Candidates, in the
+// same order, without building the slice (a policy's plan search runs it
+// for every placement it prices).
+func ForEachCandidate(a Arch, gpus int, fn func(Plan)) { forEachCandidate(a, gpus, fn) }
 
 // forEachCandidate calls fn with every candidate of Candidates without
 // building the slice (the curve's hot path).

@@ -160,22 +160,22 @@ func (c *cache) best(m *perf.Model, fam family, pl perf.Placement, cross bool, c
 			v = planVal{ok: true, plan: r.Plan, thr: r.Throughput, mem: r.Memory}
 		}
 	} else {
-		for _, p := range perf.Candidates(m.Arch, pl.GPUs()) {
+		perf.ForEachCandidate(m.Arch, pl.GPUs(), func(p perf.Plan) {
 			if !fam.allows(p) || perf.Check(m.Arch, p, pl) != nil || (p.Offload && cpg < 1) || m.Space.Check(p, pl) != nil {
-				continue
+				return
 			}
 			mem := perf.EstimateMemory(m.Arch, p, pl)
 			if mem.Fits(m.Env) != nil {
-				continue
+				return
 			}
 			b, err := m.Predict(p, res)
 			if err != nil {
-				continue
+				return
 			}
 			if t := b.Throughput(m.Arch.GlobalBatch); !v.ok || t > v.thr {
 				v = planVal{ok: true, plan: p, thr: t, mem: mem}
 			}
-		}
+		})
 	}
 	if c.known != nil && !cross {
 		// Measurements beat predictions: the model's pick at its measured

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/replan/replan/cluster"
 	"github.com/replan/replan/perf"
@@ -93,31 +94,85 @@ func gcd(a, b int) int {
 // LCM of the rounded periods, bounded by maxUnified slots (beyond the bound
 // the shorter circles are repeated over the bound: an approximation).
 func newRing(cs []Circle) *ring {
+	return new(ringBuf).ring(cs)
+}
+
+// ringBuf holds a ring and the scratch arrays of one LinkLoad or Rotate
+// call, reused through ringPool: the simulator and the policies price
+// links many thousand times a round, and the arrays were most of what
+// the collector saw of it.
+type ringBuf struct {
+	r     ring
+	per   []int
+	prof  [][]float64
+	nz    [][]int
+	profs []float64
+	nzs   []int
+	d     []float64 // the unified perimeter's demand
+	os    []int     // each circle's offset in slots
+	ts    []int
+	fs    []float64
+}
+
+var ringPool = sync.Pool{New: func() any { return new(ringBuf) }}
+
+// grow returns b[:n], zeroed, reusing b's array when it is large enough.
+func grow[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	b = b[:n]
+	clear(b)
+	return b
+}
+
+// ring builds the ring of cs (newRing) in b's arrays; it stays valid
+// until b is built again or put back in the pool.
+func (b *ringBuf) ring(cs []Circle) *ring {
 	longest := 0.0
 	for _, c := range cs {
 		longest = math.Max(longest, c.Period)
 	}
-	r := &ring{q: 1, n: 1}
+	b.r = ring{q: 1, n: 1}
+	r := &b.r
 	if longest <= 0 {
 		return r
 	}
 	r.q = longest / gridSlots
-	r.per = make([]int, len(cs))
-	r.prof = make([][]float64, len(cs))
-	r.nz = make([][]int, len(cs))
+	b.per = grow(b.per, len(cs))
+	b.prof = grow(b.prof, len(cs))
+	b.nz = grow(b.nz, len(cs))
+	r.per, r.prof, r.nz = b.per, b.prof, b.nz
+	// One backing array each for the profiles and their demand slots.
+	slots := 0
+	for i, c := range cs {
+		r.per[i] = max(1, int(math.Round(c.Period/r.q)))
+		slots += r.per[i]
+	}
+	b.profs = grow(b.profs, slots)
+	b.nzs = grow(b.nzs, slots)[:0]
+	profs, nzs := b.profs, b.nzs
 	l := 1
 	for i, c := range cs {
-		p := max(1, int(math.Round(c.Period/r.q)))
-		r.per[i] = p
+		p := r.per[i]
 		if l > 0 {
 			l = l / gcd(l, p) * p
 			if l > maxUnified {
 				l = 0
 			}
 		}
-		prof := make([]float64, p)
+		prof := profs[:p:p]
+		profs = profs[p:]
 		for _, a := range c.Arcs {
-			for k := range p {
+			// Only the slots the arc can overlap (one slot of margin
+			// each side against rounding); the others add nothing, nor
+			// does an empty arc or one at no finite start.
+			if !(a.Len > 0) || math.IsNaN(a.Start) || math.IsInf(a.Start, 0) {
+				continue
+			}
+			k0 := int(math.Max(0, math.Floor(a.Start/r.q)-1))
+			k1 := int(math.Min(float64(p), math.Ceil((a.Start+a.Len)/r.q)+1))
+			for k := k0; k < k1; k++ {
 				lo, hi := float64(k)*r.q, float64(k+1)*r.q
 				ov := math.Min(hi, a.Start+a.Len) - math.Max(lo, a.Start)
 				if ov > 0 {
@@ -126,10 +181,14 @@ func newRing(cs []Circle) *ring {
 			}
 		}
 		r.prof[i] = prof
+		n0 := len(nzs)
 		for k, v := range prof {
 			if v != 0 {
-				r.nz[i] = append(r.nz[i], k)
+				nzs = append(nzs, k)
 			}
+		}
+		if len(nzs) > n0 {
+			r.nz[i] = nzs[n0:len(nzs):len(nzs)]
 		}
 	}
 	if l == 0 {
@@ -177,13 +236,15 @@ func excessOf(d []float64, capacity float64) (ex, tot float64) {
 // (seconds), and each circle's extra communication seconds per iteration:
 // its arcs slowed in proportion to the link's overload.
 func LinkLoad(cs []Circle, offsets []float64, capacity float64) (excess, total float64, extra []float64) {
-	r := newRing(cs)
+	b := ringPool.Get().(*ringBuf)
+	defer ringPool.Put(b)
+	r := b.ring(cs)
 	extra = make([]float64, len(cs))
 	if r.per == nil {
 		return 0, 0, extra
 	}
-	d := make([]float64, r.n)
-	os := make([]int, len(cs))
+	b.d, b.os = grow(b.d, r.n), grow(b.os, len(cs))
+	d, os := b.d, b.os
 	for i := range cs {
 		os[i] = r.slot(i, offsets[i]-offsets[0]) // relative: the first need not lie on the grid
 		r.load(d, i, os[i], 1)
@@ -192,34 +253,29 @@ func LinkLoad(cs []Circle, offsets []float64, capacity float64) (excess, total f
 	if ex == 0 {
 		return 0, tot * r.q, extra // no slot over capacity: nobody slows down
 	}
-	// over[t]: how far slot t is above capacity, as a share of it (0 at
-	// or below: those slots add nothing, exactly as if skipped).
-	over := make([]float64, len(d))
+	// The slots above capacity and how far, as a share of it: the others
+	// would add w·0 = 0 to each circle's sum, so they are skipped and the
+	// sums are the same to the bit (same terms, same order).
+	ts, fs := b.ts[:0], b.fs[:0]
+	defer func() { b.ts, b.fs = ts, fs }()
 	for t, v := range d {
 		if v > capacity {
-			over[t] = v/capacity - 1
+			ts = append(ts, t)
+			fs = append(fs, v/capacity-1)
 		}
 	}
-	w := make([]float64, 0, gridSlots)
 	for i := range cs {
 		p, prof := r.per[i], r.prof[i]
 		dem := cs[i].peak()
 		if dem <= 0 {
 			continue
 		}
-		// w[k]: the seconds slot k of the circle's period carries at full
-		// speed, per unit of overload.
-		w = w[:0]
-		for _, v := range prof {
-			w = append(w, v/dem*r.q)
-		}
+		// prof[k]/dem·q: the seconds slot k of the circle's period
+		// carries at full speed, per unit of overload.
 		e := 0.0
-		k := ((-os[i])%p + p) % p // (t−os[i]) mod p
-		for _, f := range over {
-			e += w[k] * f
-			if k++; k == p {
-				k = 0
-			}
+		for n, t := range ts {
+			k := ((t-os[i])%p + p) % p
+			e += prof[k] / dem * r.q * fs[n]
 		}
 		extra[i] = e / (float64(r.n) / float64(p))
 	}
@@ -244,12 +300,14 @@ func Compatibility(cs []Circle, offsets []float64, capacity float64) float64 {
 // the offsets and the compatibility score.
 func Rotate(cs []Circle, fixed []bool, offsets []float64, capacity float64) ([]float64, float64) {
 	out := append([]float64(nil), offsets...)
-	r := newRing(cs)
+	b := ringPool.Get().(*ringBuf)
+	defer ringPool.Put(b)
+	r := b.ring(cs)
 	if r.per == nil {
 		return out, 1
 	}
-	d := make([]float64, r.n)
-	os := make([]int, len(cs))
+	b.d, b.os = grow(b.d, r.n), grow(b.os, len(cs))
+	d, os := b.d, b.os
 	// Offsets are measured from the first fixed circle, so its phase
 	// need not lie on the grid.
 	base := 0.0

@@ -894,7 +894,7 @@ func (s *simulator) relink() {
 		u := &s.uplinks[r]
 		u.dirty = false
 		var extra, extra0 []float64
-		if len(u.jobs) >= 2 {
+		if len(u.jobs) >= 2 && !underCapacity(u.jobs) {
 			cs := make([]sched.Circle, len(u.jobs))
 			offs := make([]float64, len(u.jobs))
 			for k, j := range u.jobs {
@@ -945,6 +945,24 @@ func (s *simulator) relink() {
 	if relinkHook != nil {
 		relinkHook(s)
 	}
+}
+
+// underCapacity reports whether the jobs' arc demands on an uplink sum
+// below its capacity (1) by more than rounding: then no slot of any
+// rotation is over capacity and sched.LinkLoad would slow nobody, so
+// relink need not build the ring. The margin keeps the answer exact: an
+// arc adds at most its demand (up to rounding) to any slot.
+func underCapacity(js []*job) bool {
+	sum := 0.0
+	for _, j := range js {
+		for _, a := range j.circle.Arcs {
+			if !(a.Demand >= 0) {
+				return false
+			}
+			sum += a.Demand
+		}
+	}
+	return sum <= 1-1e-9
 }
 
 // relinkHook, when set (tests), runs after every relink that priced
