@@ -357,7 +357,7 @@ func (m *member) lead(ctx context.Context, term *control.Term) error {
 	}
 	d, err := control.New(lctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: m.log, SpineGBps: spineOf(m.inv), IdempotencyRetention: o.idemRetention,
 		HangFactor: o.hangFactor, HangFloor: o.hangFloor, GPUReadFailures: o.gpuReadFailures, Profile: o.profile, Epoch: term.Epoch,
-		Redeploy: control.RedeployOptions{Tries: o.redeployTries, Backoff: o.redeployBackoff},
+		Redeploy:     control.RedeployOptions{Tries: o.redeployTries, Backoff: o.redeployBackoff},
 		SlowFraction: o.slowFraction, SlowObservations: o.slowObservations})
 	if err != nil {
 		return fmt.Errorf("daemon: taking over as leader (epoch %d): %w", term.Epoch, err)

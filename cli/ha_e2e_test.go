@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
-
 	"github.com/replan/replan/control"
+	"github.com/replan/replan/internal/etcdtest"
 	"github.com/replan/replan/internal/waitfor"
 )
 
@@ -35,30 +33,6 @@ func haFreePort(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-// startHAEtcd runs a one-member etcd (the real server, embedded in the
-// test) and returns its client URL.
-func startHAEtcd(t *testing.T) string {
-	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	cfg.LogLevel = "fatal"
-	cu, pu := url.URL{Scheme: "http", Host: haFreePort(t)}, url.URL{Scheme: "http", Host: haFreePort(t)}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(time.Minute):
-		t.Fatal("embedded etcd not ready after a minute")
-	}
-	return cu.String()
 }
 
 // haMember is one daemon process of the test's control plane.
@@ -109,8 +83,8 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 	return ds[min(max(i, 0), len(ds)-1)]
 }
 
-// Three daemon processes (the replan binary, sim executor, one SQLite file
-// the leader locks once elected) elect a leader on a real etcd. The leader
+// Three daemon processes (the replan binary, sim executor, the store on
+// etcd: --store etcd) elect a leader on a real etcd. The leader
 // is killed with SIGKILL again and again (5 times; REPLAN_HA_KILLS sets
 // how often: make e2e-ha kills 20 times) while client processes submit
 // and cancel through every member. After each kill another daemon leads
@@ -142,7 +116,7 @@ func TestHAFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	endpoint := startHAEtcd(t)
+	endpoint := etcdtest.Start(t)[0]
 	token := filepath.Join(dir, "token")
 	if err := os.WriteFile(token, []byte("ha-test-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -156,7 +130,7 @@ func TestHAFailover(t *testing.T) {
 		port := haFreePort(t)
 		m := &haMember{name: name, sock: filepath.Join(dir, name+".sock"), addr: "https://" + port}
 		m.args = []string{"daemon", "--inventory", inv, "--db", filepath.Join(dir, "shared.db"), "--socket", m.sock,
-			"--listen", port, "--advertise", m.addr, "--token-file", token, "--etcd-endpoints", endpoint, "--etcd-prefix", "/ha-test/",
+			"--listen", port, "--advertise", m.addr, "--token-file", token, "--store", "etcd", "--etcd-endpoints", endpoint, "--etcd-prefix", "/ha-test/",
 			"--name", name, "--election-ttl", "2s", "--tick", "500ms"}
 		if m.log, err = os.Create(filepath.Join(dir, name+".log")); err != nil {
 			t.Fatal(err)
@@ -500,7 +474,7 @@ func TestHAEmbeddedQuorum(t *testing.T) {
 		port := haFreePort(t)
 		m := &haMember{name: name, sock: filepath.Join(dir, name+".sock"), addr: "https://" + port}
 		m.args = []string{"daemon", "--inventory", inv, "--db", filepath.Join(dir, "shared.db"), "--socket", m.sock,
-			"--listen", port, "--advertise", m.addr, "--token-file", token, "--etcd-embedded", "--peers", strings.Join(peers, ","),
+			"--listen", port, "--advertise", m.addr, "--token-file", token, "--store", "etcd", "--etcd-embedded", "--peers", strings.Join(peers, ","),
 			"--etcd-client-url", "http://" + haFreePort(t), "--etcd-dir", filepath.Join(dir, "etcd-"+name),
 			"--name", name, "--election-ttl", "2s", "--tick", "500ms"}
 		if m.log, err = os.Create(filepath.Join(dir, name+".log")); err != nil {
@@ -623,7 +597,7 @@ func TestHAEmbeddedQuorum(t *testing.T) {
 // not open) stops with the error after three tries instead of flapping,
 // and resigns each time so that another member could lead.
 func TestHADaemonStopsWhenItCannotTakeOver(t *testing.T) {
-	endpoint := startHAEtcd(t)
+	endpoint := etcdtest.Start(t)[0]
 	dir := t.TempDir()
 	token := filepath.Join(dir, "token")
 	if err := os.WriteFile(token, []byte("tok\n"), 0o600); err != nil {

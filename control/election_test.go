@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,47 +14,16 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
 	"github.com/replan/replan/agent"
+	"github.com/replan/replan/internal/etcdtest"
 	"github.com/replan/replan/internal/waitfor"
 )
 
-// freeURL is http://127.0.0.1:PORT on a port free a moment ago.
-func freeURL(t *testing.T) url.URL {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return url.URL{Scheme: "http", Host: l.Addr().String()}
-}
-
 // startElectionEtcd runs a one-member etcd server (the real one, embedded)
 // for the test and returns its client URL.
-func startElectionEtcd(t *testing.T) string {
-	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	cfg.LogLevel = "fatal" // its shutdown logs errors
-	cu, pu := freeURL(t), freeURL(t)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(time.Minute):
-		t.Fatal("embedded etcd not ready after a minute")
-	}
-	return cu.String()
-}
+func startElectionEtcd(t *testing.T) string { return etcdtest.Start(t)[0] }
 
 func electionClient(t *testing.T, endpoint string) *clientv3.Client {
 	t.Helper()
