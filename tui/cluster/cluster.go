@@ -327,6 +327,12 @@ func (m *Model) summary() string {
 		if n.Suspect {
 			s += " · " + m.st.Warn.Render(fmt.Sprintf("%s suspect: %s", n.Name, n.SuspectWhy))
 		}
+		if !n.Reachable && n.State == "redeploying" {
+			s += " · " + m.st.Warn.Render(fmt.Sprintf("%s: starting its agent again", n.Name))
+		}
+		if n.DownWhy != "" {
+			s += " · " + m.st.Bad.Render(fmt.Sprintf("%s down: %s", n.Name, n.DownWhy))
+		}
 		for _, c := range n.Cordoned {
 			s += " · " + m.st.Bad.Render(fmt.Sprintf("%s GPU %d cordoned: %s", n.Name, c.GPU, c.Why))
 		}
@@ -394,6 +400,8 @@ func (m *Model) server(n data.Node, selected bool) string {
 	b.WriteString(strings.Repeat(" ", m.gpuW-max(n.GPUs, len(n.Owners))))
 	fmt.Fprintf(&b, " %s ", common.PadLeft(fmt.Sprintf("%d/%d", n.FreeGPUs, n.GPUs), 5))
 	switch {
+	case !n.Reachable && n.State == "redeploying":
+		b.WriteString(m.st.Warn.Render(common.Pad("redep", 6)))
 	case !n.Reachable:
 		b.WriteString(m.st.Bad.Render(common.Pad("down", 6)))
 	case n.Drained:

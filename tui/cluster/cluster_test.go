@@ -191,3 +191,37 @@ func TestSuspectServerShown(t *testing.T) {
 		t.Errorf("summary with srv-02 selected:\n%s", v)
 	}
 }
+
+// TestRedeployingAndDownShown: a server whose agent the daemon starts
+// again says "redep", one it gave up on says "down", and with the cursor
+// on it the summary gives why (issue 26, servers that come back).
+func TestRedeployingAndDownShown(t *testing.T) {
+	nodes := tuitest.Small().Nodes
+	why := "3 redeploys failed: ssh: handshake failed"
+	for i := range nodes {
+		switch nodes[i].Name {
+		case "srv-02":
+			nodes[i].Reachable, nodes[i].State = false, "redeploying"
+		case "srv-03":
+			nodes[i].Reachable, nodes[i].State, nodes[i].DownWhy = false, "down", why
+		}
+	}
+	m := newModel(nodes, 220, 22)
+	v := m.View()
+	for _, l := range strings.Split(v, "\n") {
+		if strings.Contains(l, "srv-02") && !strings.Contains(l, "redep") {
+			t.Errorf("srv-02's row %q does not say redeploying", l)
+		}
+		if strings.Contains(l, "srv-03") && !strings.Contains(l, "down") {
+			t.Errorf("srv-03's row %q does not say down", l)
+		}
+	}
+	press(m, "j")
+	if v := m.View(); !strings.Contains(strings.SplitN(v, "\n", 2)[0], "srv-02: starting its agent again") {
+		t.Errorf("summary with srv-02 selected:\n%s", v)
+	}
+	press(m, "j")
+	if v := m.View(); !strings.Contains(strings.SplitN(v, "\n", 2)[0], "srv-03 down: "+why) {
+		t.Errorf("summary with srv-03 selected:\n%s", v)
+	}
+}

@@ -53,7 +53,8 @@ func (b *Backend) Nodes(ctx context.Context) ([]data.Node, error) {
 	out := make([]data.Node, len(ns))
 	for i, n := range ns {
 		out[i] = data.Node{Name: n.Name, Rack: n.Rack, GPUs: n.GPUs, Reachable: n.Reachable, Drained: n.Drained,
-			Missed: n.Missed, FreeGPUs: n.FreeGPUs, Owners: n.GPUOwners, IdleHeld: n.IdleHeld, Suspect: n.Suspect, SuspectWhy: n.SuspectWhy}
+			Missed: n.Missed, FreeGPUs: n.FreeGPUs, Owners: n.GPUOwners, IdleHeld: n.IdleHeld, Suspect: n.Suspect, SuspectWhy: n.SuspectWhy,
+			State: n.State, DownWhy: n.DownWhy}
 		for _, c := range n.CordonedGPUs {
 			out[i].Cordoned = append(out[i].Cordoned, data.Cordon{GPU: c.GPU, Why: c.Why})
 		}

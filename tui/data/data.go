@@ -60,6 +60,11 @@ type Node struct {
 	// it ran jobs slow); SuspectWhy says why.
 	Suspect    bool
 	SuspectWhy string
+	// State is the daemon's word for the server (up, drained, draining,
+	// suspect, redeploying, down); DownWhy why its agent could not be
+	// started again (control/redeploy.go), "" otherwise.
+	State   string
+	DownWhy string
 }
 
 // Cordon is a cordoned GPU and why (an Xid, an ECC error, ...).
