@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/replan/replan/agent"
 	"github.com/replan/replan/control"
-	"github.com/replan/replan/internal/sshtest"
 	"github.com/replan/replan/internal/waitfor"
 	"github.com/replan/replan/launch"
 )
@@ -41,25 +39,8 @@ import (
 // Each case logs one summary line (`fault e2e: …`), also written to
 // $REPLAN_TORCH_E2E_SUMMARY for `make e2e-faults`.
 func TestFaultsEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test skipped in -short mode")
-	}
-	if os.Getenv("REPLAN_TORCH_E2E") != "1" {
-		t.Skip("the fault end to end runs under `make e2e-faults` (REPLAN_TORCH_E2E=1), not in every `go test`")
-	}
-	torchVersion(t)
-	if ok, why := sshtest.Available(); !ok {
-		t.Skip(why)
-	}
-	trainer, err := filepath.Abs(filepath.Join("testdata", "torchtrainer", "train.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	began := time.Now()
-	tmp := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e := beginTorchE2E(t, "make e2e-faults", 8*time.Minute)
+	trainer, began, tmp, ctx, log := e.trainer, e.began, e.tmp, e.ctx, e.log
 	th := startTorchHosts(t, ctx, tmp, "rp-tf", 31, log)
 	t.Logf("3 hosts (network namespaces, routed: %v) with agents at %s", th.netns, time.Since(began).Round(time.Millisecond))
 	dirOf := map[string]string{}

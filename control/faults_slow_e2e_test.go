@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/replan/replan/control"
-	"github.com/replan/replan/internal/sshtest"
 	"github.com/replan/replan/internal/waitfor"
 	"github.com/replan/replan/jobspec"
 	"github.com/replan/replan/launch"
@@ -39,25 +37,8 @@ var resumeLine = regexp.MustCompile(`resuming at iteration (\d+)`)
 // summary line: `fault e2e: slow host detected in S s, moved at
 // iteration K, lost N, ok`.
 func TestFaultSlowEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test skipped in -short mode")
-	}
-	if os.Getenv("REPLAN_TORCH_E2E") != "1" {
-		t.Skip("the torch fault end to end runs under `make e2e-faults` or `make e2e-torch` (REPLAN_TORCH_E2E=1), not in every `go test`")
-	}
-	torchVersion(t)
-	if ok, why := sshtest.Available(); !ok {
-		t.Skip(why)
-	}
-	trainer, err := filepath.Abs(filepath.Join("testdata", "torchtrainer", "train.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	began := time.Now()
-	tmp := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e := beginTorchE2E(t, "make e2e-faults", 10*time.Minute)
+	trainer, began, tmp, ctx, log := e.trainer, e.began, e.tmp, e.ctx, e.log
 
 	th := startTorchHosts(t, ctx, tmp, "rp-fs", 23, log)
 	if !th.netns {

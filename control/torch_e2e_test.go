@@ -127,26 +127,9 @@ func profileForward(t *testing.T, ctx context.Context, dir string, a perf.Arch) 
 // loss with the reference's. The last line it logs is the summary `make
 // e2e-torch` prints (also written to $REPLAN_TORCH_E2E_SUMMARY).
 func TestTorchEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test skipped in -short mode")
-	}
-	if os.Getenv("REPLAN_TORCH_E2E") != "1" {
-		t.Skip("the torch end to end runs under `make e2e-torch` (REPLAN_TORCH_E2E=1), not in every `go test`")
-	}
-	version := torchVersion(t)
-	if ok, why := sshtest.Available(); !ok {
-		t.Skip(why)
-	}
-	trainer, err := filepath.Abs(filepath.Join("testdata", "torchtrainer", "train.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := beginTorchE2E(t, "make e2e-torch", 12*time.Minute)
+	version, trainer, began, tmp, ctx, log := e.version, e.trainer, e.began, e.tmp, e.ctx, e.log
 	compare := filepath.Join(filepath.Dir(trainer), "compare.py")
-	began := time.Now()
-	tmp := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
-	defer cancel()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	// Three hosts with two fake GPUs each, routed to each other.
 	th := startTorchHosts(t, ctx, tmp, "rp-tt", 11, log)
@@ -703,4 +686,42 @@ func startTorchHosts(t *testing.T, ctx context.Context, tmp, prefix string, seed
 		}
 	}
 	return torchHosts{hosts: hosts, netns: netns, invPath: invPath, remoteDir: remoteDir, dirs: dirs, agentBin: agentBin}
+}
+
+// torchE2E is what every end-to-end test with real torchrun starts from
+// (beginTorchE2E): the trainer fixture, a temporary directory, a context
+// bounded by the test's budget, a logger into the test's log and when it
+// began.
+type torchE2E struct {
+	version, trainer, tmp string
+	ctx                   context.Context
+	log                   *slog.Logger
+	began                 time.Time
+}
+
+// beginTorchE2E skips the test unless it runs under the make target that
+// sets REPLAN_TORCH_E2E=1 (named in the skip) with torch and the sshd
+// test hosts available; its context ends after budget or with the test.
+func beginTorchE2E(t *testing.T, target string, budget time.Duration) torchE2E {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test skipped in -short mode")
+	}
+	if os.Getenv("REPLAN_TORCH_E2E") != "1" {
+		t.Skipf("this end to end runs under `%s` (REPLAN_TORCH_E2E=1), not in every `go test`", target)
+	}
+	version := torchVersion(t)
+	if ok, why := sshtest.Available(); !ok {
+		t.Skip(why)
+	}
+	trainer, err := filepath.Abs(filepath.Join("testdata", "torchtrainer", "train.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := torchE2E{version: version, trainer: trainer, began: time.Now(), tmp: t.TempDir()}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	t.Cleanup(cancel)
+	e.ctx = ctx
+	e.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return e
 }

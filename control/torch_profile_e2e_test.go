@@ -1,10 +1,8 @@
 package control_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math"
 	"os"
 	"os/exec"
@@ -31,25 +29,8 @@ import (
 // resumes on the servers left, losing at most one save interval. Its
 // summary is the second line `make e2e-torch` prints.
 func TestTorchProfileEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test skipped in -short mode")
-	}
-	if os.Getenv("REPLAN_TORCH_E2E") != "1" {
-		t.Skip("the torch end to end runs under `make e2e-torch` (REPLAN_TORCH_E2E=1), not in every `go test`")
-	}
-	torchVersion(t)
-	if ok, why := sshtest.Available(); !ok {
-		t.Skip(why)
-	}
-	trainer, err := filepath.Abs(filepath.Join("testdata", "torchtrainer", "train.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	began := time.Now()
-	tmp := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e := beginTorchE2E(t, "make e2e-torch", 10*time.Minute)
+	trainer, began, tmp, ctx, log := e.trainer, e.began, e.tmp, e.ctx, e.log
 
 	th := startTorchHosts(t, ctx, tmp, "rp-tp", 23, log)
 	hosts, netns, invPath, remoteDir, dirs := th.hosts, th.netns, th.invPath, th.remoteDir, th.dirs
