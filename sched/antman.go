@@ -111,9 +111,12 @@ func cheapestServer(st *state, i int, beRunning []int) int {
 func restoreUnneeded(st *state, victims []victim) {
 	for k := len(victims) - 1; k >= 0; k-- {
 		v := victims[k]
+		// Only an allocation move can rebuild exactly (its cores are a
+		// multiple of its GPUs) comes back; any other stays preempted.
 		fits := true
+		cpg := st.jobs[v.job].cpg
 		for _, a := range v.alloc {
-			if st.free[a.Server] < a.GPUs || st.freeCPU[a.Server] < a.GPUs*st.jobs[v.job].cpg {
+			if a.CPUs != a.GPUs*cpg || st.free[a.Server] < a.GPUs || st.freeCPU[a.Server] < a.CPUs {
 				fits = false
 				break
 			}
