@@ -216,23 +216,14 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 		mark := len(st.journal)
 		leave := st.only(i) // labels.go: only the servers it may use
 		ok, why := f.placeNet(st, nr, i)
+		var victims []victim
 		if !ok && f.Tenancy && j.Class == Guaranteed {
-			// Preempt best-effort jobs until the request fits.
-			for _, v := range beRunning {
-				if st.jobs[v].total == 0 || !st.onAllowed(v, i) {
-					continue
-				}
-				for len(st.jobs[v].alloc) > 0 {
-					a := st.jobs[v].alloc[0]
-					st.move(v, a.Server, -a.GPUs)
-				}
-				st.jobs[v].touched = true
-				if ok, why = f.place(st, i); ok {
-					break
-				}
-			}
+			ok, why, victims = f.preemptFor(st, i, beRunning, why)
 		}
 		leave()
+		if ok {
+			restoreUnneeded(st, victims)
+		}
 		if !ok {
 			st.rollback(mark)
 			js.reason = why
