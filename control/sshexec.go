@@ -901,6 +901,11 @@ func (e *SSHExecutor) Reconfigure(ctx context.Context, from, to Launch, last int
 	return nil
 }
 
+// ErrServerUnreachable marks a launch that failed because one of its
+// servers stopped answering: the server's fault, not charged to the job's
+// restart budget (suspect.go).
+var ErrServerUnreachable = errors.New("a server of the job does not answer")
+
 // verify waits until the job's rank 0 reports an iteration beyond last.
 func (e *SSHExecutor) verify(ctx context.Context, id string, last int) error {
 	e.mu.Lock()
@@ -916,8 +921,20 @@ func (e *SSHExecutor) verify(ctx context.Context, id string, last int) error {
 	}
 	deadline := time.Now().Add(e.opt.WaitTimeout)
 	seen := 0
+	// unanswered is when rank 0's agent last stopped answering. Past its
+	// lease (and the lease's grace) the agent has stopped the ranks there,
+	// so waiting on would only hold the daemon's loop (observation,
+	// heartbeats, every other job) for up to WaitTimeout: TestOutage's
+	// sshd-stopped case once waited 78 s here.
+	var unanswered time.Time
 	for {
 		samples, err := c.Samples(ctx, r0.id, time.Time{})
+		switch {
+		case err == nil:
+			unanswered = time.Time{}
+		case unanswered.IsZero():
+			unanswered = time.Now()
+		}
 		if err == nil {
 			for _, s := range samples {
 				seen = max(seen, int(s.Step))
@@ -944,6 +961,10 @@ func (e *SSHExecutor) verify(ctx context.Context, id string, last int) error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no iteration beyond %d after %s (last seen %d)", last, e.opt.WaitTimeout, seen)
+		}
+		if bound := e.opt.Lease + e.opt.LeaseGrace; e.opt.Lease > 0 && !unanswered.IsZero() && time.Since(unanswered) > bound {
+			return fmt.Errorf("%w: rank 0's server %s has not answered for %s, past its agent's lease of %s: its ranks there are stopped (last iteration seen %d)",
+				ErrServerUnreachable, r0.server, time.Since(unanswered).Round(time.Second), e.opt.Lease, seen)
 		}
 		select {
 		case <-ctx.Done():

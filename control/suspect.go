@@ -71,7 +71,9 @@ func (d *Daemon) launchFailed(ctx context.Context, js *jobState, servers []launc
 		}
 	}
 	why := fmt.Sprintf("launch failed: %v", lerr)
-	up, e, final := d.requeueChange(js, why, !onSuspect)
+	// A server that stopped answering is the server's fault, not the
+	// job's (sshexec.go ErrServerUnreachable).
+	up, e, final := d.requeueChange(js, why, !onSuspect && !errors.Is(lerr, ErrServerUnreachable))
 	ups := []jobUpdate{up}
 	b := Batch{Events: []Event{e}}
 	refund := map[string]int{}
