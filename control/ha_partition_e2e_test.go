@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/replan/replan/control"
 	"github.com/replan/replan/fleet"
 	"github.com/replan/replan/internal/etcdtest"
+	"github.com/replan/replan/internal/sshtest"
 )
 
 // partitionMember is one `replan daemon` process of the partition test.
@@ -36,23 +38,36 @@ func (m *partitionMember) status(ctx context.Context) (control.Status, error) {
 	return m.client.Status(ctx)
 }
 
-// TestHAPartitionedLeaderIsFenced (issue 27's proof: "partition the leader
-// while it is launching"): three `replan daemon` processes (--store etcd
-// on a real etcd, --executor ssh against real agents on three sshd hosts)
-// elect a leader; it launches a job and, the moment the job's process has
-// started on its server, the leader is paused (SIGSTOP: cut off from etcd
-// and from the agents, its lease no longer renewed). Another daemon leads
-// with a higher epoch within 10 s, adopts the running job (the same
-// attempt; the trainer's trail shows one launch) and speaks to the
-// agents with its epoch. The old leader is resumed (SIGCONT): it steps
-// down (status: follower of the new leader) and anything it sends the
-// agents with its old epoch is refused (412, "stale epoch" in its log);
-// the job is never launched a second time and never lost.
-func TestHAPartitionedLeaderIsFenced(t *testing.T) {
+// TestHAPartitionedLeaderIsFenced is issue 27's proof "partition the
+// leader (netns link down) while it is launching": three `replan daemon`
+// processes (--store etcd on a real etcd, --executor ssh against real
+// agents on three sshd hosts in network namespaces); the first leader runs
+// in a network namespace of its own. It launches a job and, the moment the
+// job's process has started on its server, its veth link is set down: it
+// reaches neither etcd nor the agents. It steps down while cut off;
+// another daemon leads with a higher epoch within 10 s, adopts the running
+// job (the same processes on the agents; the trainer's trail shows one
+// launch) and speaks to the agents with its epoch. With the link up again
+// the old leader follows the new one, its epoch is refused by the job's
+// agent (412), and the job was never launched twice nor lost.
+func TestHAPartitionedLeaderIsFenced(t *testing.T) { runHAPartition(t, true) }
+
+// TestHAPausedLeaderIsFenced is the same with the leader paused (SIGSTOP)
+// instead of cut off, until another daemon leads and adopts the job, then
+// resumed (SIGCONT): it steps down on resuming, and nothing it sends with
+// its old epoch is obeyed.
+func TestHAPausedLeaderIsFenced(t *testing.T) { runHAPartition(t, false) }
+
+// runHAPartition runs the partition test: linkDown cuts the leader's
+// network namespace off, else the leader is paused.
+func runHAPartition(t *testing.T, linkDown bool) {
 	c := newTestCluster(t)
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("go tool not on PATH")
+	}
+	if linkDown && !c.netns {
+		t.Skip("needs network namespaces (root, ip netns): the test hosts run on loopback")
 	}
 	ctx := c.ctx
 	bin := filepath.Join(c.tmp, "replan")
@@ -76,6 +91,27 @@ func TestHAPartitionedLeaderIsFenced(t *testing.T) {
 	if err := os.WriteFile(inv, []byte(strings.Replace(string(invRaw), "cpu_cores: 64", cores, 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// With linkDown, m0 runs in a network namespace of its own, routed
+	// to the test hosts through this one; it reaches etcd through a TCP
+	// relay on its veth's host side.
+	var ns *sshtest.NetNS
+	m0Endpoint := endpoint
+	if linkDown {
+		sub, err := sshtest.FreeSubnet(os.Getpid() + 131)
+		if err == nil {
+			ns, err = sshtest.NewNetNS(t, fmt.Sprintf("rp-hap-%d", os.Getpid()), fmt.Sprintf("10.250.%d.1", sub), fmt.Sprintf("10.250.%d.2", sub))
+		}
+		if err == nil {
+			err = sshtest.Route(t, c.hosts)
+		}
+		if err == nil {
+			_, err = exec.Command("ip", "-n", ns.Name, "route", "replace", "default", "via", ns.HostAddr).CombinedOutput()
+		}
+		if err != nil {
+			t.Skipf("the leader's network namespace: %v", err)
+		}
+		m0Endpoint = "http://" + relayTCP(t, ns.HostAddr, strings.TrimPrefix(endpoint, "http://"))
+	}
 	var members []*partitionMember
 	for i := range 3 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -84,6 +120,10 @@ func TestHAPartitionedLeaderIsFenced(t *testing.T) {
 		}
 		port := l.Addr().String()
 		l.Close()
+		ep := endpoint
+		if i == 0 && ns != nil {
+			port, ep = ns.NSAddr+":7070", m0Endpoint
+		}
 		m := &partitionMember{name: fmt.Sprintf("m%d", i), sock: filepath.Join(c.tmp, fmt.Sprintf("m%d.sock", i)), addr: "https://" + port}
 		m.logPath = filepath.Join(c.tmp, m.name+".log")
 		m.client = control.NewUnixClient(m.sock)
@@ -91,20 +131,31 @@ func TestHAPartitionedLeaderIsFenced(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.cmd = exec.Command(bin, "daemon", "--inventory", inv, "--executor", "ssh", "--remote-dir", c.remoteDir,
+		var wrap []string
+		if i == 0 && ns != nil {
+			wrap = ns.Wrap()
+		}
+		argv := append(wrap, bin, "daemon", "--inventory", inv, "--executor", "ssh", "--remote-dir", c.remoteDir,
 			"--agent-binary", c.agentBin, "--db", filepath.Join(c.tmp, m.name+".db"), "--socket", m.sock,
 			"--listen", port, "--advertise", m.addr, "--token-file", token,
-			"--store", "etcd", "--etcd-endpoints", endpoint, "--etcd-prefix", "/ha-partition/",
+			"--store", "etcd", "--etcd-endpoints", ep, "--etcd-prefix", "/ha-partition/",
 			"--name", m.name, "--election-ttl", "2s", "--tick", "500ms")
+		m.cmd = exec.Command(argv[0], argv[1:]...) // ip netns exec execs the daemon: one process
 		m.cmd.Stdout, m.cmd.Stderr = lf, lf
-		if err := m.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lf.Close()
+		t.Cleanup(func() { lf.Close() })
 		members = append(members, m)
 	}
+	started := 0
+	startMembers := func(n int) {
+		for _, m := range members[started:n] {
+			if err := m.cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		started = n
+	}
 	t.Cleanup(func() {
-		for _, m := range members {
+		for _, m := range members[:started] {
 			m.cmd.Process.Kill() // a stopped process dies of SIGKILL too
 			m.cmd.Wait()
 			if t.Failed() {
@@ -122,7 +173,7 @@ func TestHAPartitionedLeaderIsFenced(t *testing.T) {
 		var st control.Status
 		poll(t, ctx, what, bound, func() error {
 			var seen []string
-			for _, m := range members {
+			for _, m := range members[:started] {
 				if m == not {
 					continue
 				}
@@ -141,7 +192,15 @@ func TestHAPartitionedLeaderIsFenced(t *testing.T) {
 		})
 		return found, st
 	}
+	// The cut-off leader is m0 in its namespace: it starts first, and the
+	// others once it leads.
+	if linkDown {
+		startMembers(1)
+	} else {
+		startMembers(3)
+	}
 	old, oldSt := leaderOf("the first leader", nil, 0, time.Time{}, 2*time.Minute)
+	startMembers(3)
 	t.Logf("first leader: %s (epoch %d)", old.name, oldSt.Epoch)
 
 	// The job: one server's 8 GPUs, long enough to outlive the test.
@@ -202,16 +261,24 @@ func TestHAPartitionedLeaderIsFenced(t *testing.T) {
 		}
 		return nil
 	})
-	if err := old.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	how := "paused (SIGSTOP)"
+	if linkDown {
+		how = "cut off (link down)"
+		ipLink(t, ns.HostIf, "down")
+	} else if err := old.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	cut := time.Now()
 	stopped := true
-	defer func() {
-		if stopped {
+	restore := func() {
+		if stopped && linkDown {
+			ipLink(t, ns.HostIf, "up")
+		} else if stopped {
 			old.cmd.Process.Signal(syscall.SIGCONT)
 		}
-	}()
+		stopped = false
+	}
+	defer restore()
 	first := launches()
 	// The leader paused with the launch possibly not yet answered: wait
 	// for the agents to show the process it started (at most one set).
@@ -221,7 +288,7 @@ func TestHAPartitionedLeaderIsFenced(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("%s paused (SIGSTOP) with the job's launch %q under way", old.name, first)
+	t.Logf("%s %s with the job's launch %q under way", old.name, how, first)
 
 	// Another daemon leads with a higher epoch and runs rounds.
 	next, nextSt := leaderOf("a new leader", old, oldSt.Epoch, cut, time.Minute)
@@ -270,11 +337,22 @@ func TestHAPartitionedLeaderIsFenced(t *testing.T) {
 		return fmt.Errorf("no agent on the job's placement %s has epoch %d yet", adopted.Job.Placement, nextSt.Epoch)
 	})
 
-	// Resume the old leader: it steps down and follows the new one.
-	if err := old.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
+	// A cut-off leader (still running) steps down without etcd.
+	if linkDown {
+		poll(t, ctx, "the cut-off leader steps down", time.Minute, func() error {
+			s, err := old.status(ctx)
+			if err != nil {
+				return err
+			}
+			if s.Role == "leader" {
+				return fmt.Errorf("%s: still leader (epoch %d)", old.name, s.Epoch)
+			}
+			return nil
+		})
+		t.Logf("%s stepped down while cut off (%v after the cut)", old.name, time.Since(cut).Round(time.Millisecond))
 	}
-	stopped = false
+	// Reconnect (resume) the old leader: it follows the new one.
+	restore()
 	resumed := time.Now()
 	poll(t, ctx, "the old leader steps down", time.Minute, func() error {
 		s, err := old.status(ctx)
@@ -286,7 +364,7 @@ func TestHAPartitionedLeaderIsFenced(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("%s resumed and follows %s after %v", old.name, next.name, time.Since(resumed).Round(time.Millisecond))
+	t.Logf("%s back: it follows %s after %v", old.name, next.name, time.Since(resumed).Round(time.Millisecond))
 	// The new leader keeps going: a few more rounds after the old one
 	// stepped down, in which the job stays the one launch.
 	after := time.Now()
@@ -332,6 +410,14 @@ func TestHAPartitionedLeaderIsFenced(t *testing.T) {
 	if !strings.Contains(string(oldLog), "stepped down") {
 		t.Errorf("%s's log does not say it stepped down", old.name)
 	}
+	// When each term ended and began, from the daemons' logs: the old
+	// leader's step-down and the new one's start, against the cut.
+	nextLog, err := os.ReadFile(next.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, up := logTime(string(oldLog), "stepped down"), logTime(string(nextLog), "leading: running rounds")
+	t.Logf("after the cut: %s stepped down at +%v, %s began leading at +%v", old.name, down.Sub(cut).Round(time.Millisecond), next.name, up.Sub(cut).Round(time.Millisecond))
 	var refused []string
 	for _, l := range strings.Split(string(oldLog), "\n") {
 		if strings.Contains(l, "stale epoch") {
@@ -365,4 +451,51 @@ func TestHAPartitionedLeaderIsFenced(t *testing.T) {
 		t.Errorf("the job has %d start decisions, want 1", starts)
 	}
 	t.Logf("job %s on %s: attempt %d, launched once; new leader after %v", rec.ID, server, d.Job.Attempt, took.Round(time.Millisecond))
+}
+
+// relayTCP relays connections to addr from a listener on host (a port of
+// its choosing) until the test ends; it returns the listener's address.
+func relayTCP(t *testing.T, host, addr string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				out, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				go func() { io.Copy(out, in); out.Close() }()
+				io.Copy(in, out)
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// logTime is the time of the first line of a daemon's log that holds
+// what (zero when none does).
+func logTime(log, what string) time.Time {
+	for _, l := range strings.Split(log, "\n") {
+		if !strings.Contains(l, what) {
+			continue
+		}
+		if i := strings.Index(l, "time="); i >= 0 {
+			f := strings.Fields(l[i+len("time="):])
+			if at, err := time.Parse(time.RFC3339Nano, f[0]); err == nil {
+				return at
+			}
+		}
+	}
+	return time.Time{}
 }
