@@ -418,6 +418,17 @@ func runHAPartition(t *testing.T, linkDown bool) {
 	}
 	down, up := logTime(string(oldLog), "stepped down"), logTime(string(nextLog), "leading: running rounds")
 	t.Logf("after the cut: %s stepped down at +%v, %s began leading at +%v", old.name, down.Sub(cut).Round(time.Millisecond), next.name, up.Sub(cut).Round(time.Millisecond))
+	// What the old leader did after the cut, as it logged it.
+	var tried []string
+	for _, l := range strings.Split(string(oldLog), "\n") {
+		if at := logTime(l, "level="); at.After(cut) && (strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR")) {
+			tried = append(tried, l)
+		}
+	}
+	t.Logf("%s's warnings and errors after the cut: %d", old.name, len(tried))
+	for _, l := range tried[:min(len(tried), 6)] {
+		t.Logf("  %s", l)
+	}
 	var refused []string
 	for _, l := range strings.Split(string(oldLog), "\n") {
 		if strings.Contains(l, "stale epoch") {
