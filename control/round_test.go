@@ -560,3 +560,60 @@ func TestConcurrentOperationsStayConsistent(t *testing.T) {
 	<-loop
 	consistent(t, d, st, ex, "after concurrent operations")
 }
+
+// silentOnce fails its first launch as a server that stopped answering
+// does (SSHExecutor's verify past the agents' lease).
+type silentOnce struct {
+	*SimExecutor
+	failed atomic.Bool
+}
+
+func (s *silentOnce) Start(ctx context.Context, l Launch) error {
+	if !s.failed.Swap(true) {
+		return fmt.Errorf("start %s: %w: rank 0's server %s has not answered for 6s", l.JobID, ErrServerUnreachable, l.Servers[0].Name)
+	}
+	return s.SimExecutor.Start(ctx, l)
+}
+
+// TestUnreachableServerLaunchIsNotCharged: a launch that failed because
+// its server stopped answering is the server's fault: the job goes back
+// to the queue uncharged, is not held back by the launch backoff (the next
+// round starts it, with no time passing), and no launch failure is held
+// against its servers.
+func TestUnreachableServerLaunchIsNotCharged(t *testing.T) {
+	ctx := context.Background()
+	c := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
+	names := []string{"a", "b"}
+	ex := &silentOnce{SimExecutor: NewSimExecutor(c.now, names, nil, nil, 0)}
+	st, _ := openTest(t)
+	p, _ := sched.New("static")
+	var servers []ServerInfo
+	for i, n := range names {
+		servers = append(servers, ServerInfo{Name: n, Address: fmt.Sprintf("10.0.0.%d", i+1), Rack: "r1", GPUs: 8, CPUs: 64, MemGB: 1000})
+	}
+	d, err := New(ctx, Config{Store: st, Exec: ex, Policy: p, Clock: c.now, Servers: servers, Tenants: []TenantInfo{{Name: "research", QuotaGPUs: 16}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.Submit(ctx, spec(t, "job", 8, jobspec.BestEffort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Round(ctx) // the launch fails
+	rec, _ := st.GetJob(ctx, r.ID)
+	if rec.State != StatePreempted || rec.Failures != 0 {
+		t.Fatalf("after the failed launch: %s, %d failures (%s)", rec.State, rec.Failures, rec.Reason)
+	}
+	d.Round(ctx) // no time passes: no backoff holds it
+	rec, _ = st.GetJob(ctx, r.ID)
+	if rec.State != StateRunning {
+		t.Fatalf("the next round left it %s: %s", rec.State, rec.Reason)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for name, fs := range d.launchFails {
+		if len(fs) > 0 {
+			t.Errorf("launch failures held against %s: %+v", name, fs)
+		}
+	}
+}

@@ -45,6 +45,14 @@ func (d *Daemon) launchFailed(ctx context.Context, js *jobState, servers []launc
 	now := d.now()
 	line := lastLine(lerr)
 	onSuspect := false
+	// A server that stopped answering is the server's fault, not the
+	// job's or the launch's (sshexec.go ErrServerUnreachable): no charge,
+	// no launch failure held against the servers, no backoff; heartbeats
+	// deal with the server.
+	unreachable := errors.Is(lerr, ErrServerUnreachable)
+	if unreachable {
+		servers = nil
+	}
 	var newly []string
 	for _, s := range servers {
 		i, ok := d.srvIdx[s.Name]
@@ -71,9 +79,7 @@ func (d *Daemon) launchFailed(ctx context.Context, js *jobState, servers []launc
 		}
 	}
 	why := fmt.Sprintf("launch failed: %v", lerr)
-	// A server that stopped answering is the server's fault, not the
-	// job's (sshexec.go ErrServerUnreachable).
-	up, e, final := d.requeueChange(js, why, !onSuspect && !errors.Is(lerr, ErrServerUnreachable))
+	up, e, final := d.requeueChange(js, why, !onSuspect && !unreachable)
 	ups := []jobUpdate{up}
 	b := Batch{Events: []Event{e}}
 	refund := map[string]int{}
@@ -127,13 +133,15 @@ func (d *Daemon) launchFailed(ctx context.Context, js *jobState, servers []launc
 			}
 		}
 		d.afterRequeue(js, final, false)
-		js.launchFails++
-		js.backoff = now.Add(d.cfg.LaunchBackoff << min(js.launchFails-1, 5))
+		if !unreachable {
+			js.launchFails++
+			js.backoff = now.Add(d.cfg.LaunchBackoff << min(js.launchFails-1, 5))
+		}
 	})
 	if err != nil {
 		// Memory still says running (as the store does); the requeue is
 		// retried at the next Observe.
-		d.requeues[id] = pendingRequeue{why: why, count: !onSuspect}
+		d.requeues[id] = pendingRequeue{why: why, count: !onSuspect && !unreachable}
 		return fmt.Errorf("requeue %s after a failed launch: %w", id, err)
 	}
 	return nil
