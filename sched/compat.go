@@ -34,17 +34,10 @@ const (
 // the mean, decides. The job moves only to a strictly better score: with
 // equal scores the policy's own choice stays. It returns whether it moved.
 func preferCompatible(st *state, i int, plan perf.Plan, thr func(a []Alloc) float64) bool {
-	js := &st.jobs[i]
-	s := st.snap
-	if len(js.alloc) < 2 || !st.cross(i) {
-		return false
-	}
-	me, ok := spineCircle(s, js.job, plan, js.alloc)
+	js, me, cur, cands, ok := crossTies(st, i, plan)
 	if !ok {
 		return false
 	}
-	cur := append([]Alloc(nil), js.alloc...)
-	cands := tieCandidates(st, i, cur)
 	if len(cands) == 0 {
 		return false
 	}
@@ -108,6 +101,22 @@ func preferCompatible(st *state, i int, plan perf.Plan, thr func(a []Alloc) floa
 	}
 	sortAlloc(js.alloc)
 	return true
+}
+
+// crossTies is where preferCompatible and placeOnUplinks start: job i's
+// state, its circle on the spine for plan on its current placement, that
+// placement (a copy) and its tie candidates; ok is false for a job that
+// does not cross racks (or has no circle).
+func crossTies(st *state, i int, plan perf.Plan) (js *jstate, me Circle, cur []Alloc, cands [][]Alloc, ok bool) {
+	js = &st.jobs[i]
+	if len(js.alloc) < 2 || !st.cross(i) {
+		return js, me, nil, nil, false
+	}
+	if me, ok = spineCircle(st.snap, js.job, plan, js.alloc); !ok {
+		return js, me, nil, nil, false
+	}
+	cur = append([]Alloc(nil), js.alloc...)
+	return js, me, cur, tieCandidates(st, i, cur), true
 }
 
 // tieCandidates lists up to maxTieCandidates allocations equivalent to

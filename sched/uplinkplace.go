@@ -26,17 +26,10 @@ import (
 // mean compatibility. The job moves
 // only to a strictly better score; it returns whether it moved.
 func placeOnUplinks(st *state, i int, plan perf.Plan, thr func(a []Alloc) float64) bool {
-	js := &st.jobs[i]
-	s := st.snap
-	if len(js.alloc) < 2 || !st.cross(i) {
-		return false
-	}
-	me, ok := spineCircle(s, js.job, plan, js.alloc)
+	js, me, cur, cands, ok := crossTies(st, i, plan)
 	if !ok {
 		return false
 	}
-	cur := append([]Alloc(nil), js.alloc...)
-	cands := tieCandidates(st, i, cur)
 	// The fewest-racks take without each of cur's racks in turn, from the
 	// free GPUs as they were before the job took cur.
 	need, racks := 0, map[int]bool{}
