@@ -888,7 +888,11 @@ func (e *SSHExecutor) Reconfigure(ctx context.Context, from, to Launch, last int
 				e.mu.Unlock()
 				if nj != nil {
 					sctx, cancel := e.boundStop(context.WithoutCancel(ctx))
-					e.stopAll(sctx, nj, e.opt.KillGrace)
+					if serr := e.stopAll(sctx, nj, e.opt.KillGrace); serr != nil {
+						// Not confirmed stopped (a silent server): no new
+						// start before its lease has certainly run out.
+						e.unconfirmed(to.JobID, nj.procs)
+					}
 					cancel()
 					e.forget(to.JobID, nj)
 				}
@@ -928,7 +932,9 @@ func (e *SSHExecutor) verify(ctx context.Context, id string, last int) error {
 	// sshd-stopped case once waited 78 s here.
 	var unanswered time.Time
 	for {
-		samples, err := c.Samples(ctx, r0.id, time.Time{})
+		cctx, cancel := context.WithTimeout(ctx, e.opt.CallTimeout)
+		samples, err := c.Samples(cctx, r0.id, time.Time{})
+		cancel()
 		switch {
 		case err == nil:
 			unanswered = time.Time{}
@@ -946,7 +952,10 @@ func (e *SSHExecutor) verify(ctx context.Context, id string, last int) error {
 				return nil
 			}
 		}
-		if p, err := c.Process(ctx, r0.id); err == nil && p.State == agent.StateExited {
+		cctx, cancel = context.WithTimeout(ctx, e.opt.CallTimeout)
+		p, perr := c.Process(cctx, r0.id)
+		cancel()
+		if perr == nil && p.State == agent.StateExited {
 			// A job that reached its end meanwhile (its checkpoint says
 			// so) finished: nothing to verify; Observe reports it.
 			if n, _, merr := e.readMarker(ctx, j.l); merr == nil && exitCode(p) == 0 && !p.StopRequested && n >= j.l.Spec.Iterations {

@@ -47,8 +47,8 @@ func (d *Daemon) launchFailed(ctx context.Context, js *jobState, servers []launc
 	onSuspect := false
 	// A server that stopped answering is the server's fault, not the
 	// job's or the launch's (sshexec.go ErrServerUnreachable): no charge,
-	// no launch failure held against the servers, no backoff; heartbeats
-	// deal with the server.
+	// no launch failure held against the servers, no backoff but the
+	// fence's; heartbeats deal with the server.
 	unreachable := errors.Is(lerr, ErrServerUnreachable)
 	if unreachable {
 		servers = nil
@@ -133,7 +133,11 @@ func (d *Daemon) launchFailed(ctx context.Context, js *jobState, servers []launc
 			}
 		}
 		d.afterRequeue(js, final, false)
-		if !unreachable {
+		if unreachable {
+			// What it launched there may still run until its lease ends:
+			// it starts again only once that is certain (fence.go).
+			d.holdForFence(js)
+		} else {
 			js.launchFails++
 			js.backoff = now.Add(d.cfg.LaunchBackoff << min(js.launchFails-1, 5))
 		}
