@@ -124,32 +124,10 @@ func TestHAFailover(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	var members []*haMember
-	for i := range 3 {
-		name := fmt.Sprintf("m%d", i)
-		port := haFreePort(t)
-		m := &haMember{name: name, sock: filepath.Join(dir, name+".sock"), addr: "https://" + port}
-		m.args = []string{"daemon", "--inventory", inv, "--db", filepath.Join(dir, "shared.db"), "--socket", m.sock,
+	members := startHAMembers(t, bin, dir, "m", func(m *haMember, port string) []string {
+		return []string{"daemon", "--inventory", inv, "--db", filepath.Join(dir, "shared.db"), "--socket", m.sock,
 			"--listen", port, "--advertise", m.addr, "--token-file", token, "--store", "etcd", "--etcd-endpoints", endpoint, "--etcd-prefix", "/ha-test/",
-			"--name", name, "--election-ttl", "2s", "--tick", "500ms"}
-		if m.log, err = os.Create(filepath.Join(dir, name+".log")); err != nil {
-			t.Fatal(err)
-		}
-		members = append(members, m)
-		m.start(t, bin, dir)
-	}
-	t.Cleanup(func() {
-		for _, m := range members {
-			m.kill()
-			m.log.Close()
-			if t.Failed() {
-				b, _ := os.ReadFile(m.log.Name())
-				if len(b) > 6000 {
-					b = b[len(b)-6000:]
-				}
-				t.Logf("%s's log (end):\n%s", m.name, b)
-			}
-		}
+			"--name", m.name, "--election-ttl", "2s", "--tick", "500ms"}
 	})
 
 	// leader waits until every member answers and one leads, having run
@@ -468,33 +446,11 @@ func TestHAEmbeddedQuorum(t *testing.T) {
 		peerURL[name] = "http://" + haFreePort(t)
 		peers = append(peers, name+"="+peerURL[name])
 	}
-	var members []*haMember
-	for i := range 3 {
-		name := fmt.Sprintf("e%d", i)
-		port := haFreePort(t)
-		m := &haMember{name: name, sock: filepath.Join(dir, name+".sock"), addr: "https://" + port}
-		m.args = []string{"daemon", "--inventory", inv, "--db", filepath.Join(dir, "shared.db"), "--socket", m.sock,
+	members := startHAMembers(t, bin, dir, "e", func(m *haMember, port string) []string {
+		return []string{"daemon", "--inventory", inv, "--db", filepath.Join(dir, "shared.db"), "--socket", m.sock,
 			"--listen", port, "--advertise", m.addr, "--token-file", token, "--store", "etcd", "--etcd-embedded", "--peers", strings.Join(peers, ","),
-			"--etcd-client-url", "http://" + haFreePort(t), "--etcd-dir", filepath.Join(dir, "etcd-"+name),
-			"--name", name, "--election-ttl", "2s", "--tick", "500ms"}
-		if m.log, err = os.Create(filepath.Join(dir, name+".log")); err != nil {
-			t.Fatal(err)
-		}
-		members = append(members, m)
-		m.start(t, bin, dir)
-	}
-	t.Cleanup(func() {
-		for _, m := range members {
-			m.kill()
-			m.log.Close()
-			if t.Failed() {
-				b, _ := os.ReadFile(m.log.Name())
-				if len(b) > 6000 {
-					b = b[len(b)-6000:]
-				}
-				t.Logf("%s's log (end):\n%s", m.name, b)
-			}
-		}
+			"--etcd-client-url", "http://" + haFreePort(t), "--etcd-dir", filepath.Join(dir, "etcd-"+m.name),
+			"--name", m.name, "--election-ttl", "2s", "--tick", "500ms"}
 	})
 	opt := waitfor.Options{Stall: 90 * time.Second, Poll: 100 * time.Millisecond}
 	var lead *haMember
@@ -654,4 +610,39 @@ func haEvents(t *testing.T, member, log string) []haEvent {
 		out = append(out, e)
 	}
 	return out
+}
+
+// startHAMembers starts three daemon processes of bin named prefix0..2
+// (args gives each one's arguments, on its own loopback port), each
+// logging to dir/NAME.log; they are killed when the test ends, and their
+// logs' ends shown when it failed.
+func startHAMembers(t *testing.T, bin, dir, prefix string, args func(m *haMember, port string) []string) []*haMember {
+	t.Helper()
+	var members []*haMember
+	for i := range 3 {
+		name := fmt.Sprintf("%s%d", prefix, i)
+		port := haFreePort(t)
+		m := &haMember{name: name, sock: filepath.Join(dir, name+".sock"), addr: "https://" + port}
+		m.args = args(m, port)
+		var err error
+		if m.log, err = os.Create(filepath.Join(dir, name+".log")); err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, m)
+		m.start(t, bin, dir)
+	}
+	t.Cleanup(func() {
+		for _, m := range members {
+			m.kill()
+			m.log.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(m.log.Name())
+				if len(b) > 6000 {
+					b = b[len(b)-6000:]
+				}
+				t.Logf("%s's log (end):\n%s", m.name, b)
+			}
+		}
+	})
+	return members
 }
