@@ -45,7 +45,7 @@ e2e-torch:
 	elif grep -q -- '--- SKIP' $$log && [ "$${CI:-}" != true ]; then \
 		grep -A1 -- '--- SKIP' $$log; rm -f $$sum $$log; echo "torch e2e: skipped"; \
 	else \
-		tail -n 150 $$log; rm -f $$sum $$log; echo "torch e2e: FAIL"; exit 1; \
+		tail -n 120 $$log; echo '--- what the tests themselves logged (failures among them), last 40:'; grep -E '^\s+[a-z_0-9]+_test\.go:[0-9]+: |^\s*--- FAIL' $$log | tail -n 40; rm -f $$sum $$log; echo "torch e2e: FAIL"; exit 1; \
 	fi
 
 # Faults handled without a person (issue 26): the control tests named
@@ -66,7 +66,7 @@ e2e-faults:
 	elif grep -q -- '--- SKIP: TestFault' $$log && [ "$${CI:-}" != true ]; then \
 		grep -A1 -- '--- SKIP' $$log; rm -f $$sum $$log; echo "fault e2e: skipped"; \
 	else \
-		tail -n 150 $$log; cat $$sum; rm -f $$sum $$log; echo "fault e2e: FAIL (cases without a line: $${missing:-?})"; exit 1; \
+		tail -n 120 $$log; echo '--- what the tests themselves logged (failures among them), last 40:'; grep -E '^\s+[a-z_0-9]+_test\.go:[0-9]+: |^\s*--- FAIL' $$log | tail -n 40; cat $$sum; rm -f $$sum $$log; echo "fault e2e: FAIL (cases without a line: $${missing:-?})"; exit 1; \
 	fi
 
 # A highly available control plane (issue 27, docs/ha.md): three daemon
