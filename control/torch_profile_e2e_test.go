@@ -225,21 +225,12 @@ profile: {iterations: 6, run_seconds: 90, phase_seconds: 300}
 		}
 		return nil
 	})
-	// What the trainer logged: the iterations before the failure, then
-	// the resumed run from its checkpoint.
-	entries := lossIterations(lossLog)
-	maxBefore, resumedFrom := 0, -1
-	for i, it := range entries {
-		if i > 0 && it <= entries[i-1] {
-			resumedFrom = it - 1
-			break
-		}
-		maxBefore = max(maxBefore, it)
-	}
-	if resumedFrom < 0 {
-		t.Fatalf("the loss log shows no resumed run: %v", entries)
-	}
-	lost := maxBefore - resumedFrom
+	// What the trainer logged twice: the iterations done before the
+	// failure past the checkpoint the new launch resumed from (none when
+	// the link went down just after a checkpoint).
+	resumedFrom := resumedAt(t, dirs, id) - 1
+	lost := lostIterations(lossLog)
+	maxBefore := resumedFrom + lost
 	t.Logf("%s: resumed on %s from checkpoint %d after %s; the trainer had logged iteration %d: %d iterations lost (save interval %d)",
 		time.Since(began).Round(time.Millisecond), serverList(placed(resumed.Job)), resumedFrom, time.Since(cutAt).Round(time.Second), maxBefore, lost, saveInterval)
 	if lost < 0 || lost > saveInterval {
