@@ -222,10 +222,18 @@ func (d *Daemon) redeployDone(ctx context.Context, i int, downFrom time.Time, st
 		d.log.Info("redeploy: SSH does not answer; asking again later", "server", name, "err", rerr)
 		return nil
 	case rerr != nil && d.nodes[i].missed < d.cfg.HeartbeatMisses:
-		// It answered meanwhile (an operator's deploy, a slow agent):
-		// no failure to count. (A redeploy that passed is told even when
+		// It answered meanwhile (an operator's deploy, a slow agent, or
+		// this deploy's agent whose health check then failed): no failure
+		// to count, but said. (A redeploy that passed is told even when
 		// an observation saw the agent back first.)
-		a.busy = false
+		e := d.ev("redeploy-failed", "", name, fmt.Sprintf("%s answers heartbeats again, but the redeploy that started its agent failed: %v", name, rerr),
+			redeployData{Status: status, Tries: a.tries, DowntimeS: now.Sub(downFrom).Seconds(), Err: rerr.Error()})
+		err := d.write(ctx, nil, Batch{Events: []Event{e}}, func() { a.busy = false })
+		if err != nil {
+			a.busy = false
+			return fmt.Errorf("store the redeploy of %s: %w", name, err)
+		}
+		d.publish()
 		return nil
 	}
 	var e Event
