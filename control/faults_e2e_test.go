@@ -293,17 +293,18 @@ supports: {tp: false, pp: false}
 		if host == "" {
 			t.Fatalf("no idle host (busy: %v)", busy)
 		}
-		rebootAgent(t, dirOf[host])
-		lost := time.Now()
+		lost := rebootAgent(t, dirOf[host])
 		var back control.Event
 		states := map[string]bool{}
 		waitfor.T(t, ctx, host+"'s agent redeployed by the daemon", trace, func() error {
 			if n := nodeNamed(t, ctx, client, host); n.State != "up" {
 				states[n.State] = true
 			}
-			if evs := events("redeploy", host); len(evs) > 0 {
-				back = evs[0]
-				return nil
+			for _, e := range events("redeploy", host) {
+				if !e.At.Before(lost) {
+					back = e
+					return nil
+				}
 			}
 			n := nodeNamed(t, ctx, client, host)
 			return fmt.Errorf("%s: %s %s", host, n.State, n.DownWhy)

@@ -17,8 +17,13 @@ import (
 
 // rebootAgent does to a test host's agent what a reboot does: the agent
 // is killed and its state directory removed (the binary and the
-// directory stay, as on a server's disk).
-func rebootAgent(t *testing.T, dir string) {
+// directory stay, as on a server's disk); it returns when the agent was
+// killed. Both at once, as a reboot
+// does: the state directory is first renamed away (atomic), the agent
+// killed right after, and the old directory removed later. (Removing it
+// after the kill raced the daemon: it could redeploy the agent before
+// the removal ended, which then took the new agent's state directory.)
+func rebootAgent(t *testing.T, dir string) (killed time.Time) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "agent.pid"))
 	if err != nil {
@@ -28,18 +33,24 @@ func rebootAgent(t *testing.T, dir string) {
 	if err != nil || pid <= 1 {
 		t.Fatalf("agent.pid %q: %v", b, err)
 	}
+	gone := filepath.Join(dir, fmt.Sprintf("agent.before-reboot-%d", time.Now().UnixNano()))
+	if err := os.Rename(filepath.Join(dir, "agent"), gone); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	killed = time.Now()
 	for range 100 {
 		if syscall.Kill(pid, 0) != nil {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err := os.RemoveAll(filepath.Join(dir, "agent")); err != nil {
+	if err := os.RemoveAll(gone); err != nil {
 		t.Fatal(err)
 	}
+	return killed
 }
 
 // TestSSHRedeployBringsTheAgentBack: on real sshd test hosts, the SSH
