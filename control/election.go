@@ -174,6 +174,16 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 		s.Close()
 		return nil, fmt.Errorf("election: campaign: %w", err)
 	}
+	// The term's first bound: a renewal of our lease, sent now, must
+	// succeed within half a TTL (renew.go).
+	sent := time.Now()
+	rctx, cancel := context.WithDeadline(ctx, sent.Add(e.cfg.TTL/2))
+	_, err = e.cfg.Client.KeepAliveOnce(rctx, s.Lease())
+	cancel()
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("election: campaign: elected, but the renewal of our lease sent then did not succeed within %v (half the TTL): %w", e.cfg.TTL/2, err)
+	}
 	// Campaign returns once every earlier key is gone; ours may have gone
 	// with them (our lease expired while we waited): check it is there.
 	key := el.Key()
@@ -190,6 +200,7 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 	}
 	select {
 	case <-s.Done():
+		s.Close()
 		return nil, errors.New("election: campaign: the session ended as we were elected")
 	default:
 	}
@@ -202,8 +213,11 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 		el.Resign(rctx)
 		s.Close()
 	}
-	// The term ends when the session does (its lease could not be kept
-	// alive within the TTL) or when our key is deleted or replaced.
+	// The term ends half a TTL after the last renewal of our lease that
+	// succeeded was sent (renew.go), when the session ends (its lease
+	// could not be kept alive within the TTL) or when our key is deleted
+	// or replaced.
+	go e.renew(wctx, t, s.Lease(), sent)
 	go func() {
 		wch := e.cfg.Client.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithRev(resp.Header.Revision+1))
 		for {
