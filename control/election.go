@@ -11,12 +11,16 @@ package control
 // than every earlier one, and the agents refuse the commands of a deposed
 // leader that still runs (fence.go).
 //
-// A leader steps down the moment its session ends (its lease could not be
-// renewed within the TTL: etcd lost, partitioned, paused) or its key is
-// gone: Term.Done closes, and the caller stops the loop and the executor
-// at once. Etcd can elect another leader only once the lease expired on
-// its side, which is never before the old leader's client gave up on it,
-// and the epoch fences what a paused leader might still send.
+// A leader's term ends (Term.Done closes, and the caller stops the loop
+// and the executor at once) half a TTL after it sent the last renewal of
+// its lease that succeeded (election_renew.go), when its session ends, or
+// when its key is gone or its watch of it lost etcd's leader. Etcd can
+// elect another leader only once the lease expired on its side, one TTL
+// after it received that renewal, which was after the leader sent it: so
+// a leader that runs has stepped down before another is elected (the
+// session alone gave up later than etcd, counting from the answer). A
+// leader paused past its term notices only when it runs again; the epoch
+// fences what it might still send.
 
 import (
 	"context"
