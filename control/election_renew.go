@@ -8,7 +8,7 @@ package control
 // renewal, and checks that once a second: later than etcd, by the answer's
 // delay and up to a second more. Ending the term with the session alone
 // let a cut-off leader believe it led while etcd had already elected
-// another daemon (0.6 to 0.8 s with TTL 2 s and answers 300 ms late,
+// another daemon (0.6 to 0.9 s with TTL 2 s and answers 300 ms late,
 // TestElectionLeaderEndsTermBeforeSuccessorLeads).
 //
 // So the leader renews its lease itself, every TTL/6, each renewal a
