@@ -11,12 +11,16 @@ package control
 // than every earlier one, and the agents refuse the commands of a deposed
 // leader that still runs (fence.go).
 //
-// A leader steps down the moment its session ends (its lease could not be
-// renewed within the TTL: etcd lost, partitioned, paused) or its key is
-// gone: Term.Done closes, and the caller stops the loop and the executor
-// at once. Etcd can elect another leader only once the lease expired on
-// its side, which is never before the old leader's client gave up on it,
-// and the epoch fences what a paused leader might still send.
+// A leader's term ends (Term.Done closes, and the caller stops the loop
+// and the executor at once) half a TTL after it sent the last renewal of
+// its lease that succeeded (election_renew.go), when its session ends, or
+// when its key is gone or its watch of it lost etcd's leader. Etcd can
+// elect another leader only once the lease expired on its side, one TTL
+// after it received that renewal, which was after the leader sent it: so
+// a leader that runs has stepped down before another is elected (the
+// session alone gave up later than etcd, counting from the answer). A
+// leader paused past its term notices only when it runs again; the epoch
+// fences what it might still send.
 
 import (
 	"context"
@@ -174,6 +178,16 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 		s.Close()
 		return nil, fmt.Errorf("election: campaign: %w", err)
 	}
+	// The term's first bound: a renewal of our lease, sent now, must
+	// succeed within half a TTL (renew.go).
+	sent := time.Now()
+	rctx, cancel := context.WithDeadline(ctx, sent.Add(e.cfg.TTL/2))
+	_, err = e.cfg.Client.KeepAliveOnce(rctx, s.Lease())
+	cancel()
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("election: campaign: elected, but the renewal of our lease sent then did not succeed within %v (half the TTL): %w", e.cfg.TTL/2, err)
+	}
 	// Campaign returns once every earlier key is gone; ours may have gone
 	// with them (our lease expired while we waited): check it is there.
 	key := el.Key()
@@ -190,6 +204,7 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 	}
 	select {
 	case <-s.Done():
+		s.Close()
 		return nil, errors.New("election: campaign: the session ended as we were elected")
 	default:
 	}
@@ -202,8 +217,11 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 		el.Resign(rctx)
 		s.Close()
 	}
-	// The term ends when the session does (its lease could not be kept
-	// alive within the TTL) or when our key is deleted or replaced.
+	// The term ends half a TTL after the last renewal of our lease that
+	// succeeded was sent (renew.go), when the session ends (its lease
+	// could not be kept alive within the TTL) or when our key is deleted
+	// or replaced.
+	go e.renew(wctx, t, s.Lease(), sent)
 	go func() {
 		wch := e.cfg.Client.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithRev(resp.Header.Revision+1))
 		for {

@@ -62,11 +62,12 @@ func TestElectionOneLeaderStepDown(t *testing.T) {
 	els := map[string]*Election{}
 	res := make(chan campaignResult, 3)
 	for _, n := range []string{"a", "b", "c"} {
-		els[n] = newTestElection(t, electionClient(t, endpoint), n)
-		go func(n string) {
-			term, err := els[n].Campaign(ctx)
+		el := newTestElection(t, electionClient(t, endpoint), n)
+		els[n] = el
+		go func() {
+			term, err := el.Campaign(ctx)
 			res <- campaignResult{n, term, err}
-		}(n)
+		}()
 	}
 	first := <-res
 	if first.err != nil {
