@@ -1,7 +1,14 @@
 package sched_test
 
 import (
+	"context"
+	"os"
+	"runtime"
+	"strconv"
 	"testing"
+	"time"
+
+	"github.com/replan/replan/perf"
 
 	"github.com/replan/replan/sched"
 	"github.com/replan/replan/sim"
@@ -76,4 +83,47 @@ func BenchmarkReplanRound8kLabels(b *testing.B) {
 		p.Schedule(s)
 	}
 	b.ReportMetric(float64((sim.CPUTime()-c0).Microseconds())/1e3/float64(b.N), "cpu-ms/op")
+}
+
+// BenchmarkReplayCircleMemo replays a generated Philly-like trace
+// (REPLAN_REPLAY_JOBS jobs, default 20,000, seed 1, load 1.5) on 1,024
+// servers in racks of 32 at a 60 s round interval under replan, with the
+// rack-circle memo off (the path before it) and on, back to back in the
+// same process, and reports each run's CPU seconds and their ratio
+// (`make bench` prints it). The two runs must agree on every metric.
+func BenchmarkReplayCircleMemo(b *testing.B) {
+	n := 20000
+	if v, err := strconv.Atoi(os.Getenv("REPLAN_REPLAY_JOBS")); err == nil && v > 0 {
+		n = v
+	}
+	jobs, err := sim.Generate(sim.GenConfig{Jobs: n, Servers: 1024, Seed: 1, Load: 1.5})
+	if err != nil {
+		b.Fatal(err)
+	}
+	models := sim.DefaultModels(perf.A800)
+	cfg := sim.Config{Servers: 1024, ServersPerRack: 32, RoundInterval: 60}
+	var cpu [2]time.Duration
+	for b.Loop() {
+		var res [2]*sim.Result
+		for k, mode := range []string{"off", "on"} {
+			p := sched.NewReplan(sched.DefaultOptions(), sched.DefaultNetOptions())
+			if err := sched.SetCircleMemo(p, mode); err != nil {
+				b.Fatal(err)
+			}
+			runtime.GC()
+			c0 := sim.CPUTime()
+			if res[k], err = sim.Run(context.Background(), jobs, models, p, cfg); err != nil {
+				b.Fatal(err)
+			}
+			cpu[k] += sim.CPUTime() - c0
+			b.Logf("memo %s: %+v", mode, sched.CircleStatsOf(p))
+		}
+		if a, c := res[0], res[1]; a.AvgJCT != c.AvgJCT || a.Makespan != c.Makespan || a.Rounds != c.Rounds {
+			b.Fatalf("memo off: avg JCT %v, makespan %v, %d rounds; on: %v, %v, %d", a.AvgJCT, a.Makespan, a.Rounds, c.AvgJCT, c.Makespan, c.Rounds)
+		}
+	}
+	off, on := cpu[0].Seconds()/float64(b.N), cpu[1].Seconds()/float64(b.N)
+	b.ReportMetric(off, "off-cpu-s/op")
+	b.ReportMetric(on, "on-cpu-s/op")
+	b.ReportMetric(off/on, "speedup")
 }

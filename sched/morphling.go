@@ -102,6 +102,10 @@ type Morphling struct {
 	shifts *shiftMemo
 	// flat is the CPU branch's memo of flat CPU curves across rounds.
 	flat *flatMemo
+	// circleMode is the rounds' rack-circle memo and circles what it
+	// did (circlememo.go).
+	circleMode circleMode
+	circles    circleStats
 }
 
 // NewReplan is replan's policy: Morphling's allocation and plans, Dally's
@@ -292,6 +296,7 @@ func (js *jstate) next(limit int) (int, float64) {
 func (p *Morphling) Schedule(s Snapshot) Decisions {
 	p.c.use(s.Known)
 	st := newState(&s)
+	st.circleMode, st.circleStats = p.circleMode, &p.circles
 	perServer := max(st.maxPer, 1)
 	if len(s.Servers) > 0 && s.Servers[0].GPUs > 0 {
 		perServer = s.Servers[0].GPUs
@@ -626,6 +631,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		if !p.finish(st, i) {
 			st.rollback(mark)
 			js.touched, js.planSet = false, false
+			st.circleChanged(i)
 		}
 	}
 
@@ -639,6 +645,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		v := p.planFor(st, i)
 		if v.ok && v.plan != js.job.Plan && p.pays(js, js.origThr, v.thr) && js.meets(v) {
 			js.touched, js.planSet, js.newPlan, js.newThr = true, true, v.plan, v.thr
+			st.circleChanged(i)
 		}
 	}
 	d := p.emit(st)
@@ -1235,6 +1242,7 @@ func (p *Morphling) shrinkFrom(st *state, v, to, forJob, first int) {
 		}
 		vs.touched = true
 		vs.planSet = false
+		st.circleChanged(v)
 		return
 	}
 	mine := map[int]bool{}
@@ -1269,6 +1277,7 @@ func (p *Morphling) shrinkFrom(st *state, v, to, forJob, first int) {
 	sortAlloc(vs.alloc)
 	vs.touched = true
 	vs.planSet = false
+	st.circleChanged(v)
 }
 
 // finish checks job i's new allocation: a feasible best plan, the
@@ -1292,6 +1301,7 @@ func (p *Morphling) finish(st *state, i int) bool {
 		return false
 	}
 	js.touched, js.planSet, js.newPlan, js.newThr = true, true, v.plan, v.thr
+	st.circleChanged(i)
 	return true
 }
 

@@ -238,7 +238,11 @@ func excessOf(d []float64, capacity float64) (ex, tot float64) {
 func LinkLoad(cs []Circle, offsets []float64, capacity float64) (excess, total float64, extra []float64) {
 	b := ringPool.Get().(*ringBuf)
 	defer ringPool.Put(b)
-	r := b.ring(cs)
+	return b.linkLoad(b.ring(cs), cs, offsets, capacity)
+}
+
+// linkLoad is LinkLoad on r, the ring of cs that b holds.
+func (b *ringBuf) linkLoad(r *ring, cs []Circle, offsets []float64, capacity float64) (excess, total float64, extra []float64) {
 	extra = make([]float64, len(cs))
 	if r.per == nil {
 		return 0, 0, extra
@@ -299,10 +303,26 @@ func Compatibility(cs []Circle, offsets []float64, capacity float64) float64 {
 // every free circle is revisited once with all others present. It returns
 // the offsets and the compatibility score.
 func Rotate(cs []Circle, fixed []bool, offsets []float64, capacity float64) ([]float64, float64) {
-	out := append([]float64(nil), offsets...)
+	b := ringPool.Get().(*ringBuf)
+	defer ringPool.Put(b)
+	return b.rotate(b.ring(cs), cs, fixed, offsets, capacity)
+}
+
+// rotateLoad is Rotate's offsets, then LinkLoad's extra communication
+// seconds of each circle at those offsets: the same figures as the two
+// calls, from one ring.
+func rotateLoad(cs []Circle, fixed []bool, offsets []float64, capacity float64) ([]float64, []float64) {
 	b := ringPool.Get().(*ringBuf)
 	defer ringPool.Put(b)
 	r := b.ring(cs)
+	offs, _ := b.rotate(r, cs, fixed, offsets, capacity)
+	_, _, extra := b.linkLoad(r, cs, offs, capacity)
+	return offs, extra
+}
+
+// rotate is Rotate on r, the ring of cs that b holds (r stays as it was).
+func (b *ringBuf) rotate(r *ring, cs []Circle, fixed []bool, offsets []float64, capacity float64) ([]float64, float64) {
+	out := append([]float64(nil), offsets...)
 	if r.per == nil {
 		return out, 1
 	}
