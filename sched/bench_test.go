@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -103,20 +104,26 @@ func BenchmarkReplayCircleMemo(b *testing.B) {
 	models := sim.DefaultModels(perf.A800)
 	cfg := sim.Config{Servers: 1024, ServersPerRack: 32, RoundInterval: 60}
 	var cpu [2]time.Duration
-	for b.Loop() {
+	modes := []string{"off", "on"}
+	for n := 0; b.Loop(); n++ {
 		var res [2]*sim.Result
-		for k, mode := range []string{"off", "on"} {
+		for k := range modes {
+			k = (k + n) % 2 // alternate which runs first
 			p := sched.NewReplan(sched.DefaultOptions(), sched.DefaultNetOptions())
-			if err := sched.SetCircleMemo(p, mode); err != nil {
+			if err := sched.SetCircleMemo(p, modes[k]); err != nil {
 				b.Fatal(err)
 			}
 			runtime.GC()
 			c0 := sim.CPUTime()
-			if res[k], err = sim.Run(context.Background(), jobs, models, p, cfg); err != nil {
+			// labelled for profiles: go tool pprof -tagfocus memo=on
+			pprof.Do(context.Background(), pprof.Labels("memo", modes[k]), func(ctx context.Context) {
+				res[k], err = sim.Run(ctx, jobs, models, p, cfg)
+			})
+			if err != nil {
 				b.Fatal(err)
 			}
 			cpu[k] += sim.CPUTime() - c0
-			b.Logf("memo %s: %+v", mode, sched.CircleStatsOf(p))
+			b.Logf("memo %s: %.2f CPU-s, %+v", modes[k], (sim.CPUTime() - c0).Seconds(), sched.CircleStatsOf(p))
 		}
 		if a, c := res[0], res[1]; a.AvgJCT != c.AvgJCT || a.Makespan != c.Makespan || a.Rounds != c.Rounds {
 			b.Fatalf("memo off: avg JCT %v, makespan %v, %d rounds; on: %v, %v, %d", a.AvgJCT, a.Makespan, a.Rounds, c.AvgJCT, c.Makespan, c.Rounds)

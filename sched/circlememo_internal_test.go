@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -180,4 +181,143 @@ func TestRotateLoadMatchesRotateThenLinkLoad(t *testing.T) {
 // included).
 func sameBits(a, b []float64) bool {
 	return slices.EqualFunc(a, b, func(x, y float64) bool { return math.Float64bits(x) == math.Float64bits(y) })
+}
+
+// rotateRef is Rotate as it was before issue 29 (each free circle's
+// demand slots found by a walk over the unified circle, weights summed
+// at every comparison): the reference the faster one must equal.
+func rotateRef(cs []Circle, fixed []bool, offsets []float64, capacity float64) ([]float64, float64) {
+	out := append([]float64(nil), offsets...)
+	r := newRing(cs)
+	if r.per == nil {
+		return out, 1
+	}
+	d, os := make([]float64, r.n), make([]int, len(cs))
+	base := 0.0
+	for i := range cs {
+		if fixed != nil && fixed[i] {
+			base = offsets[i]
+			break
+		}
+	}
+	var free []int
+	for i := range cs {
+		if fixed != nil && fixed[i] {
+			os[i] = r.slot(i, offsets[i]-base)
+			r.load(d, i, os[i], 1)
+		} else {
+			free = append(free, i)
+		}
+	}
+	weight := func(i int) float64 {
+		w := 0.0
+		for _, v := range r.prof[i] {
+			w += v
+		}
+		return w
+	}
+	slices.SortStableFunc(free, func(a, b int) int { return cmp.Compare(weight(b), weight(a)) })
+	place := func(i int) {
+		p, prof := r.per[i], r.prof[i]
+		var arc []int
+		var arcV []float64
+		for t := range r.n {
+			if v := prof[t%p]; v != 0 {
+				arc = append(arc, t)
+				arcV = append(arcV, v)
+			}
+		}
+		bestO, best := 0, math.Inf(1)
+		for o := 0; o < p && best > 1e-12; o++ {
+			add := 0.0
+			for k, t := range arc {
+				u := t + o
+				if u >= r.n {
+					u -= r.n
+				}
+				room := capacity - d[u]
+				v := arcV[k]
+				switch {
+				case room <= 0:
+					add += v
+				case v > room:
+					add += v - room
+				}
+				if add >= best {
+					break
+				}
+			}
+			if add < best-1e-12 {
+				bestO, best = o, add
+			}
+		}
+		os[i] = bestO
+		r.load(d, i, bestO, 1)
+	}
+	for _, i := range free {
+		place(i)
+	}
+	if ex, _ := excessOf(d, capacity); ex > 0 {
+		for _, i := range free {
+			r.load(d, i, os[i], -1)
+			place(i)
+		}
+	}
+	for _, i := range free {
+		out[i] = math.Mod(float64(os[i])*r.q+base, cs[i].Period)
+	}
+	ex, tot := excessOf(d, capacity)
+	if tot <= 0 {
+		return out, 1
+	}
+	return out, 1 - ex/tot
+}
+
+// Rotate equals rotateRef to the bit on random circles: periods whose
+// unified circle reaches its bound (n not a multiple of every period),
+// several arcs, empty circles, all, some or no circles fixed.
+func TestRotateMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 3))
+	capped, over := 0, 0
+	for trial := range 4000 {
+		n := 1 + rng.IntN(10)
+		cs := make([]Circle, n)
+		offs := make([]float64, n)
+		var fixed []bool
+		if rng.IntN(5) > 0 {
+			fixed = make([]bool, n)
+		}
+		for i := range cs {
+			iter := 0.2 + rng.Float64()*5
+			if rng.IntN(3) == 0 {
+				iter = float64(1+rng.IntN(7)) * 0.37 // awkward ratios: a long unified circle
+			}
+			cs[i] = CommCircle(iter, rng.Float64()*iter, rng.Float64())
+			for range rng.IntN(3) {
+				cs[i].Arcs = append(cs[i].Arcs, Arc{Start: rng.Float64() * iter, Len: rng.Float64() * iter / 2, Demand: rng.Float64()})
+			}
+			offs[i] = rng.Float64() * 10
+			if fixed != nil {
+				fixed[i] = rng.IntN(2) == 0
+			}
+		}
+		if rng.IntN(10) == 0 {
+			cs[rng.IntN(n)] = Circle{}
+		}
+		capacity := []float64{1, 0.5, 2, 0.999}[rng.IntN(4)]
+		wantOffs, wantScore := rotateRef(cs, fixed, offs, capacity)
+		gotOffs, gotScore := Rotate(cs, fixed, offs, capacity)
+		if !sameBits(gotOffs, wantOffs) || math.Float64bits(gotScore) != math.Float64bits(wantScore) {
+			t.Fatalf("trial %d: Rotate %v %v, reference %v %v", trial, gotOffs, gotScore, wantOffs, wantScore)
+		}
+		if r := newRing(cs); r.per != nil && slices.ContainsFunc(r.per, func(p int) bool { return r.n%p != 0 }) {
+			capped++
+		}
+		if wantScore < 1 {
+			over++
+		}
+	}
+	if capped < 100 || over < 500 {
+		t.Fatalf("the trials reached the unified circle's bound %d times and overloaded %d times: too few", capped, over)
+	}
 }

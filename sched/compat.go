@@ -214,11 +214,15 @@ func (st *state) rackCirclesScan(r, i int) ([]tentCircle, []string) {
 // plan it will run: the round's new plan, else its current plan when
 // running, else its request. It is memoised for the round while the job's
 // allocation (its servers and GPUs) and plan stay as they were (a
-// prediction each): with the circle memo on, an allocation no move or
-// rollback touched since (allocVer) is known to be the same without
-// comparing it.
+// prediction each). With the circle memo on (circlememo.go), a job
+// whose allocation does not span racks has no circle without a memo
+// entry, and an allocation no move or rollback touched since (allocVer)
+// is known to be the same without comparing it.
 func (st *state) tentativeCircle(k int) tentCircle {
 	ks := &st.jobs[k]
+	if st.circleMode != circleMemoOff && (len(ks.alloc) < 2 || !crossRack(st.snap.Servers, ks.alloc)) {
+		return tentCircle{} // spineCircle's answer, without a memo entry
+	}
 	p := ks.job.ReqPlan
 	switch {
 	case ks.planSet:
@@ -314,7 +318,13 @@ func uplinkInflation(st *state, i int, plan perf.Plan, limit func(load float64) 
 			fixed[n] = true
 		}
 		cs, offs = append(cs, me), append(offs, 0)
-		_, extra := rotateLoad(cs, fixed, offs, 1) // Rotate, then LinkLoad
+		var extra []float64
+		if st.circleMode == circleMemoOff {
+			offs, _ = Rotate(cs, fixed, offs, 1)
+			_, _, extra = LinkLoad(cs, offs, 1)
+		} else {
+			_, extra = rotateLoad(cs, fixed, offs, 1) // the same, on one ring
+		}
 		x := extra[len(extra)-1] / me.Period
 		if l := limit(load); l > 0 && x/l > over {
 			worst, over, rack, with = x, x/l, st.snap.Servers[a.Server].Rack, ids

@@ -112,6 +112,9 @@ type ringBuf struct {
 	os    []int     // each circle's offset in slots
 	ts    []int
 	fs    []float64
+	ws    []float64 // Rotate: each free circle's weight
+	arc   []int     // Rotate: the slots a circle demands, and how much
+	arcV  []float64
 }
 
 var ringPool = sync.Pool{New: func() any { return new(ringBuf) }}
@@ -346,26 +349,35 @@ func (b *ringBuf) rotate(r *ring, cs []Circle, fixed []bool, offsets []float64, 
 			free = append(free, i)
 		}
 	}
-	weight := func(i int) float64 {
+	// Each free circle's weight, summed once (the sort compares them
+	// many times).
+	b.ws = grow(b.ws, len(cs))
+	for _, i := range free {
 		w := 0.0
 		for _, v := range r.prof[i] {
 			w += v
 		}
-		return w
+		b.ws[i] = w
 	}
-	slices.SortStableFunc(free, func(a, b int) int { return cmp.Compare(weight(b), weight(a)) })
-	var arcBuf []int
-	var arcVBuf []float64
+	ws := b.ws
+	slices.SortStableFunc(free, func(a, b int) int { return cmp.Compare(ws[b], ws[a]) })
 	place := func(i int) {
 		p, prof := r.per[i], r.prof[i]
-		arc, arcV := arcBuf[:0], arcVBuf[:0] // slots of the unified circle where i demands at rotation 0, and how much
-		for t := range r.n {
-			if v := prof[t%p]; v != 0 {
+		// The slots of the unified circle where i demands at rotation 0,
+		// ascending, and how much: its slots with demand (nz), repeated
+		// every p slots up to n.
+		arc, arcV := b.arc[:0], b.arcV[:0]
+		for base := 0; base < r.n; base += p {
+			for _, k := range r.nz[i] {
+				t := base + k
+				if t >= r.n {
+					break
+				}
 				arc = append(arc, t)
-				arcV = append(arcV, v)
+				arcV = append(arcV, prof[k])
 			}
 		}
-		arcBuf, arcVBuf = arc, arcV
+		b.arc, b.arcV = arc, arcV
 		bestO, best := 0, math.Inf(1)
 		for o := 0; o < p && best > 1e-12; o++ {
 			add := 0.0
