@@ -1,6 +1,11 @@
 package sched
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+
+	"github.com/replan/replan/perf"
+)
 
 // The rack-circle memo (issue 29). replan's uplink hold (uplinkInflation),
 // its compatibility tie-break (preferCompatible) and its uplink-aware
@@ -34,7 +39,10 @@ import "fmt"
 //
 // tentativeCircle's memo knows an entry is current when no move or
 // rollback touched the job since (allocVer) without comparing the
-// allocation.
+// allocation. What it computes (spineCircle: a prediction) comes from the
+// policy's spineMemo when the job asked for the same circle in this round
+// or the last one: the same model, plan, spine bandwidth, servers, GPUs
+// and cores.
 //
 // circleMemoOff (tests, benchmarks: the path before the memo) walks the
 // rack on every ask and compares every allocation, as before;
@@ -57,6 +65,45 @@ const (
 // other jobs' circles (Shared: an uplink that others already use).
 type circleStats struct {
 	Asks, Hits, Shared int
+}
+
+// spineMemo is a policy's memo of spineCircle across rounds, by job ID:
+// the circle of a job's model running a plan on an allocation that spans
+// racks (the same servers, GPUs and cores) at a spine bandwidth. Entries
+// asked for in a round are kept for the next; the others are dropped.
+type spineMemo struct {
+	cur, prev map[string]spineEntry
+}
+
+type spineEntry struct {
+	model *perf.Model
+	plan  perf.Plan
+	spine float64
+	alloc []Alloc
+	c     Circle
+	ok    bool
+}
+
+// round starts a round: the last round's entries become the previous.
+func (m *spineMemo) round() {
+	m.prev, m.cur = m.cur, make(map[string]spineEntry, len(m.cur))
+}
+
+// circle is spineCircle(s, j, plan, alloc) for an allocation that spans
+// racks (whether it does is all spineCircle reads of the servers). The
+// circle's arcs are shared: the caller must not modify them.
+func (m *spineMemo) circle(s *Snapshot, j *Job, plan perf.Plan, alloc []Alloc) (Circle, bool) {
+	e, ok := m.cur[j.ID]
+	if !ok {
+		e, ok = m.prev[j.ID]
+	}
+	if ok && e.model == j.Model && e.plan == plan && e.spine == s.SpineGBps && sameAlloc(e.alloc, alloc) && sameCores(e.alloc, alloc) {
+		m.cur[j.ID] = e
+		return e.c, e.ok
+	}
+	c, cok := spineCircle(s, j, plan, alloc)
+	m.cur[j.ID] = spineEntry{model: j.Model, plan: plan, spine: s.SpineGBps, alloc: slices.Clone(alloc), c: c, ok: cok}
+	return c, cok
 }
 
 // rackMemo is one rack's circles for rackCircles. by is 0 while the memo
@@ -148,11 +195,16 @@ func (st *state) rackCircles(r, i int) ([]tentCircle, []string) {
 	if !hit {
 		// Built again in new arrays: answers handed out stay as they were.
 		m.jobs = st.rackJobList(r, m.jobs[:0])
-		m.ks, m.tcs, m.ids = nil, nil, nil
+		ks, tcs := st.memoKs[:0], st.memoTcs[:0]
 		for _, k := range m.jobs {
 			if o := st.tentativeCircle(k); o.ok {
-				m.ks, m.tcs, m.ids = append(m.ks, k), append(m.tcs, o), append(m.ids, st.jobs[k].job.ID)
+				ks, tcs = append(ks, k), append(tcs, o)
 			}
+		}
+		st.memoKs, st.memoTcs = ks, tcs
+		m.ks, m.tcs, m.ids = slices.Clone(ks), slices.Clone(tcs), make([]string, len(ks))
+		for n, k := range ks {
+			m.ids[n] = st.jobs[k].job.ID
 		}
 		m.by = 1
 	}

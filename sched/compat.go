@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"sort"
@@ -242,7 +243,18 @@ func (st *state) tentativeCircle(k int) tentCircle {
 			return m.tc
 		}
 	}
-	c, ok := spineCircle(st.snap, ks.job, p, ks.alloc)
+	var c Circle
+	var ok bool
+	if st.spines != nil {
+		c, ok = st.spines.circle(st.snap, ks.job, p, ks.alloc)
+		if st.circleMode == circleMemoVerify {
+			if wc, wok := spineCircle(st.snap, ks.job, p, ks.alloc); wok != ok || wc.Period != c.Period || !slices.Equal(wc.Arcs, c.Arcs) {
+				panic(fmt.Sprintf("sched: spine-circle memo of job %s: %v %+v, want %v %+v", ks.job.ID, ok, c, wok, wc))
+			}
+		}
+	} else {
+		c, ok = spineCircle(st.snap, ks.job, p, ks.alloc)
+	}
 	off := 0.0
 	if fixed && ok {
 		off = math.Mod(ks.job.Phase, c.Period)

@@ -41,6 +41,7 @@ type FIFO struct {
 	// did (circlememo.go).
 	circleMode circleMode
 	circles    circleStats
+	spines     spineMemo
 	// opt holds the restart cost, horizon, gain factor and MinDwell that
 	// gate synergy's core changes of running jobs (the defaults of
 	// Options; NewWithRestartCost sets the restart cost).
@@ -148,6 +149,10 @@ func (f *FIFO) Schedule(s Snapshot) Decisions {
 	f.c.use(s.Known)
 	st := newState(&s)
 	st.circleMode, st.circleStats = f.circleMode, &f.circles
+	if f.Net != nil && f.circleMode != circleMemoOff {
+		f.spines.round()
+		st.spines = &f.spines
+	}
 	quota := map[string]int{}
 	for _, t := range s.Tenants {
 		quota[t.Name] = t.QuotaGPUs

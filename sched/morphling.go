@@ -106,6 +106,7 @@ type Morphling struct {
 	// did (circlememo.go).
 	circleMode circleMode
 	circles    circleStats
+	spines     spineMemo
 }
 
 // NewReplan is replan's policy: Morphling's allocation and plans, Dally's
@@ -297,6 +298,10 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 	p.c.use(s.Known)
 	st := newState(&s)
 	st.circleMode, st.circleStats = p.circleMode, &p.circles
+	if p.net != nil && p.circleMode != circleMemoOff {
+		p.spines.round()
+		st.spines = &p.spines
+	}
 	perServer := max(st.maxPer, 1)
 	if len(s.Servers) > 0 && s.Servers[0].GPUs > 0 {
 		perServer = s.Servers[0].GPUs

@@ -56,6 +56,9 @@ type state struct {
 	// circles. Nil until the first rackCircles.
 	circleMode  circleMode
 	circleStats *circleStats // the policy's, or nil
+	spines      *spineMemo   // the policy's, nil with the memo off
+	memoKs      []int        // rackCircles' scratch
+	memoTcs     []tentCircle
 	allocVer    []uint32
 	rackMemo    []rackMemo
 	// gHeld, when set (trackQuota), is the GPUs each tenant's guaranteed
