@@ -660,6 +660,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			if p.shifts == nil {
 				p.shifts = newShiftMemo()
 			}
+			p.shifts.crossOnly = p.circleMode != circleMemoOff
 			d.Links = shiftDecisionsMemo(&s, &d, p.opt.RestartCost, p.shifts)
 		}
 	}

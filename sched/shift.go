@@ -484,6 +484,10 @@ func Shifts(links []Link, fixed map[int]bool, offsets map[int]float64) LinkRepor
 type shiftMemo struct {
 	circles, nextCircles map[string]circleMemo
 	links, nextLinks     map[string]linkMemo
+	// crossOnly keeps only the jobs whose allocations span racks (the
+	// others have no circle on a spine uplink) instead of every running
+	// job: the rack-circle memo's setting (circlememo.go).
+	crossOnly bool
 }
 
 type circleMemo struct {
@@ -655,9 +659,12 @@ func shiftDecisionsMemo(s *Snapshot, d *Decisions, restart float64, memo *shiftM
 		plan  perf.Plan
 		act   int // index into d.Actions, -1 for unchanged
 	}
+	// A job whose allocation stays in one rack has no circle on a spine
+	// uplink (spineCircle): with crossOnly it is left out from the start.
+	crossOnly := memo != nil && memo.crossOnly
 	runs := map[int]run{}
 	for i := range s.Jobs {
-		if j := &s.Jobs[i]; j.Running() {
+		if j := &s.Jobs[i]; j.Running() && (!crossOnly || len(j.Alloc) > 1 && crossRack(s.Servers, j.Alloc)) {
 			runs[i] = run{alloc: j.Alloc, plan: j.Plan, act: -1}
 		}
 	}
@@ -668,6 +675,10 @@ func shiftDecisionsMemo(s *Snapshot, d *Decisions, restart float64, memo *shiftM
 			delete(runs, a.Index)
 		default:
 			a.Tier = tierOf(s.Servers, a.Alloc)
+			if crossOnly && !(len(a.Alloc) > 1 && crossRack(s.Servers, a.Alloc)) {
+				delete(runs, a.Index)
+				continue
+			}
 			runs[a.Index] = run{alloc: a.Alloc, plan: a.Plan, act: k}
 		}
 	}
