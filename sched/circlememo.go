@@ -45,10 +45,14 @@ import (
 // and cores.
 //
 // circleMemoOff (tests, benchmarks: the path before the memo) walks the
-// rack on every ask and compares every allocation, as before;
-// circleMemoVerify answers from the memo and panics where the walk
-// answers otherwise. TestCircleMemoSameDecisions replays traces all three
-// ways and compares every round's decisions.
+// rack on every ask, compares every allocation and predicts every circle
+// afresh each round, calls Rotate then LinkLoad for the hold (not
+// rotateLoad) and keeps every running job in the shift computation, as
+// before (Rotate itself is shared: TestRotateMatchesReference holds it to
+// the former code); circleMemoVerify answers from the memo and panics
+// where the walk or a fresh prediction answers otherwise.
+// TestCircleMemoSameDecisions replays traces all three ways and compares
+// every round's decisions.
 
 // circleMode selects the rack-circle memo of a policy's rounds.
 type circleMode uint8
