@@ -91,6 +91,7 @@ bench: build
 	$(GO) run . perf bench --data $(SHARED)/data/morphling
 	$(GO) run . sim bench --data $(SHARED)/data/morphling
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./perf/... ./sched/... ./tui/...
+	REPLAN_REPLAY_BENCH=1 $(GO) test -run '^$$' -bench ReplayCircleMemo -benchtime 2x -v ./sched/ | grep -E 'memo|speedup' || true
 	REPLAN_FOOTPRINT=1 $(GO) test -run TestFootprint -v ./agent/ | grep -E 'binary|RSS|CPU' || true
 	REPLAN_LOAD_DURATION=60s $(GO) test -count=1 -run TestAPILoad -v ./control/ | grep -E 'load:' || true
 	REPLAN_DAEMON_BENCH=1 $(GO) test -count=1 -timeout 30m -run TestDaemonBench -v ./control/ | grep -E '^(daemon bench|\|)' || true

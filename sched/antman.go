@@ -32,6 +32,7 @@ func (f *FIFO) preemptFor(st *state, i int, beRunning []int, why string) (bool, 
 			st.move(v, a.Server, -a.GPUs)
 		}
 		vs.touched = true
+		st.circleChanged(v)
 		vs.preemptWhy = "preempted for guaranteed job " + st.jobs[i].job.ID + ", which needs its GPUs"
 		return true
 	}
@@ -129,6 +130,7 @@ func restoreUnneeded(st *state, victims []victim) {
 		}
 		sortAlloc(st.jobs[v.job].alloc)
 		st.jobs[v.job].touched = v.touched
+		st.circleChanged(v.job)
 		st.jobs[v.job].preemptWhy = ""
 	}
 }

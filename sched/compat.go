@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"sort"
@@ -186,10 +187,10 @@ type tentCircle struct {
 	off   float64
 }
 
-// rackCircles are the circles, as the round leaves them, of the jobs
-// other than i that hold GPUs in rack r and run across racks (so use its
-// spine uplink), each job once, with their IDs.
-func (st *state) rackCircles(r, i int) ([]tentCircle, []string) {
+// rackCirclesScan is rackCircles without the rack memo (circlememo.go):
+// it walks the rack's servers and their jobs on every call. The memo
+// must return exactly what it returns; tests compare the two.
+func (st *state) rackCirclesScan(r, i int) ([]tentCircle, []string) {
 	if len(st.seenAt) < len(st.jobs) {
 		st.seenAt = make([]int, len(st.jobs))
 	}
@@ -213,9 +214,16 @@ func (st *state) rackCircles(r, i int) ([]tentCircle, []string) {
 // tentativeCircle is job k's circle on its tentative allocation with the
 // plan it will run: the round's new plan, else its current plan when
 // running, else its request. It is memoised for the round while the job's
-// allocation and plan stay as they were (a prediction each).
+// allocation (its servers and GPUs) and plan stay as they were (a
+// prediction each). With the circle memo on (circlememo.go), a job
+// whose allocation does not span racks has no circle without a memo
+// entry, and an allocation no move or rollback touched since (allocVer)
+// is known to be the same without comparing it.
 func (st *state) tentativeCircle(k int) tentCircle {
 	ks := &st.jobs[k]
+	if st.circleMode != circleMemoOff && (len(ks.alloc) < 2 || !crossRack(st.snap.Servers, ks.alloc)) {
+		return tentCircle{} // spineCircle's answer, without a memo entry
+	}
 	p := ks.job.ReqPlan
 	switch {
 	case ks.planSet:
@@ -224,19 +232,39 @@ func (st *state) tentativeCircle(k int) tentCircle {
 		p = ks.job.Plan
 	}
 	fixed := ks.orig > 0 && ks.total == ks.orig && !ks.touched && !st.isDirty[k]
-	if m, ok := st.circles[k]; ok && m.plan == p && m.tc.fixed == fixed && sameAlloc(m.alloc, ks.alloc) {
-		return m.tc
+	if m := st.circleOf(k); m != nil && m.plan == p && m.tc.fixed == fixed {
+		if st.allocVer != nil && m.ver == st.allocVer[k] {
+			return m.tc
+		}
+		if sameAlloc(m.alloc, ks.alloc) {
+			if st.allocVer != nil {
+				m.ver = st.allocVer[k]
+			}
+			return m.tc
+		}
 	}
-	c, ok := spineCircle(st.snap, ks.job, p, ks.alloc)
+	var c Circle
+	var ok bool
+	if st.spines != nil {
+		c, ok = st.spines.circle(st.snap, ks.job, p, ks.alloc)
+		if st.circleMode == circleMemoVerify {
+			if wc, wok := spineCircle(st.snap, ks.job, p, ks.alloc); wok != ok || wc.Period != c.Period || !slices.Equal(wc.Arcs, c.Arcs) {
+				panic(fmt.Sprintf("sched: spine-circle memo of job %s: %v %+v, want %v %+v", ks.job.ID, ok, c, wok, wc))
+			}
+		}
+	} else {
+		c, ok = spineCircle(st.snap, ks.job, p, ks.alloc)
+	}
 	off := 0.0
 	if fixed && ok {
 		off = math.Mod(ks.job.Phase, c.Period)
 	}
 	tc := tentCircle{c, ok, fixed, off}
-	if st.circles == nil {
-		st.circles = map[int]roundCircle{}
+	m := roundCircle{alloc: append([]Alloc(nil), ks.alloc...), plan: p, tc: tc}
+	if st.allocVer != nil {
+		m.ver = st.allocVer[k]
 	}
-	st.circles[k] = roundCircle{alloc: append([]Alloc(nil), ks.alloc...), plan: p, tc: tc}
+	st.setCircle(k, m)
 	return tc
 }
 
@@ -245,6 +273,7 @@ type roundCircle struct {
 	alloc []Alloc
 	plan  perf.Plan
 	tc    tentCircle
+	ver   uint32 // the job's allocVer when alloc was copied (circle memo on)
 }
 
 // uplinkInflation is replan's uplink hold test for waiting job i on its
@@ -301,8 +330,13 @@ func uplinkInflation(st *state, i int, plan perf.Plan, limit func(load float64) 
 			fixed[n] = true
 		}
 		cs, offs = append(cs, me), append(offs, 0)
-		offs, _ = Rotate(cs, fixed, offs, 1)
-		_, _, extra := LinkLoad(cs, offs, 1)
+		var extra []float64
+		if st.circleMode == circleMemoOff {
+			offs, _ = Rotate(cs, fixed, offs, 1)
+			_, _, extra = LinkLoad(cs, offs, 1)
+		} else {
+			_, extra = rotateLoad(cs, fixed, offs, 1) // the same, on one ring
+		}
 		x := extra[len(extra)-1] / me.Period
 		if l := limit(load); l > 0 && x/l > over {
 			worst, over, rack, with = x, x/l, st.snap.Servers[a.Server].Rack, ids

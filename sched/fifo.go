@@ -37,6 +37,11 @@ type FIFO struct {
 	// server (rack) when one frees up (Gandiva's migration).
 	Migrate bool
 	c       *cache
+	// circleMode is the rounds' rack-circle memo and circles what it
+	// did (circlememo.go).
+	circleMode circleMode
+	circles    circleStats
+	spines     spineMemo
 	// opt holds the restart cost, horizon, gain factor and MinDwell that
 	// gate synergy's core changes of running jobs (the defaults of
 	// Options; NewWithRestartCost sets the restart cost).
@@ -143,6 +148,11 @@ func (f *FIFO) Name() string { return f.name }
 func (f *FIFO) Schedule(s Snapshot) Decisions {
 	f.c.use(s.Known)
 	st := newState(&s)
+	st.circleMode, st.circleStats = f.circleMode, &f.circles
+	if f.Net != nil && f.circleMode != circleMemoOff {
+		f.spines.round()
+		st.spines = &f.spines
+	}
 	quota := map[string]int{}
 	for _, t := range s.Tenants {
 		quota[t.Name] = t.QuotaGPUs
@@ -436,6 +446,7 @@ func (f *FIFO) preemptNwSens(st *state, nr *netRound, waiting []int, quotaBlocke
 				continue
 			}
 			vs.touched = true
+			st.circleChanged(v)
 			vs.preemptWhy = fmt.Sprintf("Dally: preempted for %s (Nw_sens %.2f < %.2f, its timers expired; ran %.1f h since its start)",
 				js.job.ID, nj.nw, nr.jobs[v].nw, (now-vs.job.LastChange)/3600)
 			js.reason = ""
@@ -483,6 +494,7 @@ func (f *FIFO) migrate(st *state) {
 			continue
 		}
 		js.touched = true
+		st.circleChanged(i)
 	}
 }
 

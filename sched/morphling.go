@@ -102,6 +102,11 @@ type Morphling struct {
 	shifts *shiftMemo
 	// flat is the CPU branch's memo of flat CPU curves across rounds.
 	flat *flatMemo
+	// circleMode is the rounds' rack-circle memo and circles what it
+	// did (circlememo.go).
+	circleMode circleMode
+	circles    circleStats
+	spines     spineMemo
 }
 
 // NewReplan is replan's policy: Morphling's allocation and plans, Dally's
@@ -292,6 +297,11 @@ func (js *jstate) next(limit int) (int, float64) {
 func (p *Morphling) Schedule(s Snapshot) Decisions {
 	p.c.use(s.Known)
 	st := newState(&s)
+	st.circleMode, st.circleStats = p.circleMode, &p.circles
+	if p.net != nil && p.circleMode != circleMemoOff {
+		p.spines.round()
+		st.spines = &p.spines
+	}
 	perServer := max(st.maxPer, 1)
 	if len(s.Servers) > 0 && s.Servers[0].GPUs > 0 {
 		perServer = s.Servers[0].GPUs
@@ -626,6 +636,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		if !p.finish(st, i) {
 			st.rollback(mark)
 			js.touched, js.planSet = false, false
+			st.circleChanged(i)
 		}
 	}
 
@@ -639,6 +650,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		v := p.planFor(st, i)
 		if v.ok && v.plan != js.job.Plan && p.pays(js, js.origThr, v.thr) && js.meets(v) {
 			js.touched, js.planSet, js.newPlan, js.newThr = true, true, v.plan, v.thr
+			st.circleChanged(i)
 		}
 	}
 	d := p.emit(st)
@@ -648,6 +660,7 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 			if p.shifts == nil {
 				p.shifts = newShiftMemo()
 			}
+			p.shifts.crossOnly = p.circleMode != circleMemoOff
 			d.Links = shiftDecisionsMemo(&s, &d, p.opt.RestartCost, p.shifts)
 		}
 	}
@@ -1235,6 +1248,7 @@ func (p *Morphling) shrinkFrom(st *state, v, to, forJob, first int) {
 		}
 		vs.touched = true
 		vs.planSet = false
+		st.circleChanged(v)
 		return
 	}
 	mine := map[int]bool{}
@@ -1269,6 +1283,7 @@ func (p *Morphling) shrinkFrom(st *state, v, to, forJob, first int) {
 	sortAlloc(vs.alloc)
 	vs.touched = true
 	vs.planSet = false
+	st.circleChanged(v)
 }
 
 // finish checks job i's new allocation: a feasible best plan, the
@@ -1292,6 +1307,7 @@ func (p *Morphling) finish(st *state, i int) bool {
 		return false
 	}
 	js.touched, js.planSet, js.newPlan, js.newThr = true, true, v.plan, v.thr
+	st.circleChanged(i)
 	return true
 }
 

@@ -112,6 +112,9 @@ type ringBuf struct {
 	os    []int     // each circle's offset in slots
 	ts    []int
 	fs    []float64
+	ws    []float64 // Rotate: each free circle's weight
+	arc   []int     // Rotate: the slots a circle demands, and how much
+	arcV  []float64
 }
 
 var ringPool = sync.Pool{New: func() any { return new(ringBuf) }}
@@ -238,7 +241,11 @@ func excessOf(d []float64, capacity float64) (ex, tot float64) {
 func LinkLoad(cs []Circle, offsets []float64, capacity float64) (excess, total float64, extra []float64) {
 	b := ringPool.Get().(*ringBuf)
 	defer ringPool.Put(b)
-	r := b.ring(cs)
+	return b.linkLoad(b.ring(cs), cs, offsets, capacity)
+}
+
+// linkLoad is LinkLoad on r, the ring of cs that b holds.
+func (b *ringBuf) linkLoad(r *ring, cs []Circle, offsets []float64, capacity float64) (excess, total float64, extra []float64) {
 	extra = make([]float64, len(cs))
 	if r.per == nil {
 		return 0, 0, extra
@@ -299,10 +306,26 @@ func Compatibility(cs []Circle, offsets []float64, capacity float64) float64 {
 // every free circle is revisited once with all others present. It returns
 // the offsets and the compatibility score.
 func Rotate(cs []Circle, fixed []bool, offsets []float64, capacity float64) ([]float64, float64) {
-	out := append([]float64(nil), offsets...)
+	b := ringPool.Get().(*ringBuf)
+	defer ringPool.Put(b)
+	return b.rotate(b.ring(cs), cs, fixed, offsets, capacity)
+}
+
+// rotateLoad is Rotate's offsets, then LinkLoad's extra communication
+// seconds of each circle at those offsets: the same figures as the two
+// calls, from one ring.
+func rotateLoad(cs []Circle, fixed []bool, offsets []float64, capacity float64) ([]float64, []float64) {
 	b := ringPool.Get().(*ringBuf)
 	defer ringPool.Put(b)
 	r := b.ring(cs)
+	offs, _ := b.rotate(r, cs, fixed, offsets, capacity)
+	_, _, extra := b.linkLoad(r, cs, offs, capacity)
+	return offs, extra
+}
+
+// rotate is Rotate on r, the ring of cs that b holds (r stays as it was).
+func (b *ringBuf) rotate(r *ring, cs []Circle, fixed []bool, offsets []float64, capacity float64) ([]float64, float64) {
+	out := append([]float64(nil), offsets...)
 	if r.per == nil {
 		return out, 1
 	}
@@ -326,26 +349,35 @@ func Rotate(cs []Circle, fixed []bool, offsets []float64, capacity float64) ([]f
 			free = append(free, i)
 		}
 	}
-	weight := func(i int) float64 {
+	// Each free circle's weight, summed once (the sort compares them
+	// many times).
+	b.ws = grow(b.ws, len(cs))
+	for _, i := range free {
 		w := 0.0
 		for _, v := range r.prof[i] {
 			w += v
 		}
-		return w
+		b.ws[i] = w
 	}
-	slices.SortStableFunc(free, func(a, b int) int { return cmp.Compare(weight(b), weight(a)) })
-	var arcBuf []int
-	var arcVBuf []float64
+	ws := b.ws
+	slices.SortStableFunc(free, func(a, b int) int { return cmp.Compare(ws[b], ws[a]) })
 	place := func(i int) {
 		p, prof := r.per[i], r.prof[i]
-		arc, arcV := arcBuf[:0], arcVBuf[:0] // slots of the unified circle where i demands at rotation 0, and how much
-		for t := range r.n {
-			if v := prof[t%p]; v != 0 {
+		// The slots of the unified circle where i demands at rotation 0,
+		// ascending, and how much: its slots with demand (nz), repeated
+		// every p slots up to n.
+		arc, arcV := b.arc[:0], b.arcV[:0]
+		for base := 0; base < r.n; base += p {
+			for _, k := range r.nz[i] {
+				t := base + k
+				if t >= r.n {
+					break
+				}
 				arc = append(arc, t)
-				arcV = append(arcV, v)
+				arcV = append(arcV, prof[k])
 			}
 		}
-		arcBuf, arcVBuf = arc, arcV
+		b.arc, b.arcV = arc, arcV
 		bestO, best := 0, math.Inf(1)
 		for o := 0; o < p && best > 1e-12; o++ {
 			add := 0.0
@@ -452,6 +484,10 @@ func Shifts(links []Link, fixed map[int]bool, offsets map[int]float64) LinkRepor
 type shiftMemo struct {
 	circles, nextCircles map[string]circleMemo
 	links, nextLinks     map[string]linkMemo
+	// crossOnly keeps only the jobs whose allocations span racks (the
+	// others have no circle on a spine uplink) instead of every running
+	// job: the rack-circle memo's setting (circlememo.go).
+	crossOnly bool
 }
 
 type circleMemo struct {
@@ -623,9 +659,12 @@ func shiftDecisionsMemo(s *Snapshot, d *Decisions, restart float64, memo *shiftM
 		plan  perf.Plan
 		act   int // index into d.Actions, -1 for unchanged
 	}
+	// A job whose allocation stays in one rack has no circle on a spine
+	// uplink (spineCircle): with crossOnly it is left out from the start.
+	crossOnly := memo != nil && memo.crossOnly
 	runs := map[int]run{}
 	for i := range s.Jobs {
-		if j := &s.Jobs[i]; j.Running() {
+		if j := &s.Jobs[i]; j.Running() && (!crossOnly || len(j.Alloc) > 1 && crossRack(s.Servers, j.Alloc)) {
 			runs[i] = run{alloc: j.Alloc, plan: j.Plan, act: -1}
 		}
 	}
@@ -636,6 +675,10 @@ func shiftDecisionsMemo(s *Snapshot, d *Decisions, restart float64, memo *shiftM
 			delete(runs, a.Index)
 		default:
 			a.Tier = tierOf(s.Servers, a.Alloc)
+			if crossOnly && !(len(a.Alloc) > 1 && crossRack(s.Servers, a.Alloc)) {
+				delete(runs, a.Index)
+				continue
+			}
 			runs[a.Index] = run{alloc: a.Alloc, plan: a.Plan, act: k}
 		}
 	}

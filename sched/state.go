@@ -44,11 +44,23 @@ type state struct {
 	// GPUs even by shrinking (privileged pass).
 	mustFail map[int]int
 	rackCap  int
-	// circles memoises tentativeCircle (compat.go) for the round;
-	// seenAt[k] == seenGen marks job k as counted by uplinkInflation.
-	circles map[int]roundCircle
-	seenAt  []int
-	seenGen int
+	// circles memoises tentativeCircle (compat.go) for the round
+	// (circleAt[k] − 1 indexes job k's entry); seenAt[k] == seenGen marks
+	// job k as counted by rackCircles.
+	circles  []roundCircle
+	circleAt []int32
+	seenAt   []int
+	seenGen  int
+	// The rack-circle memo (circlememo.go): allocVer[j] counts the moves
+	// and rollbacks of job j's allocation, rackMemo[r] is rack r's
+	// circles. Nil until the first rackCircles.
+	circleMode  circleMode
+	circleStats *circleStats // the policy's, or nil
+	spines      *spineMemo   // the policy's, nil with the memo off
+	memoKs      []int        // rackCircles' scratch
+	memoTcs     []tentCircle
+	allocVer    []uint32
+	rackMemo    []rackMemo
 	// gHeld, when set (trackQuota), is the GPUs each tenant's guaranteed
 	// jobs hold, kept by move and rollback: the quota bounds it.
 	gHeld map[string]int
@@ -210,6 +222,7 @@ func (st *state) cross(j int) bool {
 // with cpg cores per GPU, and records it in the journal.
 func (st *state) move(j, s, delta int) {
 	js := &st.jobs[j]
+	st.allocChanging(j, s)
 	st.unroom(j, s)
 	cpus := delta * js.cpg
 	k := -1
@@ -278,6 +291,7 @@ func (st *state) rollback(mark int) {
 		o := st.journal[len(st.journal)-1]
 		st.journal = st.journal[:len(st.journal)-1]
 		js := &st.jobs[o.job]
+		st.allocChanging(o.job, o.server)
 		st.unroom(o.job, o.server)
 		if len(touched) == 0 || touched[len(touched)-1] != o.job {
 			touched = append(touched, o.job)
