@@ -505,6 +505,10 @@ var fitPrior = func() Params {
 	// (sim.TestMultiTenantGuaranteedNotLast); its pull is weak instead
 	// (priorScale), so samples that show a cost move it there.
 	p.KLaunch = 1e-6
+	// 0.1 ms per reduction operation and server, a tenth of what the A800
+	// tables fit (0.95-1.04 ms); an unfitted model prices none
+	// (DefaultParams), and the pull is weak (priorScale)
+	p.KHop = 1e-4
 	return p
 }()
 
@@ -526,6 +530,9 @@ func startParams(p Params) Params {
 	}
 	if p.KFwd <= 0 {
 		p.KFwd = 1
+	}
+	if p.KHop <= 0 {
+		p.KHop = fitPrior.KHop
 	}
 	return p
 }
@@ -556,8 +563,9 @@ var overlapParam = [NumParams]bool{4: true, 5: true}
 // log-space a real cost of 0.3 ms per layer is 5.7 units from it, which at
 // full weight cost the fit more than a 6 % misfit of the profile's two
 // micro-batches (the fit stayed at 1 µs:
-// TestProfileConfigsIdentifyLaunchCost).
-var priorScale = [NumParams]float64{100, 1, 1, 1, 1, 1, 1, 1, 1, 1000, 1, 1, 0.1, 1}
+// TestProfileConfigsIdentifyLaunchCost). k_hop's is weak too (×0.1): its
+// prior is a tenth of the A800's figure.
+var priorScale = [NumParams]float64{100, 1, 1, 1, 1, 1, 1, 1, 1, 1000, 1, 1, 0.1, 1, 0.1}
 
 // fromFree maps the fit's free variable of parameter i to its value.
 func fromFree(i int, x float64) float64 {
