@@ -3,6 +3,8 @@ package perf
 import (
 	"encoding/json"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -102,5 +104,27 @@ func TestReduceOpsWaitPerServer(t *testing.T) {
 	}
 	if math.Abs(k.KHop/2e-3-1) > 0.2 {
 		t.Errorf("fitted k_hop %.4g s, want about 2 ms", k.KHop)
+	}
+	// Without a ZeRO-2 sample across servers the samples cannot tell the
+	// once-per-bucket wait of an all-reduce from its transfer: k_hop is
+	// held at no wait and the fit says so (at the 0.1 ms prior a profiled
+	// type lost a near tie of DP16 ZeRO-2 to a TP plan its cluster could
+	// not run: control.TestProfileOnArrival).
+	var plain []Sample
+	for _, s := range samples {
+		if s.Plan.ZeRO == 0 {
+			plain = append(plain, s)
+		}
+	}
+	k, st, err := Fit(start, plain, FitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.KHop != HopUnseen || st.HopSamples != 0 || !slices.ContainsFunc(st.Flags, func(f string) bool { return strings.Contains(f, "k_hop is held") }) {
+		t.Errorf("fit without multi-server ZeRO-2: k_hop %g, %d such samples, flags %q: want it held at %g and flagged", k.KHop, st.HopSamples, st.Flags, HopUnseen)
+	}
+	_, st, _ = Fit(start, samples, FitOptions{})
+	if st.HopSamples != 5 || slices.ContainsFunc(st.Flags, func(f string) bool { return strings.Contains(f, "k_hop") }) {
+		t.Errorf("fit with them: %d multi-server ZeRO-2 samples (want 5: 4+4, 2+2, 2+2+2+2, 8+8, 4+4+4+4), flags %q", st.HopSamples, st.Flags)
 	}
 }

@@ -90,8 +90,10 @@ type Params struct {
 	// data parallelism pays (bert's ZeRO-2 rows grow by 10.8 ms per server
 	// from 2 to 8 servers, its all-reduce rows by 3.1 ms). A property of
 	// the cluster's network and collective library: fitted on bert, gpt2
-	// and t5 alone it is 0.95, 1.04 and 0.96 ms. 0 in DefaultParams and in
-	// an old model file (no such cost).
+	// and t5 alone it is 0.95, 1.04 and 0.96 ms, jointly over the
+	// leave-one-out folds 1.18-1.66 ms. 0 in DefaultParams and in an old
+	// model file (no such cost); HopUnseen in a fit with no ZeRO-2 sample
+	// across servers.
 	KHop float64 `json:"k_hop"`
 }
 
