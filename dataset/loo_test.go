@@ -12,19 +12,19 @@ import (
 // looTarget is what TestLeaveOneModelOut holds each shared table to: the
 // issue's targets (leave-one-out avg ≤ 8 %, max ≤ 25 %; regret mean ≤ 3 %,
 // max ≤ 10 %) where the model reaches them, else the figure it reached
-// (2026-11-27, docs/perf.md) with a little room, so a change that makes
-// it worse fails; the test logs every missed target. Missed: bert's
-// regret (4.02 / 21.10: ZeRO-2 priced faster than plain DP on placements
-// where bert measures it slower), llama7b_bsz16's error (its three
-// offload rows) and regret (481 and 244 on 8888 predicted 0.1 % apart),
-// t5's average (8.02).
+// (docs/perf.md) with a little room, so a change that makes it worse
+// fails; the test logs every missed target. Since k_hop (2026-11-27) every
+// table meets them but llama7b_bsz16's error (20.35 / 81.21 %: its three
+// offload rows); before it bert's regret (4.02 / 21.10: ZeRO-2 priced
+// faster than plain DP on 5-8 servers, where bert measures it slower),
+// llama7b_bsz16's regret (4.18 / 16.74) and t5's average (8.02) missed.
 var looTarget = map[string]struct{ avg, max, regretMean, regretMax float64 }{
-	"bert":          {8, 25, 4.5, 22},
+	"bert":          {8, 25, 3, 10},
 	"gpt2":          {8, 25, 3, 10},
 	"llama30":       {8, 25, 3, 10},
 	"llama7":        {8, 25, 3, 10},
-	"llama7b_bsz16": {21.5, 82, 5, 17.5},
-	"t5":            {8.5, 25, 3, 10},
+	"llama7b_bsz16": {21.5, 82, 3, 10},
+	"t5":            {8, 25, 3, 10},
 }
 
 // issueTarget is the issue's target for every model.

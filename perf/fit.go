@@ -145,6 +145,10 @@ type FitStats struct {
 	// CrossSamples counts samples whose data-parallel collective crosses
 	// servers; without one k_sync is held at SyncUnseen.
 	CrossSamples int `json:"cross_samples"`
+	// HopSamples counts samples whose gradient synchronisation runs
+	// ZeRO-2's per-rank reduces across servers; without one k_hop is held
+	// at HopUnseen.
+	HopSamples int `json:"hop_samples"`
 	// Flags are warnings about the fitted parameters: overlap exponents
 	// below 1 (outside the paper's definition: the overlapped time then
 	// exceeds the sum of its parts), k_uneven left at its prior.
@@ -163,6 +167,9 @@ func (st *FitStats) flag(k Params) {
 	}
 	if st.CrossSamples == 0 {
 		st.Flags = append(st.Flags, fmt.Sprintf("no sample whose gradient synchronisation crosses servers: k_sync is held at %g (no overlap of the backward and the synchronisation), untrusted across servers", SyncUnseen))
+	}
+	if st.HopSamples == 0 && k.KHop <= HopUnseen {
+		st.Flags = append(st.Flags, "no sample of ZeRO-2 across servers: k_hop is held at no wait per reduction operation, untrusted for plans whose synchronisation spans servers")
 	}
 	if st.MPSamples == 0 {
 		st.Flags = append(st.Flags, "no sample of a model-parallel plan (TP > 1 or PP > 1): k_mp, k_tp and k_stage are their priors, untrusted for such plans")
@@ -255,6 +262,7 @@ func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
 	st2.Evaluations += st.Evaluations
 	st2.Starts += st.Starts
 	st2.Samples, st2.OffloadSamples, st2.Trusted, st2.StraySamples, st2.MPSamples, st2.CrossSamples = st.Samples, st.OffloadSamples, st.Trusted, st.StraySamples, st.MPSamples, st.CrossSamples
+	st2.HopSamples = st.HopSamples
 	st2.Dropped, st2.Suspect, st2.Flags = bad, suspect, nil
 	st2.flag(k)
 	return k, st2, nil
@@ -303,10 +311,17 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		}
 		if s.Resources.Placement.Servers() > 1 && s.Plan.DP > 1 {
 			st.CrossSamples++
+			if s.Plan.ZeRO == 2 && sh.hops > 0 {
+				st.HopSamples++
+			}
 		}
 	}
 	// k_sync held by the caller (a cluster's value) stays as given.
 	holdSync := st.CrossSamples == 0 && !o.Hold[1]
+	// Likewise k_hop without a multi-server ZeRO-2 sample: an all-reduce
+	// pays it once per bucket, which the samples cannot tell from the
+	// all-reduce's own time over the servers' NICs.
+	holdHop := st.HopSamples == 0 && !o.Hold[14]
 	st.Trusted = st.Samples >= MinSamples && st.OffloadSamples >= MinOffloadSamples
 
 	prior := logVec(fitPrior)
@@ -352,6 +367,9 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		k := full(x)
 		if holdSync {
 			k.KSync = SyncUnseen
+		}
+		if holdHop {
+			k.KHop = HopUnseen
 		}
 		var sum float64
 		loss := func(d float64) float64 {
@@ -468,6 +486,9 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 	if holdSync {
 		k.KSync = SyncUnseen
 	}
+	if holdHop {
+		k.KHop = HopUnseen
+	}
 	var sum float64
 	for i := range shapes {
 		d := math.Log(shapes[i].eval(k).Iter) - logY[i]
@@ -490,6 +511,15 @@ const launchStart = 1e-4
 // fits 0.75-0.97.
 const SyncUnseen = 1.0
 
+// HopUnseen is k_hop where no sample ran ZeRO-2 across servers: 1 µs per
+// reduction operation and server, i.e. no wait (the search is over its
+// logarithm, so not 0). A plain all-reduce pays k_hop once per gradient
+// bucket, which such samples cannot tell from its transfer time; left at
+// the fit's 0.1 ms prior, a type profiled without such a run was priced
+// 4 ms slower on DP16 ZeRO-2 across two servers, enough to lose a near tie
+// to a TP plan its cluster cannot run (control.TestProfileOnArrival).
+const HopUnseen = 1e-6
+
 // fitPrior is the point the fit is pulled towards and starts from:
 // DefaultParams, except k_stage, which an unfitted model leaves at 0 (no
 // per-step pipeline cost, as before the term existed) but a fit, searching
@@ -505,6 +535,12 @@ var fitPrior = func() Params {
 	// (sim.TestMultiTenantGuaranteedNotLast); its pull is weak instead
 	// (priorScale), so samples that show a cost move it there.
 	p.KLaunch = 1e-6
+	// 0.1 ms per reduction operation and server, a tenth of what the A800
+	// tables fit (0.95-1.04 ms), from where their fits find it; an unfitted
+	// model prices none (DefaultParams), a fit without a multi-server
+	// ZeRO-2 sample holds it at HopUnseen, and the pull is weak
+	// (priorScale)
+	p.KHop = 1e-4
 	return p
 }()
 
@@ -526,6 +562,9 @@ func startParams(p Params) Params {
 	}
 	if p.KFwd <= 0 {
 		p.KFwd = 1
+	}
+	if p.KHop <= 0 {
+		p.KHop = fitPrior.KHop
 	}
 	return p
 }
@@ -556,8 +595,9 @@ var overlapParam = [NumParams]bool{4: true, 5: true}
 // log-space a real cost of 0.3 ms per layer is 5.7 units from it, which at
 // full weight cost the fit more than a 6 % misfit of the profile's two
 // micro-batches (the fit stayed at 1 µs:
-// TestProfileConfigsIdentifyLaunchCost).
-var priorScale = [NumParams]float64{100, 1, 1, 1, 1, 1, 1, 1, 1, 1000, 1, 1, 0.1, 1}
+// TestProfileConfigsIdentifyLaunchCost). k_hop's is weak too (×0.1): its
+// prior is a tenth of the A800's figure.
+var priorScale = [NumParams]float64{100, 1, 1, 1, 1, 1, 1, 1, 1, 1000, 1, 1, 0.1, 1, 0.1}
 
 // fromFree maps the fit's free variable of parameter i to its value.
 func fromFree(i int, x float64) float64 {

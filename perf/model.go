@@ -80,17 +80,32 @@ type Params struct {
 	// a guessed efficiency) learns its compute speed from iteration times.
 	// 0 in an old model file: 1.
 	KFwd float64 `json:"k_fwd"`
+	// KHop is the seconds each reduction operation of a data-parallel
+	// gradient synchronisation costs per server beyond the first that its
+	// group spans, whatever its bytes: an operation waits for the last of
+	// its ranks, and the spread of their arrival grows with the servers.
+	// DeepSpeed's ZeRO-2 reduces each gradient bucket with one reduce per
+	// rank (to the rank that owns that partition), N operations where an
+	// all-reduce is one, so its multi-server rows pay N times what plain
+	// data parallelism pays (bert's ZeRO-2 rows grow by 10.8 ms per server
+	// from 2 to 8 servers, its all-reduce rows by 3.1 ms). A property of
+	// the cluster's network and collective library: fitted on bert, gpt2
+	// and t5 alone it is 0.95, 1.04 and 0.96 ms, jointly over the
+	// leave-one-out folds 1.18-1.66 ms. 0 in DefaultParams and in an old
+	// model file (no such cost); HopUnseen in a fit with no ZeRO-2 sample
+	// across servers.
+	KHop float64 `json:"k_hop"`
 }
 
 // NumParams is the number of fittable parameters.
-const NumParams = 14
+const NumParams = 15
 
 // ParamNames lists the parameters in vector order.
-var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_off", "k_swap", "k_const", "k_uneven", "k_mp", "k_host", "k_tp", "k_stage", "k_launch", "k_fwd"}
+var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_off", "k_swap", "k_const", "k_uneven", "k_mp", "k_host", "k_tp", "k_stage", "k_launch", "k_fwd", "k_hop"}
 
 // HardwareParams marks the parameters that are properties of the cluster
 // (its GPUs, hosts, links and software), not of a model type: k_sync,
-// k_opt, k_off, k_swap, k_host, k_tp, k_launch. Fitted on different model
+// k_opt, k_off, k_swap, k_host, k_tp, k_launch, k_hop. Fitted on different model
 // types of the same cluster they should agree within a factor of 2, and
 // FitShared fits them jointly over several model types (a term the
 // samples do not pin is held at its default: FitSharedIdentified). The
@@ -101,7 +116,7 @@ var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_o
 // its wait on uneven placements (0.017-0.18 s) and k_stage its pipeline
 // engine's step (0.007-0.048 s): each varies between model types on
 // identical servers, so each model's own samples fit it.
-var HardwareParams = [NumParams]bool{1: true, 2: true, 4: true, 5: true, 9: true, 10: true, 12: true}
+var HardwareParams = [NumParams]bool{1: true, 2: true, 4: true, 5: true, 9: true, 10: true, 12: true, 14: true}
 
 // WithHardware returns p with the hardware parameters (HardwareParams)
 // taken from hw.
@@ -119,12 +134,12 @@ func (p Params) WithHardware(hw Params) Params {
 
 // Vector returns the parameters in ParamNames order.
 func (p Params) Vector() [NumParams]float64 {
-	return [NumParams]float64{p.KBwd, p.KSync, p.KOpt, p.KOptOff, p.KOff, p.KSwap, p.KConst, p.KUneven, p.KMP, p.KHost, p.KTP, p.KStage, p.KLaunch, p.KFwd}
+	return [NumParams]float64{p.KBwd, p.KSync, p.KOpt, p.KOptOff, p.KOff, p.KSwap, p.KConst, p.KUneven, p.KMP, p.KHost, p.KTP, p.KStage, p.KLaunch, p.KFwd, p.KHop}
 }
 
 // ParamsFromVector is the inverse of Vector.
 func ParamsFromVector(v [NumParams]float64) Params {
-	return Params{KBwd: v[0], KSync: v[1], KOpt: v[2], KOptOff: v[3], KOff: v[4], KSwap: v[5], KConst: v[6], KUneven: v[7], KMP: v[8], KHost: v[9], KTP: v[10], KStage: v[11], KLaunch: v[12], KFwd: v[13]}
+	return Params{KBwd: v[0], KSync: v[1], KOpt: v[2], KOptOff: v[3], KOff: v[4], KSwap: v[5], KConst: v[6], KUneven: v[7], KMP: v[8], KHost: v[9], KTP: v[10], KStage: v[11], KLaunch: v[12], KFwd: v[13], KHop: v[14]}
 }
 
 // DefaultParams is the starting point of every fit and the prior the fit is
@@ -232,6 +247,9 @@ type shape struct {
 	// crosses on one stage (priced at k_launch each); layersAll every
 	// layer (the part of α that is k_launch at GA 1).
 	beta1, launchN, layersAll float64
+	// hops: the DP synchronisation's reduction operations times the
+	// servers beyond the first its group spans (priced at Params.KHop)
+	hops float64
 }
 
 func (m Model) prepare(p Plan, r Resources) (shape, error) {
@@ -318,6 +336,15 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 	if dpCross && vDP > 0 && e.Stray(pl) {
 		s.stray = true
 	}
+	if vDP > 0 && dpCross {
+		// one operation per gradient bucket; ZeRO-2 reduces each bucket
+		// with one reduce per rank (DeepSpeed's reduce-scatter)
+		ops := math.Max(psi/reduceBucketParams, 1)
+		if p.ZeRO == 2 {
+			ops *= d
+		}
+		s.hops = ops * float64(dpSpan(p, server)-1)
+	}
 	if vDP > 0 {
 		s.commDP = vDP / (dpGBps * 1e9)
 		s.gather = vGather / (dpGBps * 1e9)
@@ -358,6 +385,11 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 func (s *shape) eval(k Params) Breakdown {
 	out := Breakdown{CommDP: s.commDP, Gather: s.gather, CommTP: s.commTP, CommPP: s.commPP, Tier: s.tier}
 	commDP, gather := s.commDP, s.gather
+	// the synchronisation overlapping the backward waits at each of its
+	// operations (k_hop); the copies and the parameter all-gather after
+	// the step do not
+	syncDP := commDP + k.KHop*s.hops
+	out.CommDP = syncDP
 	uneven := 0.0
 	if s.stray {
 		uneven = k.KUneven
@@ -401,12 +433,12 @@ func (s *shape) eval(k Params) Breakdown {
 	if s.pp == 1 {
 		out.Fwd = fixed + s.ga*f1
 		out.Bwd = s.ga * (b1 + rc)
-		out.Tcc = fixed + s.ga*(f1+rc) + (s.ga-1)*b1 + overlap(k.KSync, b1, commDP) + commTP
+		out.Tcc = fixed + s.ga*(f1+rc) + (s.ga-1)*b1 + overlap(k.KSync, b1, syncDP) + commTP
 	} else {
 		fill := s.ga + s.pp - 1
 		out.Fwd = fixed + f1*fill
 		out.Bwd = (b1 + rc) * fill
-		out.Tcc = out.Fwd + rc*fill + overlap(k.KSync, b1*fill, commDP) + commTP + commPP
+		out.Tcc = out.Fwd + rc*fill + overlap(k.KSync, b1*fill, syncDP) + commTP + commPP
 	}
 	if s.offload {
 		out.Opt = k.KOptOff*s.shardG/s.cpus + k.KHost*s.hostG
@@ -510,4 +542,29 @@ func (m Model) linkBandwidths(p Plan, r Resources, server []int) (dpGBps float64
 		}
 	}
 	return dpGBps, dpCross, ppGBps, ppCross
+}
+
+// reduceBucketParams is the gradient bucket of the DP synchronisation, in
+// parameters: DeepSpeed's default reduce_bucket_size (5e8 elements, the
+// 1 GB of fp16 buckets EstimateMemory reserves).
+const reduceBucketParams = 5e8
+
+// dpSpan is the most servers one DP group of p spans (ranks laid out as
+// linkBandwidths lays them: TP fastest, then DP, then PP).
+func dpSpan(p Plan, server []int) int {
+	most := 1
+	for pi := 0; pi < p.PP; pi++ {
+		for ti := 0; ti < p.TP; ti++ {
+			n, last := 0, -1
+			for di := 0; di < p.DP; di++ {
+				// ranks of a group rise with di, so its servers come in order
+				if s := server[pi*p.DP*p.TP+di*p.TP+ti]; s != last {
+					n++
+					last = s
+				}
+			}
+			most = max(most, n)
+		}
+	}
+	return most
 }

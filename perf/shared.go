@@ -33,8 +33,8 @@ const IdentifiedErr = 1e-4
 // FitSharedIdentified is FitShared that also reports the hardware terms
 // the samples do not identify (IdentifiedErr): those are not fitted but
 // held at their physical default (the fit's prior: DefaultParams, k_stage
-// 1 ms, k_launch 1 µs per layer, i.e. no per-micro-batch cost), and the
-// others refitted with them held.
+// 1 ms, k_launch 1 µs per layer, i.e. no per-micro-batch cost, k_hop
+// 0.1 ms), and the others refitted with them held.
 func FitSharedIdentified(ms []Model, sets [][]Sample, o FitOptions) (Params, []string, error) {
 	if len(ms) == 0 || len(ms) != len(sets) {
 		return Params{}, nil, errors.New("fit shared: need one sample set per model")
