@@ -320,7 +320,7 @@ func uplinkInflation(st *state, i int, plan perf.Plan, limit func(load float64) 
 		for n, u := range ups {
 			jl[n] = u.l
 		}
-		_, xs = jointShift(me, jl, 0, false)
+		jointShift(me, jl, 0, false, xs)
 	}
 	worst, over, rack := 0.0, 0.0, ""
 	var with []string

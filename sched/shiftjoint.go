@@ -26,52 +26,108 @@ type jointLink struct {
 	capacity float64
 }
 
-// jointCost is the link-sharing slowdown on the links with circle me at
-// offset off: Σ over links and circles of the seconds sharing adds to an
-// iteration over the circle's period (LinkLoad, the simulator's pricing),
-// and me's share on each link.
-func jointCost(me Circle, off float64, links []jointLink, mine []float64) float64 {
-	cost := 0.0
-	for n, l := range links {
-		cs := append(l.cs[:len(l.cs):len(l.cs)], me)
-		offs := append(l.offs[:len(l.offs):len(l.offs)], off)
-		_, _, extra := LinkLoad(cs, offs, l.capacity)
-		for k, x := range extra {
-			if cs[k].Period > 0 {
-				cost += x / cs[k].Period
-			}
-		}
-		if mine != nil {
-			mine[n] = extra[len(extra)-1] / me.Period
+// jointSlide is one link of a jointShift search: the link's ring with
+// the others at their offsets and the job's circle last, and the job's
+// demand over the unified perimeter at rotation 0.
+type jointSlide struct {
+	b     *ringBuf
+	base  float64   // the seconds slot 0 stands for (the first circle's offset)
+	arc   []int     // slots of the unified perimeter where the job demands at rotation 0
+	arcV  []float64 // and how much
+	per   float64   // the unified perimeter in seconds
+	me    int       // the job's circle in the ring
+	room0 []float64 // capacity less the others' demand, per slot
+}
+
+func newJointSlide(me Circle, l jointLink) *jointSlide {
+	cs := append(l.cs[:len(l.cs):len(l.cs)], me)
+	b := ringPool.Get().(*ringBuf)
+	r := b.ring(cs)
+	x := &jointSlide{b: b, me: len(l.cs)}
+	if r.per == nil {
+		return x
+	}
+	if len(l.offs) > 0 {
+		x.base = l.offs[0]
+	}
+	b.d = grow(b.d, r.n)
+	for k := range l.cs {
+		r.load(b.d, k, r.slot(k, l.offs[k]-x.base), 1)
+	}
+	x.room0 = b.d
+	for n := range x.room0 {
+		x.room0[n] = l.capacity - x.room0[n]
+	}
+	p, prof := r.per[x.me], r.prof[x.me]
+	for t := range r.n {
+		if v := prof[t%p]; v != 0 {
+			x.arc, x.arcV = append(x.arc, t), append(x.arcV, v)
 		}
 	}
-	return cost
+	x.per = float64(r.n) * r.q
+	return x
+}
+
+// added is the demand above capacity (capacity-seconds per second of the
+// unified perimeter) the job adds to the link at offset off.
+func (x *jointSlide) added(off float64) float64 {
+	if x.arc == nil {
+		return 0
+	}
+	r := &x.b.r
+	o := r.slot(x.me, off-x.base)
+	add := 0.0
+	for k, t := range x.arc {
+		u := (t + o) % r.n
+		room, v := x.room0[u], x.arcV[k]
+		switch {
+		case room <= 0:
+			add += v
+		case v > room:
+			add += v - room
+		}
+	}
+	return add * r.q / x.per
 }
 
 // jointShift is the offset (seconds, in [0, me.Period)) of circle me that
-// slows the circles of links least in all (jointCost), the others held
-// still, and me's slowdown on each link there (extra seconds per
-// iteration over its period). The offsets tried are a grid as fine as the
-// finest of the links' rings (the longest period on a link gets gridSlots
-// slots), and cur when haveCur: cur stays unless a grid offset is
-// strictly better; among grid offsets the smallest of the least cost
-// wins.
-func jointShift(me Circle, links []jointLink, cur float64, haveCur bool) (float64, []float64) {
-	mine := make([]float64, len(links))
+// adds the least demand above capacity over all links (each link's
+// excess per second of its unified perimeter, as Rotate weighs one
+// link), the others held still; mine, when not nil, receives me's
+// slowdown on each link there (LinkLoad's extra seconds per iteration
+// over its period). The offsets tried are a grid as fine as the finest of
+// the links' rings (the longest period on a link gets gridSlots slots),
+// and cur when haveCur: cur stays unless a grid offset is strictly
+// better; among grid offsets the smallest of the least excess wins.
+func jointShift(me Circle, links []jointLink, cur float64, haveCur bool, mine []float64) float64 {
 	if me.Period <= 0 || len(links) == 0 {
-		return 0, mine
+		return 0
 	}
 	q := math.Inf(1)
-	for _, l := range links {
+	xs := make([]*jointSlide, len(links))
+	for n, l := range links {
 		longest := me.Period
 		for _, c := range l.cs {
 			longest = math.Max(longest, c.Period)
 		}
 		q = math.Min(q, longest/gridSlots)
+		xs[n] = newJointSlide(me, l)
+	}
+	defer func() {
+		for _, x := range xs {
+			ringPool.Put(x.b)
+		}
+	}()
+	cost := func(off float64) float64 {
+		c := 0.0
+		for _, x := range xs {
+			c += x.added(off)
+		}
+		return c
 	}
 	best, bestCost := 0.0, math.Inf(1)
 	if haveCur {
-		best, bestCost = cur, jointCost(me, cur, links, nil)
+		best, bestCost = cur, cost(cur)
 	}
 	steps := max(1, int(math.Round(me.Period/q)))
 	for k := range steps {
@@ -79,27 +135,48 @@ func jointShift(me Circle, links []jointLink, cur float64, haveCur bool) (float6
 			break
 		}
 		off := float64(k) * q
-		if c := jointCost(me, off, links, nil); c < bestCost-1e-12 {
+		if c := cost(off); c < bestCost-1e-12 {
 			best, bestCost = off, c
 		}
 	}
 	best = math.Mod(best, me.Period)
-	jointCost(me, best, links, mine)
-	return best, mine
+	for n, l := range links {
+		if mine == nil {
+			break
+		}
+		cs := append(l.cs[:len(l.cs):len(l.cs)], me)
+		offs := append(l.offs[:len(l.offs):len(l.offs)], best)
+		_, _, extra := LinkLoad(cs, offs, l.capacity)
+		mine[n] = extra[len(extra)-1] / me.Period
+	}
+	return best
 }
 
-// refineShifts revisits, after the breadth-first pass, every job the pass
-// shifted (not fixed) that shares a link: each in turn takes the shift
-// that slows the jobs on all its links least (jointShift), the others
-// held, twice over. A job keeps its shift unless another is strictly
-// better, so the total slowdown never grows. The report's links and score
-// are recomputed when a shift moved.
+// refineShifts revisits, after the breadth-first pass, the jobs it
+// shifted (not fixed) on the links it dropped (every job there already
+// had its shift; the link's constraint was never weighed): each in turn
+// takes the shift that adds the least excess over all its links
+// (jointShift), the others held, twice over. A job keeps its shift
+// unless another is strictly better, so the total excess never grows.
+// The report's links and score are recomputed when a shift moved.
 func refineShifts(links []Link, byJob map[int][]int, fixed map[int]bool, offsets map[int]float64, rep *LinkReport) {
+	if len(rep.Dropped) == 0 {
+		return
+	}
+	dropped := make(map[string]bool, len(rep.Dropped))
+	for _, n := range rep.Dropped {
+		dropped[n] = true
+	}
 	var free []int
-	for j := range byJob {
-		if !fixed[j] {
-			if _, ok := offsets[j]; ok {
-				free = append(free, j)
+	seen := map[int]bool{}
+	for _, l := range links {
+		if !dropped[l.Name] {
+			continue
+		}
+		for _, lj := range l.Jobs {
+			if _, ok := offsets[lj.Job]; ok && !fixed[lj.Job] && !seen[lj.Job] {
+				seen[lj.Job] = true
+				free = append(free, lj.Job)
 			}
 		}
 	}
@@ -126,7 +203,7 @@ func refineShifts(links []Link, byJob map[int][]int, fixed map[int]bool, offsets
 				}
 				jl = append(jl, x)
 			}
-			off, _ := jointShift(me, jl, offsets[j], true)
+			off := jointShift(me, jl, offsets[j], true, nil)
 			if off != offsets[j] {
 				offsets[j] = off
 				pass, moved[j] = true, true
