@@ -27,13 +27,10 @@ type jointLink struct {
 }
 
 // jointSlide is one link of a jointShift search: the link's ring with
-// the others at their offsets and the job's circle last, and the job's
-// demand over the unified perimeter at rotation 0.
+// the others at their offsets and the job's circle last.
 type jointSlide struct {
 	b     *ringBuf
 	base  float64   // the seconds slot 0 stands for (the first circle's offset)
-	arc   []int     // slots of the unified perimeter where the job demands at rotation 0
-	arcV  []float64 // and how much
 	per   float64   // the unified perimeter in seconds
 	me    int       // the job's circle in the ring
 	room0 []float64 // capacity less the others' demand, per slot
@@ -58,33 +55,31 @@ func newJointSlide(me Circle, l jointLink) *jointSlide {
 	for n := range x.room0 {
 		x.room0[n] = l.capacity - x.room0[n]
 	}
-	p, prof := r.per[x.me], r.prof[x.me]
-	for t := range r.n {
-		if v := prof[t%p]; v != 0 {
-			x.arc, x.arcV = append(x.arc, t), append(x.arcV, v)
-		}
-	}
 	x.per = float64(r.n) * r.q
 	return x
 }
 
 // added is the demand above capacity (capacity-seconds per second of the
-// unified perimeter) the job adds to the link at offset off.
+// unified perimeter) the job adds to the link at offset off: its circle
+// laid as LinkLoad lays it (ring.load), so also where the unified
+// perimeter is bounded (maxUnified) and its period does not divide it.
 func (x *jointSlide) added(off float64) float64 {
-	if x.arc == nil {
+	if x.room0 == nil {
 		return 0
 	}
 	r := &x.b.r
+	p, prof := r.per[x.me], r.prof[x.me]
 	o := r.slot(x.me, off-x.base)
 	add := 0.0
-	for k, t := range x.arc {
-		u := (t + o) % r.n
-		room, v := x.room0[u], x.arcV[k]
-		switch {
-		case room <= 0:
-			add += v
-		case v > room:
-			add += v - room
+	for _, k := range r.nz[x.me] {
+		v := prof[k]
+		for t := (k + o) % p; t < r.n; t += p {
+			switch room := x.room0[t]; {
+			case room <= 0:
+				add += v
+			case v > room:
+				add += v - room
+			}
 		}
 	}
 	return add * r.q / x.per
@@ -204,7 +199,7 @@ func refineShifts(links []Link, byJob map[int][]int, fixed map[int]bool, offsets
 				jl = append(jl, x)
 			}
 			off := jointShift(me, jl, offsets[j], true, nil)
-			if off != offsets[j] {
+			if off != offsets[j] && slowdown(me, off, jl) < slowdown(me, offsets[j], jl)-1e-12 {
 				offsets[j] = off
 				pass, moved[j] = true, true
 			}
@@ -239,6 +234,25 @@ func refineShifts(links []Link, byJob map[int][]int, fixed map[int]bool, offsets
 	if wsum > 0 {
 		rep.Score = ssum / wsum
 	}
+}
+
+// slowdown is what sharing adds to the iterations of the circles on
+// links with circle me at offset off: Σ over the links and their circles
+// of the extra seconds per iteration (LinkLoad, the simulator's pricing)
+// over the circle's period.
+func slowdown(me Circle, off float64, links []jointLink) float64 {
+	sum := 0.0
+	for _, l := range links {
+		cs := append(l.cs[:len(l.cs):len(l.cs)], me)
+		offs := append(l.offs[:len(l.offs):len(l.offs)], off)
+		_, _, extra := LinkLoad(cs, offs, l.capacity)
+		for k, x := range extra {
+			if cs[k].Period > 0 {
+				sum += x / cs[k].Period
+			}
+		}
+	}
+	return sum
 }
 
 // linkDemand is the link's communication load: Σ over its circles of arc
