@@ -158,9 +158,16 @@ func refineShifts(links []Link, byJob map[int][]int, fixed map[int]bool, offsets
 	if len(rep.Dropped) == 0 {
 		return
 	}
+	// A dropped link whose jobs already interleave (score 1) has nothing
+	// to gain.
 	dropped := make(map[string]bool, len(rep.Dropped))
 	for _, n := range rep.Dropped {
 		dropped[n] = true
+	}
+	for _, d := range rep.Links {
+		if dropped[d.Name] && d.Score >= 1-1e-9 {
+			dropped[d.Name] = false
+		}
 	}
 	var free []int
 	seen := map[int]bool{}
@@ -199,7 +206,7 @@ func refineShifts(links []Link, byJob map[int][]int, fixed map[int]bool, offsets
 				jl = append(jl, x)
 			}
 			off := jointShift(me, jl, offsets[j], true, nil)
-			if off != offsets[j] && slowdown(me, off, jl) < slowdown(me, offsets[j], jl)-1e-12 {
+			if off != offsets[j] {
 				offsets[j] = off
 				pass, moved[j] = true, true
 			}
@@ -234,25 +241,6 @@ func refineShifts(links []Link, byJob map[int][]int, fixed map[int]bool, offsets
 	if wsum > 0 {
 		rep.Score = ssum / wsum
 	}
-}
-
-// slowdown is what sharing adds to the iterations of the circles on
-// links with circle me at offset off: Σ over the links and their circles
-// of the extra seconds per iteration (LinkLoad, the simulator's pricing)
-// over the circle's period.
-func slowdown(me Circle, off float64, links []jointLink) float64 {
-	sum := 0.0
-	for _, l := range links {
-		cs := append(l.cs[:len(l.cs):len(l.cs)], me)
-		offs := append(l.offs[:len(l.offs):len(l.offs)], off)
-		_, _, extra := LinkLoad(cs, offs, l.capacity)
-		for k, x := range extra {
-			if cs[k].Period > 0 {
-				sum += x / cs[k].Period
-			}
-		}
-	}
-	return sum
 }
 
 // linkDemand is the link's communication load: Σ over its circles of arc
