@@ -14,9 +14,9 @@ import (
 // jobs (racks r1–r2 and r2–r3 on a chain of racks) thus got the best shift
 // for one uplink and whatever it gave on the other. jointShift chooses
 // the shift against all its uplinks at once; refineShifts applies it to
-// every job the pass shifted, and the uplink hold (uplinkInflation) prices
-// an offer that shares several uplinks at that one shift rather than at a
-// different best rotation on each.
+// the jobs the pass shifted on the links it dropped, and the uplink hold
+// (uplinkInflation) prices an offer that shares several uplinks at that
+// one shift rather than at a different best rotation on each.
 
 // jointLink is one uplink of a job for jointShift: the other circles on
 // it at their offsets (seconds), and the link's capacity.
