@@ -292,8 +292,13 @@ func uplinkInflation(st *state, i int, plan perf.Plan, limit func(load float64) 
 	js := &st.jobs[i]
 	var me Circle
 	haveMe := false
-	worst, over, rack := 0.0, 0.0, ""
-	var with []string
+	type shared struct {
+		l    jointLink
+		load float64
+		rack string
+		ids  []string
+	}
+	var ups []shared
 	for n, a := range js.alloc {
 		r := st.rackOf[a.Server]
 		if slices.ContainsFunc(js.alloc[:n], func(b Alloc) bool { return st.rackOf[b.Server] == r }) {
@@ -322,14 +327,20 @@ func uplinkInflation(st *state, i int, plan perf.Plan, limit func(load float64) 
 		for _, c := range cs {
 			load += CommLoad(c)
 		}
-		// The others are held where they are (those starting this round
-		// at offset 0: the shifts that follow rotate them too, so this
-		// errs towards holding); the job takes its best rotation.
-		fixed := make([]bool, len(cs)+1)
-		for n := range cs {
+		ups = append(ups, shared{jointLink{cs, offs, 1}, load, st.snap.Servers[a.Server].Rack, ids})
+	}
+	// The others are held where they are (those starting this round at
+	// offset 0: the shifts that follow rotate them too, so this errs
+	// towards holding); the job takes its best rotation, one for all its
+	// uplinks (jointShift) where it shares several: it gets one shift.
+	xs := make([]float64, len(ups))
+	if len(ups) == 1 {
+		u := ups[0].l
+		fixed := make([]bool, len(u.cs)+1)
+		for n := range u.cs {
 			fixed[n] = true
 		}
-		cs, offs = append(cs, me), append(offs, 0)
+		cs, offs := append(u.cs, me), append(u.offs, 0)
 		var extra []float64
 		if st.circleMode == circleMemoOff {
 			offs, _ = Rotate(cs, fixed, offs, 1)
@@ -337,9 +348,19 @@ func uplinkInflation(st *state, i int, plan perf.Plan, limit func(load float64) 
 		} else {
 			_, extra = rotateLoad(cs, fixed, offs, 1) // the same, on one ring
 		}
-		x := extra[len(extra)-1] / me.Period
-		if l := limit(load); l > 0 && x/l > over {
-			worst, over, rack, with = x, x/l, st.snap.Servers[a.Server].Rack, ids
+		xs[0] = extra[len(extra)-1] / me.Period
+	} else if len(ups) > 1 {
+		jl := make([]jointLink, len(ups))
+		for n, u := range ups {
+			jl[n] = u.l
+		}
+		jointShift(me, jl, 0, false, xs)
+	}
+	worst, over, rack := 0.0, 0.0, ""
+	var with []string
+	for n, u := range ups {
+		if l := limit(u.load); l > 0 && xs[n]/l > over {
+			worst, over, rack, with = xs[n], xs[n]/l, u.rack, u.ids
 		}
 	}
 	return worst, over, rack, with

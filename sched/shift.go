@@ -634,6 +634,7 @@ func shifts(links []Link, fixed map[int]bool, offsets map[int]float64, memo *shi
 	if wsum > 0 {
 		rep.Score = ssum / wsum
 	}
+	refineShifts(links, byJob, fixed, offsets, &rep)
 	return rep
 }
 
