@@ -65,6 +65,9 @@ var (
 	viewCurrentFor = 3 * time.Second
 	// viewRetry is the pause before listing again after a failed watch.
 	viewRetry = 500 * time.Millisecond
+	// viewCatchUp bounds how long a write forwarded by a follower waits
+	// for its view to hold it (forwardWrite).
+	viewCatchUp = 5 * time.Second
 )
 
 // viewSegments are the key segments (under the prefix) the view keeps:
@@ -417,6 +420,27 @@ func (f *Follower) forwardRead(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// forwardWrite forwards the write r with p and, once the leader answered
+// it, waits (at most viewCatchUp) until the view holds etcd's revision of
+// that moment, which has the write: a read through this follower after a
+// write through it sees the write.
+func (f *Follower) forwardWrite(w http.ResponseWriter, r *http.Request, p http.Handler) {
+	rec := &bufferedResponse{header: http.Header{}}
+	p.ServeHTTP(rec, r)
+	if rec.code < 300 {
+		ctx, cancel := context.WithTimeout(r.Context(), viewCatchUp)
+		if resp, err := f.View.cli.Get(ctx, f.View.p+"counters/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err == nil {
+			f.View.WaitRev(ctx, resp.Header.Revision)
+		}
+		cancel()
+	}
+	for k, v := range rec.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.code)
+	w.Write(rec.body)
+}
+
 // writeView answers with body (or err) read from a view in state vs.
 func writeView(w http.ResponseWriter, vs ViewState, body any, lacks []string, err error) {
 	setViewHeaders(w.Header(), vs, time.Now())
@@ -490,4 +514,19 @@ func (f *Follower) viewEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		return evs, nil, err
 	})
+}
+
+// viewWarning is what a client says of an answer with header h taken
+// from a follower's view that is stale or lacks live figures ("" for any
+// other answer).
+func viewWarning(h http.Header) string {
+	var out []string
+	if h.Get(HeaderView) == "stale" {
+		out = append(out, fmt.Sprintf("this answer comes from a follower's view of the store that is not current: %s; it holds every change up to etcd revision %s, last confirmed current %s s ago (%s)",
+			h.Get(HeaderViewStale), h.Get(HeaderViewRevision), h.Get(HeaderViewAge), h.Get(HeaderViewConfirmed)))
+	}
+	if o := h.Get(HeaderViewOmits); o != "" {
+		out = append(out, "this answer comes from a follower's view of the store, with no leader to ask: it lacks what only the leader knows ("+o+")")
+	}
+	return strings.Join(out, "; ")
 }

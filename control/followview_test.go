@@ -236,15 +236,24 @@ func TestFollowViewAnswersReadsAsTheLeader(t *testing.T) {
 	if code != http.StatusOK || h.Get(HeaderLeader) != fx.leader {
 		t.Fatalf("hold through the follower: %d %v %s", code, h, body)
 	}
-	waitfor.T(t, ctx, "the hold in the follower's view", waitfor.Options{Stall: 20 * time.Second}, func() error {
-		_, _, body := fx.call(fx.follower, "alice", "GET", "/v1/jobs/"+j2.ID, nil)
-		var jd JobDetail
-		json.Unmarshal(body, &jd)
-		if jd.Job.State != StateHeld {
-			return fmt.Errorf("%s is %s", j2.ID, jd.Job.State)
-		}
-		return nil
-	})
+	// A write through the follower is answered once its view has it: a
+	// read through it after the write sees the write.
+	_, h, body = fx.call(fx.follower, "alice", "GET", "/v1/jobs/"+j2.ID, nil)
+	var jd JobDetail
+	json.Unmarshal(body, &jd)
+	if jd.Job.State != StateHeld || h.Get(HeaderViewRevision) == "" {
+		t.Errorf("%s read through the follower after its hold through it: %s, headers %v; want held, from the view", j2.ID, jd.Job.State, h)
+	}
+	y := strings.Replace(specYAML, "%s", "third", 1)
+	code, _, body = fx.call(fx.follower, "alice", "POST", "/v1/jobs", SubmitRequest{File: "third.yaml", Spec: y})
+	var j3 JobRecord
+	if err := json.Unmarshal(body, &j3); err != nil || code != http.StatusCreated {
+		t.Fatalf("alice submitting through the follower: %d %s", code, body)
+	}
+	code, h, body = fx.call(fx.follower, "bob", "GET", "/v1/jobs/"+j3.ID, nil)
+	if code != http.StatusOK || h.Get(HeaderViewRevision) == "" {
+		t.Errorf("%s read through the follower after its submit through it: %d %v %s; want it from the view", j3.ID, code, h, body)
+	}
 }
 
 // Issue 27, item 3: with the leader killed (before any other is elected)
@@ -361,6 +370,9 @@ func TestFollowViewStaleWithoutQuorum(t *testing.T) {
 		age, _ := strconv.ParseFloat(hd.Get(HeaderViewAge), 64)
 		if hd.Get(HeaderViewStale) == "" || hd.Get(HeaderViewConfirmed) == "" || age <= 0 {
 			t.Errorf("a stale view's headers %v: want why, when it was last confirmed and its age", hd)
+		}
+		if w := viewWarning(hd); !strings.Contains(w, "not current") || !strings.Contains(w, hd.Get(HeaderViewStale)) {
+			t.Errorf("the client's note on a stale answer: %q", w)
 		}
 		t.Logf("stale: %s (age %s s)", hd.Get(HeaderViewStale), hd.Get(HeaderViewAge))
 		return nil

@@ -201,6 +201,10 @@ func (f *Follower) forwardTo(w http.ResponseWriter, r *http.Request, leader Memb
 		return
 	}
 	w.Header().Set(HeaderLeader, leader.Addr)
+	if f.View != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		f.forwardWrite(w, out, p) // followview.go: reads after it see it
+		return
+	}
 	p.ServeHTTP(w, out)
 }
 
