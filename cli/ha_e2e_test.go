@@ -717,7 +717,11 @@ func TestHAFollowerReadsWhileLeaderKilled(t *testing.T) {
 		err := cmd.Run()
 		return out.Bytes(), errb.String(), err
 	}
-	out, stderr, err := run("submit", "--socket", followers[0].sock, "--json", "../examples/job.yaml")
+	jobFile, err := filepath.Abs("../examples/job.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := run("submit", "--socket", followers[0].sock, "--json", jobFile)
 	var rec control.JobRecord
 	if err != nil || json.Unmarshal(out, &rec) != nil || rec.ID == "" {
 		t.Fatalf("submit through the follower %s: %v %s %s", followers[0].name, err, out, stderr)
@@ -750,7 +754,7 @@ func TestHAFollowerReadsWhileLeaderKilled(t *testing.T) {
 	answered := time.Since(killed)
 	for _, f := range followers {
 		st, err := f.status(ctx)
-		t.Logf("%s after the reads (%v after the kill): role %s, leader %q, election %q, %v", f.name, answered, st.Role, st.Leader, st.Election, err)
+		t.Logf("%s after the reads (answered %v after the kill of %s, %s; status %v after): role %s, leader %q, election %q, %v", f.name, answered, lead.name, lead.addr, time.Since(killed), st.Role, st.Leader, st.Election, err)
 	}
 	for _, f := range followers {
 		out, stderr, err := run("jobs", "--socket", f.sock, "--json")

@@ -189,6 +189,7 @@ func (v *FollowView) WaitRev(ctx context.Context, rev int64) error {
 // Run feeds the view until ctx ends: list, watch, and again when the
 // watch ends.
 func (v *FollowView) Run(ctx context.Context) {
+	last := ""
 	for ctx.Err() == nil {
 		err := v.follow(ctx)
 		if ctx.Err() != nil {
@@ -197,7 +198,10 @@ func (v *FollowView) Run(ctx context.Context) {
 		v.mu.Lock()
 		v.watching, v.why = false, err.Error()
 		v.mu.Unlock()
-		v.log.Warn("follower's view: the watch of the store ended; listing again", "err", err)
+		if err.Error() != last { // once per cause, not at every retry
+			v.log.Warn("follower's view: the watch of the store ended; listing again", "err", err)
+			last = err.Error()
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(viewRetry):
