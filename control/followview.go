@@ -20,7 +20,7 @@ package control
 //     order) on the view instead of etcd: FollowView.Store.
 //
 // The follower answers from a current view, with HeaderViewRevision and
-// the other view headers (followerReads); from a stale view only when no
+// the other view headers (viewReads); from a stale view only when no
 // leader answers, saying so; otherwise it forwards as before.
 
 import (
@@ -191,12 +191,16 @@ func (v *FollowView) WaitRev(ctx context.Context, rev int64) error {
 func (v *FollowView) Run(ctx context.Context) {
 	last := ""
 	for ctx.Err() == nil {
+		began := time.Now()
 		err := v.follow(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		v.mu.Lock()
 		v.watching, v.why = false, err.Error()
+		if v.confirmed.After(began) {
+			last = "" // it listed and watched meanwhile: a new failure
+		}
 		v.mu.Unlock()
 		if err.Error() != last { // once per cause, not at every retry
 			v.log.Warn("follower's view: the watch of the store ended; listing again", "err", err)
@@ -225,6 +229,9 @@ func (v *FollowView) follow(ctx context.Context) error {
 	v.segs, v.rev, v.synced, v.watching, v.confirmed, v.why = segs, rev, true, true, time.Now(), ""
 	v.bumpLocked()
 	v.mu.Unlock()
+	if viewListedHook != nil {
+		viewListedHook(rev)
+	}
 	wch := v.cli.Watch(wctx, v.p, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
 	tick := time.NewTicker(viewProgressEvery)
 	defer tick.Stop()
@@ -247,6 +254,10 @@ func (v *FollowView) follow(ctx context.Context) error {
 		}
 	}
 }
+
+// viewListedHook, when set (tests), runs between a list at rev and the
+// watch from rev+1.
+var viewListedHook func(rev int64)
 
 // list reads every key of the kept segments at one revision.
 func (v *FollowView) list(ctx context.Context) (map[string]*kvSeg, int64, error) {

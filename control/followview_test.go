@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -388,6 +389,80 @@ func TestFollowViewStaleWithoutQuorum(t *testing.T) {
 		code, hd, body := get("/v1/jobs")
 		if code != http.StatusOK || hd.Get(HeaderView) != "current" || ids(body) != "j-000001,j-000002" {
 			return fmt.Errorf("%d view %q: %s", code, hd.Get(HeaderView), ids(body))
+		}
+		return nil
+	})
+}
+
+// The revisions a view's watch starts from were compacted between its
+// list and its watch: the watch fails (ErrCompacted), the view lists again
+// and watches from there, and has what was written meanwhile; changes
+// after that arrive by the watch.
+func TestFollowViewRelistsAfterCompaction(t *testing.T) {
+	ctx := context.Background()
+	eps := etcdtest.Start(t)
+	st := openEtcdTest(t, eps, "/replan/")
+	sub := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	job := func(n int) JobRecord {
+		return JobRecord{ID: fmt.Sprintf("j-%06d", n), Name: "n", Tenant: "research", State: StateQueued, SubmittedAt: sub.Add(time.Duration(n) * time.Second), Spec: json.RawMessage(`{}`)}
+	}
+	if err := st.CreateJob(ctx, job(1)); err != nil {
+		t.Fatal(err)
+	}
+	cli := electionClient(t, eps[0])
+	var lists atomic.Int32
+	viewListedHook = func(rev int64) {
+		if lists.Add(1) > 1 {
+			return
+		}
+		// After the first list: a job is written and etcd compacts its
+		// history past the list's revision.
+		if err := st.CreateJob(ctx, job(2)); err != nil {
+			t.Error(err)
+		}
+		// One more revision (a key outside the prefix): the compaction
+		// removes rev+1, where the watch would start.
+		r, err := cli.Put(ctx, "/elsewhere/x", "1")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := cli.Compact(ctx, r.Header.Revision); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { viewListedHook = nil })
+	view := NewFollowView(cli, "/replan/", nil)
+	vctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go view.Run(vctx)
+	vs := view.Store()
+	ids := func() string {
+		jobs, err := vs.ListJobs(ctx, JobFilter{})
+		if err != nil {
+			return err.Error()
+		}
+		var out []string
+		for _, j := range jobs {
+			out = append(out, j.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	waitfor.T(t, ctx, "the view listed again after the compaction", waitfor.Options{Stall: 20 * time.Second}, func() error {
+		if got := ids(); got != "j-000001,j-000002" || !view.State().Current {
+			return fmt.Errorf("view %s, %+v", got, view.State())
+		}
+		return nil
+	})
+	if n := lists.Load(); n < 2 {
+		t.Errorf("the view listed %d times, want a second list after the compaction", n)
+	}
+	if err := st.CreateJob(ctx, job(3)); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.T(t, ctx, "a job written after the relist in the view", waitfor.Options{Stall: 20 * time.Second}, func() error {
+		if got := ids(); got != "j-000001,j-000002,j-000003" {
+			return fmt.Errorf("view %s", got)
 		}
 		return nil
 	})
