@@ -249,6 +249,14 @@ func runHADaemon(ctx context.Context, o daemonOptions, log *slog.Logger, stderr 
 	var sockH, tcpH swapHandler
 	fsock := &control.Follower{API: &control.API{Access: acc}, El: el, Token: token, Version: version}
 	ftcp := &control.Follower{API: &control.API{Access: acc, Token: token}, El: el, Token: token, Version: version}
+	if h.store == "etcd" {
+		// Reads of stored records are answered from a view of the store
+		// fed by a watch (docs/ha.md, "Followers"), kept while leading
+		// too: it is current the moment this daemon follows again.
+		view := control.NewFollowView(cli, h.prefix, log)
+		go view.Run(ctx)
+		fsock.View, ftcp.View = view, view
+	}
 	follow := func() { sockH.set(fsock.Handler()); tcpH.set(ftcp.Handler()) }
 	follow()
 	errc := make(chan error, 2)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -645,4 +646,143 @@ func startHAMembers(t *testing.T, bin, dir, prefix string, args func(m *haMember
 		}
 	})
 	return members
+}
+
+// Issue 27, item 2: a client pointed at any member works, reads included
+// while no daemon leads. Three daemon processes on one etcd: a job
+// submitted through a follower is in that follower's `replan jobs` at once
+// (its view holds the write before the submit returns); the leader is
+// killed, and at once, before another is elected, both followers answer
+// GET /v1/jobs and /v1/jobs/{id} from their views (X-Replan-View-Revision,
+// not forwarded), and `replan jobs` and `replan job` through them work.
+func TestHAFollowerReadsWhileLeaderKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the replan binary and runs three daemons")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not on PATH")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "replan")
+	if out, err := exec.Command(gobin, "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	inv, err := filepath.Abs("../inventory.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := etcdtest.Start(t)[0]
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("ha-test-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	members := startHAMembers(t, bin, dir, "f", func(m *haMember, port string) []string {
+		return []string{"daemon", "--inventory", inv, "--db", filepath.Join(dir, "shared.db"), "--socket", m.sock,
+			"--listen", port, "--advertise", m.addr, "--token-file", token, "--store", "etcd", "--etcd-endpoints", endpoint, "--etcd-prefix", "/ha-follow/",
+			"--name", m.name, "--election-ttl", "2s", "--tick", "500ms"}
+	})
+	var lead *haMember
+	waitfor.T(t, ctx, "a leader and two followers", waitfor.Options{Stall: 90 * time.Second}, func() error {
+		var seen []string
+		lead = nil
+		for _, m := range members {
+			st, err := m.status(ctx)
+			if err != nil {
+				seen = append(seen, m.name+": down")
+				continue
+			}
+			seen = append(seen, fmt.Sprintf("%s: %s, %d members", m.name, st.Role, len(st.Members)))
+			if st.Role == "leader" && st.Leader == m.addr && len(st.Members) == 3 {
+				lead = m
+			}
+		}
+		if lead == nil || strings.Contains(strings.Join(seen, " "), "down") {
+			return fmt.Errorf("%s", strings.Join(seen, "; "))
+		}
+		return nil
+	})
+	var followers []*haMember
+	for _, m := range members {
+		if m != lead {
+			followers = append(followers, m)
+		}
+	}
+	run := func(args ...string) ([]byte, string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return out.Bytes(), errb.String(), err
+	}
+	jobFile, err := filepath.Abs("../examples/job.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := run("submit", "--socket", followers[0].sock, "--json", jobFile)
+	var rec control.JobRecord
+	if err != nil || json.Unmarshal(out, &rec) != nil || rec.ID == "" {
+		t.Fatalf("submit through the follower %s: %v %s %s", followers[0].name, err, out, stderr)
+	}
+	out, stderr, err = run("jobs", "--socket", followers[0].sock, "--json")
+	if err != nil || !bytes.Contains(out, []byte(`"`+rec.ID+`"`)) {
+		t.Fatalf("replan jobs through %s right after its submit through it: %v %s %s; want %s", followers[0].name, err, out, stderr, rec.ID)
+	}
+	// The other follower's view has it soon (its watch).
+	waitfor.T(t, ctx, rec.ID+" in "+followers[1].name+"'s view", waitfor.Options{Stall: 30 * time.Second}, func() error {
+		code, h, body := haViewGet(ctx, followers[1].sock, "/v1/jobs/"+rec.ID)
+		if code != 200 || h.Get(control.HeaderViewRevision) == "" && h.Get(control.HeaderLeader) == "" {
+			return fmt.Errorf("%d %v %.200s", code, h, body)
+		}
+		return nil
+	})
+
+	lead.kill()
+	killed := time.Now()
+	for _, f := range followers {
+		code, h, body := haViewGet(ctx, f.sock, "/v1/jobs")
+		if code != 200 || h.Get(control.HeaderViewRevision) == "" || h.Get(control.HeaderView) != "current" || h.Get(control.HeaderLeader) != "" || !bytes.Contains(body, []byte(`"`+rec.ID+`"`)) {
+			t.Errorf("GET /v1/jobs through %s %v after the leader was killed: %d %v %.300s; want the view's current answer with %s", f.name, time.Since(killed), code, h, body, rec.ID)
+		}
+		code, h, body = haViewGet(ctx, f.sock, "/v1/jobs/"+rec.ID)
+		if code != 200 || h.Get(control.HeaderViewRevision) == "" || h.Get(control.HeaderLeader) != "" {
+			t.Errorf("GET /v1/jobs/%s through %s %v after the leader was killed: %d %v %.300s; want the view's answer", rec.ID, f.name, time.Since(killed), code, h, body)
+		}
+	}
+	answered := time.Since(killed)
+	for _, f := range followers {
+		st, err := f.status(ctx)
+		t.Logf("%s after the reads (answered %v after the kill of %s, %s; status %v after): role %s, leader %q, election %q, %v", f.name, answered, lead.name, lead.addr, time.Since(killed), st.Role, st.Leader, st.Election, err)
+	}
+	for _, f := range followers {
+		out, stderr, err := run("jobs", "--socket", f.sock, "--json")
+		if err != nil || !bytes.Contains(out, []byte(`"`+rec.ID+`"`)) {
+			t.Errorf("replan jobs through %s with the leader killed: %v %s %s", f.name, err, out, stderr)
+		}
+		out, stderr, err = run("job", rec.ID, "--socket", f.sock, "--json")
+		if err != nil || !bytes.Contains(out, []byte(`"`+rec.ID+`"`)) {
+			t.Errorf("replan job %s through %s with the leader killed: %v %s %s", rec.ID, f.name, err, out, stderr)
+		}
+		if stderr != "" {
+			t.Logf("replan job through %s: stderr %s", f.name, stderr)
+		}
+	}
+}
+
+// haViewGet is GET path on a daemon's socket: status, headers, body.
+func haViewGet(ctx context.Context, sock, path string) (int, http.Header, []byte) {
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://replan"+path, nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
 }

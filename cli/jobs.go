@@ -56,6 +56,10 @@ func (o *clientOptions) client() (*control.Client, error) {
 	if o.timeout == 0 {
 		c.Timeout = -1 // none
 	}
+	if o.cmd != nil {
+		// A follower's answer from a stale view says so (docs/ha.md).
+		c.Warn = func(msg string) { fmt.Fprintln(o.cmd.ErrOrStderr(), "replan: note: "+msg) }
+	}
 	return c, nil
 }
 

@@ -145,7 +145,13 @@ func (s *SQLite) JobOwners(ctx context.Context) (map[string]string, error) {
 
 // owners is every job's submitter (empty when the store keeps none).
 func (d *Daemon) owners(ctx context.Context) (map[string]string, error) {
-	if os, ok := d.cfg.Store.(ownersStore); ok {
+	return ownersIn(ctx, d.cfg.Store)
+}
+
+// ownersIn is every job's submitter as st records them (none when st
+// does not record them).
+func ownersIn(ctx context.Context, st storeReads) (map[string]string, error) {
+	if os, ok := st.(ownersStore); ok {
 		return os.JobOwners(ctx)
 	}
 	return map[string]string{}, nil
@@ -510,8 +516,8 @@ type errorString string
 func (e errorString) Error() string { return string(e) }
 
 // filterJobs keeps the jobs f selects.
-func (d *Daemon) filterJobs(ctx context.Context, jobs []JobRecord, f ReadFilter) ([]JobRecord, error) {
-	owners, err := d.owners(ctx)
+func filterJobs(ctx context.Context, st storeReads, jobs []JobRecord, f ReadFilter) ([]JobRecord, error) {
+	owners, err := ownersIn(ctx, st)
 	if err != nil {
 		return nil, err
 	}
@@ -555,14 +561,20 @@ func (a *API) filteredQueue(w http.ResponseWriter, r *http.Request) {
 // a tenant or state, that of its job (now): events of no job match no
 // tenant or state.
 func (d *Daemon) filteredEvents(ctx context.Context, after int64, limit int, f ReadFilter) ([]Event, int64, error) {
+	return filteredEvents(ctx, d.cfg.Store, after, limit, f)
+}
+
+// filteredEvents is Daemon.filteredEvents on st: the daemon's store, or a
+// follower's view of it (followview.go).
+func filteredEvents(ctx context.Context, st storeReads, after int64, limit int, f ReadFilter) ([]Event, int64, error) {
 	if !f.byJob() {
-		evs, err := d.cfg.Store.Events(ctx, after, limit)
+		evs, err := st.Events(ctx, after, limit)
 		if len(evs) > 0 {
 			after = evs[len(evs)-1].ID
 		}
 		return evs, after, err
 	}
-	owners, err := d.owners(ctx)
+	owners, err := ownersIn(ctx, st)
 	if err != nil {
 		return nil, after, err
 	}
@@ -571,7 +583,7 @@ func (d *Daemon) filteredEvents(ctx context.Context, after int64, limit int, f R
 		if j, ok := jobs[id]; ok {
 			return j, nil
 		}
-		j, err := d.cfg.Store.GetJob(ctx, id)
+		j, err := st.GetJob(ctx, id)
 		if errors.Is(err, ErrNotFound) {
 			jobs[id] = nil
 			return nil, nil
@@ -584,7 +596,7 @@ func (d *Daemon) filteredEvents(ctx context.Context, after int64, limit int, f R
 	}
 	var out []Event
 	for len(out) < limit {
-		page, err := d.cfg.Store.Events(ctx, after, 1000)
+		page, err := st.Events(ctx, after, 1000)
 		if err != nil {
 			return nil, after, err
 		}

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -354,51 +355,97 @@ func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
 		writeEncoded(w, body, at, err)
 		return
 	}
-	jobs, err := a.D.cfg.Store.ListJobs(r.Context(), f)
+	jobs, err := listJobs(r.Context(), a.D.cfg.Store, rf, &a.D.enc.redact, a.D)
 	if err != nil {
 		writeErr(w, statusOf(err), err)
 		return
 	}
+	writeJSON(w, http.StatusOK, jobs)
+}
+
+// storeReads is what the API's reads of stored records use: the daemon's
+// Store, or a follower's view of it (followview.go), which answers the
+// same reads with the same code.
+type storeReads interface {
+	GetJob(ctx context.Context, id string) (JobRecord, error)
+	ListJobs(ctx context.Context, f JobFilter) ([]JobRecord, error)
+	History(ctx context.Context, jobID string) ([]Transition, error)
+	Decisions(ctx context.Context, jobID string, limit int) ([]DecisionRecord, error)
+	Events(ctx context.Context, after int64, limit int) ([]Event, error)
+}
+
+// listJobs is GET /v1/jobs read from st: the records rf selects, env
+// values hidden (a list carries env keys only: redact.go). live, when set
+// (the leader's daemon), gives running jobs their progress as last
+// observed; without it (a follower's view) they carry it as last stored.
+func listJobs(ctx context.Context, st storeReads, rf ReadFilter, red *redactor, live *Daemon) ([]JobRecord, error) {
+	f := JobFilter{States: rf.States}
+	if len(rf.Tenants) == 1 {
+		f.Tenant = rf.Tenants[0]
+	}
+	jobs, err := st.ListJobs(ctx, f)
+	if err != nil {
+		return nil, err
+	}
 	if len(rf.Users) > 0 || len(rf.Tenants) > 1 {
-		if jobs, err = a.D.filterJobs(r.Context(), jobs, rf); err != nil {
-			writeErr(w, statusOf(err), err)
-			return
+		if jobs, err = filterJobs(ctx, st, jobs, rf); err != nil {
+			return nil, err
 		}
 	}
-	jobs = a.D.enc.redact.records(jobs) // a copy
+	jobs = red.records(jobs) // a copy
 	for i := range jobs {
-		if it, ck, ok := a.D.liveProgress(jobs[i].ID); ok && jobs[i].State == StateRunning {
+		if live == nil {
+			break
+		}
+		if it, ck, ok := live.liveProgress(jobs[i].ID); ok && jobs[i].State == StateRunning {
 			jobs[i].Iterations, jobs[i].Checkpoint = max(it, jobs[i].Iterations), max(ck, jobs[i].Checkpoint)
 		}
 	}
 	if jobs == nil {
 		jobs = []JobRecord{}
 	}
-	writeJSON(w, http.StatusOK, jobs)
+	return jobs, nil
 }
 
 func (a *API) job(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	j, err := a.D.cfg.Store.GetJob(r.Context(), id)
+	jd, err := jobDetail(r.Context(), a.D.cfg.Store, a.Access, a.D, r.PathValue("id"))
 	if err != nil {
 		writeErr(w, statusOf(err), err)
 		return
 	}
-	if a.jobRule(r.Context(), "see the env values of", j) != nil {
+	writeJSON(w, http.StatusOK, jd)
+}
+
+// jobDetail is GET /v1/jobs/{id} read from st: the job as stored (env
+// values hidden unless the caller may see them: its owner, its tenant's
+// admins, the admins), its history and its decisions. live, when set (the
+// leader's daemon), adds what only its memory holds: a running job's
+// throughput, its checkpointing and its progress as last observed; a
+// follower's view (live nil) leaves them zero.
+func jobDetail(ctx context.Context, st storeReads, acc *Access, live *Daemon, id string) (JobDetail, error) {
+	j, err := st.GetJob(ctx, id)
+	if err != nil {
+		return JobDetail{}, err
+	}
+	if jobRuleIn(ctx, acc, st, "see the env values of", j) != nil {
 		// Not its owner, its tenant's admin or an admin (or the owner
 		// could not be read): the env's keys only.
 		j.Spec = redactSpec(j.Spec)
 	}
-	if it, ck, ok := a.D.liveProgress(id); ok && j.State == StateRunning {
-		j.Iterations, j.Checkpoint = max(it, j.Iterations), max(ck, j.Checkpoint)
+	var jd JobDetail
+	if live != nil {
+		if it, ck, ok := live.liveProgress(id); ok && j.State == StateRunning {
+			j.Iterations, j.Checkpoint = max(it, j.Iterations), max(ck, j.Checkpoint)
+		}
+		jd.Throughput = live.JobThroughput(id)
+		if c, ok := live.JobCheckpointing(id); ok {
+			jd.Checkpointing = &c
+		}
 	}
-	h, _ := a.D.cfg.Store.History(r.Context(), id)
-	ds, _ := a.D.cfg.Store.Decisions(r.Context(), id, 100)
-	jd := JobDetail{Job: j, Throughput: a.D.JobThroughput(id), History: h, Decisions: ds}
-	if c, ok := a.D.JobCheckpointing(id); ok {
-		jd.Checkpointing = &c
-	}
-	writeJSON(w, http.StatusOK, jd)
+	jd.Job = j
+	jd.History, _ = st.History(ctx, id)
+	jd.Decisions, _ = st.Decisions(ctx, id, 100)
+	return jd, nil
 }
 
 func (a *API) jobOp(w http.ResponseWriter, r *http.Request) {

@@ -338,15 +338,21 @@ func (a *API) checkJobOp(ctx context.Context, op, id string) error {
 // jobRule applies the job-owner rule to op on job j: its owner, its
 // tenant's admins and the admins (everyone in a single-user daemon).
 func (a *API) jobRule(ctx context.Context, op string, j JobRecord) error {
-	if !a.Access.MultiUser() {
+	return jobRuleIn(ctx, a.Access, a.D.cfg.Store, op, j)
+}
+
+// jobRuleIn is jobRule with the job's owner read from st: the daemon's
+// store, or a follower's view of it (followview.go).
+func jobRuleIn(ctx context.Context, acc *Access, st storeReads, op string, j JobRecord) error {
+	if !acc.MultiUser() {
 		return nil
 	}
 	owner := ""
-	if ows, ok := a.D.cfg.Store.(jobOwnerStore); ok {
+	if ows, ok := st.(jobOwnerStore); ok {
 		var err error
 		if owner, err = ows.JobOwner(ctx, j.ID); err != nil {
 			return err
 		}
 	}
-	return a.Access.canActOn(callerOf(ctx), op, j, owner)
+	return acc.canActOn(callerOf(ctx), op, j, owner)
 }

@@ -32,6 +32,10 @@ type Client struct {
 	Timeout time.Duration
 	// Addr names the daemon in errors ("" : Base).
 	Addr string
+	// Warn, when set, is told of an answer a follower took from a stale
+	// view of the store, or from a view without the leader's live figures
+	// (followview.go): the command shows it with the answer.
+	Warn func(msg string)
 	// local: the transport is a unix socket (or an SSH channel to one), so
 	// a token may go over http://.
 	local bool
@@ -224,6 +228,11 @@ func (c *Client) doOnce(ctx context.Context, method, path string, hdr http.Heade
 		return c.failed(ctx, err)
 	}
 	defer resp.Body.Close()
+	if c.Warn != nil {
+		if msg := viewWarning(resp.Header); msg != "" {
+			c.Warn(msg)
+		}
+	}
 	if resp.StatusCode >= 300 {
 		re := &RemoteError{Status: resp.StatusCode, noLeader: resp.Header.Get(HeaderNoLeader) != ""}
 		if err := json.NewDecoder(resp.Body).Decode(&re.APIError); err != nil || re.APIError.Error == "" {

@@ -91,7 +91,10 @@ type EtcdConfig struct {
 // interface the daemon uses (owners, idempotency keys, drains, epochs,
 // launch history), as SQLite does.
 type EtcdStore struct {
-	cli       *clientv3.Client
+	cli *clientv3.Client
+	// rd is where the read methods read: etcd through cli, or a
+	// follower's view of it (followview.go).
+	rd        etcdReader
 	own       bool // Close closes cli
 	p         string
 	retention time.Duration
@@ -161,7 +164,7 @@ func newEtcdStore(cli *clientv3.Client, prefix string, retention time.Duration) 
 	if retention == 0 {
 		retention = DefaultEventRetention
 	}
-	s := &EtcdStore{cli: cli, p: prefix, retention: retention, ctr: map[string]etcdCounter{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &EtcdStore{cli: cli, rd: etcdKV{cli}, p: prefix, retention: retention, ctr: map[string]etcdCounter{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.compactLoop()
 	return s
 }
@@ -281,6 +284,44 @@ func (s *EtcdStore) scan(ctx context.Context, prefix string, fn func(*mvccpb.Key
 }
 
 func (s *EtcdStore) scanRange(ctx context.Context, from, end string, fn func(*mvccpb.KeyValue) (bool, error)) error {
+	return s.rd.scan(ctx, from, end, fn)
+}
+
+// etcdReader reads the store's keys: etcd itself (etcdKV), or a
+// follower's view of it fed by a watch (followView).
+type etcdReader interface {
+	// get returns the keys of [key, end) (key alone when end is ""), in
+	// key order (descending with desc), at most limit of them (0: all).
+	get(ctx context.Context, key, end string, limit int64, desc bool) ([]*mvccpb.KeyValue, error)
+	// scan calls fn with every key of [from, end) in key order, as of one
+	// revision, until fn returns false.
+	scan(ctx context.Context, from, end string, fn func(*mvccpb.KeyValue) (bool, error)) error
+}
+
+// etcdKV reads from etcd.
+type etcdKV struct{ cli *clientv3.Client }
+
+func (e etcdKV) get(ctx context.Context, key, end string, limit int64, desc bool) ([]*mvccpb.KeyValue, error) {
+	var opts []clientv3.OpOption
+	if end != "" {
+		opts = append(opts, clientv3.WithRange(end))
+	}
+	if limit > 0 {
+		opts = append(opts, clientv3.WithLimit(limit))
+	}
+	if desc {
+		opts = append(opts, clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend))
+	}
+	r, err := e.cli.Get(ctx, key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return r.Kvs, nil
+}
+
+// scan reads in pages of etcdScanPage keys, all at the first page's
+// revision.
+func (e etcdKV) scan(ctx context.Context, from, end string, fn func(*mvccpb.KeyValue) (bool, error)) error {
 	key := from
 	var rev int64
 	for {
@@ -288,7 +329,7 @@ func (s *EtcdStore) scanRange(ctx context.Context, from, end string, fn func(*mv
 		if rev > 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
-		r, err := s.cli.Get(ctx, key, opts...)
+		r, err := e.cli.Get(ctx, key, opts...)
 		if err != nil {
 			return err
 		}
@@ -672,14 +713,14 @@ func (s *EtcdStore) CreateJob(ctx context.Context, j JobRecord) error {
 // GetJob implements Store.
 func (s *EtcdStore) GetJob(ctx context.Context, id string) (JobRecord, error) {
 	var j JobRecord
-	r, err := s.cli.Get(ctx, s.k("jobs", id))
+	kvs, err := s.rd.get(ctx, s.k("jobs", id), "", 0, false)
 	if err != nil {
 		return j, fmt.Errorf("job %s: %w", id, err)
 	}
-	if len(r.Kvs) == 0 {
+	if len(kvs) == 0 {
 		return j, fmt.Errorf("job %s: %w", id, ErrNotFound)
 	}
-	if err := json.Unmarshal(r.Kvs[0].Value, &j); err != nil {
+	if err := json.Unmarshal(kvs[0].Value, &j); err != nil {
 		return j, fmt.Errorf("job %s: %w", id, err)
 	}
 	normJob(&j)
@@ -782,12 +823,12 @@ func (s *EtcdStore) Decisions(ctx context.Context, jobID string, limit int) ([]D
 	if jobID != "" {
 		prefix = s.k("jobdecisions", jobID) + "/"
 	}
-	r, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(limit)))
+	kvs, err := s.rd.get(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), int64(limit), true)
 	if err != nil {
 		return nil, fmt.Errorf("decisions: %w", err)
 	}
 	var out []DecisionRecord
-	for _, kv := range r.Kvs {
+	for _, kv := range kvs {
 		var d DecisionRecord
 		if err := json.Unmarshal(kv.Value, &d); err != nil {
 			return nil, fmt.Errorf("decision %s: %w", kv.Key, err)
@@ -828,12 +869,12 @@ func (s *EtcdStore) Events(ctx context.Context, after int64, limit int) ([]Event
 	if limit <= 0 {
 		limit = 1000
 	}
-	r, err := s.cli.Get(ctx, s.k("events", seqKey(max(after, 0)+1)), clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.k("events/"))), clientv3.WithLimit(int64(limit)))
+	kvs, err := s.rd.get(ctx, s.k("events", seqKey(max(after, 0)+1)), clientv3.GetPrefixRangeEnd(s.k("events/")), int64(limit), false)
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
 	var out []Event
-	for _, kv := range r.Kvs {
+	for _, kv := range kvs {
 		var e Event
 		if err := json.Unmarshal(kv.Value, &e); err != nil {
 			return nil, fmt.Errorf("event %s: %w", kv.Key, err)
@@ -991,12 +1032,12 @@ func (s *EtcdStore) JobOwners(ctx context.Context) (map[string]string, error) {
 
 // JobOwner is the user who submitted job id ("" when not recorded).
 func (s *EtcdStore) JobOwner(ctx context.Context, id string) (string, error) {
-	r, err := s.cli.Get(ctx, s.k("owners", id))
-	if err != nil || len(r.Kvs) == 0 {
+	kvs, err := s.rd.get(ctx, s.k("owners", id), "", 0, false)
+	if err != nil || len(kvs) == 0 {
 		return "", err
 	}
 	var u string
-	if err := json.Unmarshal(r.Kvs[0].Value, &u); err != nil {
+	if err := json.Unmarshal(kvs[0].Value, &u); err != nil {
 		return "", fmt.Errorf("owner of %s: %w", id, err)
 	}
 	return u, nil

@@ -13,6 +13,9 @@ package control
 // HeaderForwardedUID. The leader accepts those headers only with that
 // token, which already speaks for the daemon's own user (an admin).
 //
+// With a view of the store (a store on etcd: followview.go) a follower
+// answers the reads of stored records itself.
+//
 // A follower answers GET /v1/status itself when no leader answers, with
 // its role, the members and an empty leader. Anything else without a
 // leader is 503 with HeaderNoLeader: clients retry it (a submit with the
@@ -133,6 +136,11 @@ type Follower struct {
 	Token string
 	// Version is this binary's, for a status answered without a leader.
 	Version string
+	// View, when set (a store on etcd), answers the reads of stored
+	// records (GET /v1/jobs, /v1/jobs/{id}, /v1/events): followview.go.
+	View *FollowView
+
+	red redactor // the view's lists: env keys only
 
 	mu    sync.Mutex
 	proxy map[string]*httputil.ReverseProxy // per leader address+fingerprint
@@ -143,20 +151,40 @@ func (f *Follower) Handler() http.Handler {
 	if f.API.HA == nil {
 		f.API.HA = f.El
 	}
-	return f.API.authorize(http.HandlerFunc(f.serve))
+	var h http.Handler = http.HandlerFunc(f.serve)
+	if f.View != nil {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /v1/jobs", f.viewJobs) // followview.go
+		mux.HandleFunc("GET /v1/jobs/{id}", f.viewJob)
+		mux.HandleFunc("GET /v1/events", f.viewEvents)
+		mux.Handle("/", h)
+		h = mux
+	}
+	return f.API.authorize(h)
 }
 
+// serve forwards r to the leader.
 func (f *Follower) serve(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), max(f.El.cfg.TTL/2, time.Second))
+	leader, err := f.leader(r.Context())
+	if err != nil {
+		f.noLeader(w, r, err)
+		return
+	}
+	f.forwardTo(w, r, leader)
+}
+
+// leader is the leader to forward to (ErrNoLeader: none).
+func (f *Follower) leader(ctx context.Context) (Member, error) {
+	ctx, cancel := context.WithTimeout(ctx, max(f.El.cfg.TTL/2, time.Second))
 	leader, err := f.El.Leader(ctx)
 	cancel()
 	if err == nil && leader.Addr == f.El.cfg.Self.Addr {
 		err = fmt.Errorf("%w: this daemon was just elected and is taking over", ErrNoLeader)
 	}
-	if err != nil {
-		f.noLeader(w, r, err)
-		return
-	}
+	return leader, err
+}
+
+func (f *Follower) forwardTo(w http.ResponseWriter, r *http.Request, leader Member) {
 	p := f.proxyTo(leader)
 	id := callerOf(r.Context())
 	out := r.Clone(r.Context())
@@ -173,6 +201,10 @@ func (f *Follower) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set(HeaderLeader, leader.Addr)
+	if f.View != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		f.forwardWrite(w, out, p) // followview.go: reads after it see it
+		return
+	}
 	p.ServeHTTP(w, out)
 }
 
