@@ -235,7 +235,9 @@ func runHAPartition(t *testing.T, linkDown bool) {
 				t.Fatalf("the agent on %s: %v", h.Name, err)
 			}
 			for _, p := range ps {
-				if strings.HasPrefix(p.Spec.ID, rec.ID) && p.State == agent.StateRunning {
+				// (not its model's profile runs, "<id>-profile-<k>": one
+				// still stopping at the cut is not the job's launch)
+				if strings.HasPrefix(p.Spec.ID, rec.ID+"-a") && p.State == agent.StateRunning {
 					out = append(out, fmt.Sprintf("%s %s %d", h.Name, p.Spec.ID, p.PID))
 				}
 			}
@@ -257,7 +259,11 @@ func runHAPartition(t *testing.T, linkDown bool) {
 	// progress, its start not yet observed).
 	poll(t, ctx, "the job's process started", 2*time.Minute, func() error {
 		if n := len(launches()); n == 0 {
-			return fmt.Errorf("no launch in the trail yet")
+			d, err := old.client.Job(ctx, rec.ID)
+			if err != nil {
+				return fmt.Errorf("no launch in the trail yet (job: %v)", err)
+			}
+			return fmt.Errorf("no launch in the trail yet (%s: %s)", d.Job.State, d.Job.Reason)
 		}
 		return nil
 	})
