@@ -104,24 +104,7 @@ func TestHAFailover(t *testing.T) {
 		}
 		kills = n
 	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not on PATH")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "replan")
-	if out, err := exec.Command(gobin, "build", "-o", bin, "..").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	inv, err := filepath.Abs("../inventory.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	endpoint := etcdtest.Start(t)[0]
-	token := filepath.Join(dir, "token")
-	if err := os.WriteFile(token, []byte("ha-test-token-0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, bin, inv, endpoint, token := haTestEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -659,24 +642,7 @@ func TestHAFollowerReadsWhileLeaderKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the replan binary and runs three daemons")
 	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not on PATH")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "replan")
-	if out, err := exec.Command(gobin, "build", "-o", bin, "..").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	inv, err := filepath.Abs("../inventory.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	endpoint := etcdtest.Start(t)[0]
-	token := filepath.Join(dir, "token")
-	if err := os.WriteFile(token, []byte("ha-test-token-0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, bin, inv, endpoint, token := haTestEnv(t)
 	ctx := context.Background()
 	members := startHAMembers(t, bin, dir, "f", func(m *haMember, port string) []string {
 		return []string{"daemon", "--inventory", inv, "--db", filepath.Join(dir, "shared.db"), "--socket", m.sock,
@@ -785,4 +751,31 @@ func haViewGet(ctx context.Context, sock, path string) (int, http.Header, []byte
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, b
+}
+
+// haTestEnv prepares what the HA tests' daemon processes share: a
+// temporary directory, the replan binary built into it, the example
+// inventory, a real etcd (embedded, its client endpoint) and the members'
+// token file.
+func haTestEnv(t *testing.T) (dir, bin, inv, endpoint, token string) {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not on PATH")
+	}
+	dir = t.TempDir()
+	bin = filepath.Join(dir, "replan")
+	if out, err := exec.Command(gobin, "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	inv, err = filepath.Abs("../inventory.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint = etcdtest.Start(t)[0]
+	token = filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("ha-test-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, bin, inv, endpoint, token
 }

@@ -139,6 +139,19 @@ func (fx *followFixture) submit(user, name string) JobRecord {
 	return rec
 }
 
+// runningAndQueued submits two jobs of alice's with a round between
+// (the first runs) and waits for the second in the follower's view, whose
+// revision it returns.
+func (fx *followFixture) runningAndQueued() (first, second JobRecord, rev int64) {
+	fx.t.Helper()
+	first = fx.submit("alice", "first")
+	if _, err := fx.d.Round(context.Background()); err != nil {
+		fx.t.Fatal(err)
+	}
+	second = fx.submit("alice", "second")
+	return first, second, fx.waitInView(second.ID)
+}
+
 // waitInView waits until the follower answers GET /v1/jobs/{id} from its
 // view, and returns the view's revision it answered at.
 func (fx *followFixture) waitInView(id string) int64 {
@@ -178,12 +191,7 @@ func sameJSON(t *testing.T, what string, a, b []byte) {
 func TestFollowViewAnswersReadsAsTheLeader(t *testing.T) {
 	ctx := context.Background()
 	fx := startFollowFixture(t, etcdtest.Start(t))
-	j1 := fx.submit("alice", "first")
-	if _, err := fx.d.Round(ctx); err != nil {
-		t.Fatal(err)
-	}
-	j2 := fx.submit("alice", "second")
-	rev := fx.waitInView(j2.ID)
+	j1, j2, rev := fx.runningAndQueued()
 	kv, err := fx.cli.Get(ctx, "/replan/jobs/"+j2.ID)
 	if err != nil || len(kv.Kvs) == 0 {
 		t.Fatalf("%s in etcd: %v", j2.ID, err)
@@ -264,12 +272,7 @@ func TestFollowViewAnswersReadsAsTheLeader(t *testing.T) {
 func TestFollowViewReadsWithoutALeader(t *testing.T) {
 	ctx := context.Background()
 	fx := startFollowFixture(t, etcdtest.Start(t))
-	j1 := fx.submit("alice", "first")
-	if _, err := fx.d.Round(ctx); err != nil {
-		t.Fatal(err)
-	}
-	j2 := fx.submit("alice", "second")
-	fx.waitInView(j2.ID)
+	j1, j2, _ := fx.runningAndQueued()
 	_, _, before := fx.call(fx.follower, "alice", "GET", "/v1/jobs", nil)
 	_, _, evBefore := fx.call(fx.leader, "alice", "GET", "/v1/events", nil)
 

@@ -84,18 +84,7 @@ func TestReduceOpsWaitPerServer(t *testing.T) {
 	truth := fitTruth()
 	truth.Env = A800
 	truth.Params.KHop = 2e-3
-	var samples []Sample
-	for _, pl := range []Placement{{8}, {4}, {2}, {1}, {4, 4}, {2, 2}, {2, 2, 2, 2}, {8, 8}, {4, 4, 4, 4}} {
-		for _, zero := range []int{0, 2} {
-			q := Plan{DP: pl.GPUs(), TP: 1, PP: 1, MicroBatch: max(8/pl.GPUs(), 1), GA: 1, ZeRO: zero}
-			r := Resources{Placement: pl, CPUsPerGPU: 4}
-			b, err := truth.Predict(q, r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			samples = append(samples, Sample{Plan: q, Resources: r, IterS: b.Iter})
-		}
-	}
+	samples := dpSamples(t, truth, []Placement{{8}, {4}, {2}, {1}, {4, 4}, {2, 2}, {2, 2, 2, 2}, {8, 8}, {4, 4, 4, 4}}, func(q *Plan) { q.ZeRO = 2 })
 	start := truth
 	start.Params = DefaultParams
 	k, _, err := Fit(start, samples, FitOptions{})

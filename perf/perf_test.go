@@ -616,27 +616,7 @@ func TestStrayPlacement(t *testing.T) {
 	// The fit finds k_uneven from the runs that identify it.
 	truth := m
 	truth.Params.KUneven = 0.2
-	var samples []Sample
-	for _, pl := range []Placement{{8}, {4}, {2}, {1}, {4, 4}, {2, 2}, {2, 2, 2, 2}, {5, 3}, {3, 3, 2}, {1, 1}} {
-		for _, off := range []bool{false, true} {
-			q := Plan{DP: pl.GPUs(), TP: 1, PP: 1, MicroBatch: max(8/pl.GPUs(), 1), GA: 1}
-			if off {
-				q.ZeRO, q.Offload = 2, true
-			}
-			r := Resources{Placement: pl, CPUsPerGPU: 4}
-			b, err := truth.Predict(q, r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			samples = append(samples, Sample{Plan: q, Resources: r, IterS: b.Iter})
-		}
-	}
-	start := truth
-	start.Params = DefaultParams
-	k, _, err := Fit(start, samples, FitOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := refitDP(t, truth, []Placement{{8}, {4}, {2}, {1}, {4, 4}, {2, 2}, {2, 2, 2, 2}, {5, 3}, {3, 3, 2}, {1, 1}}, func(q *Plan) { q.ZeRO, q.Offload = 2, true })
 	if k.KUneven < 0.16 || k.KUneven > 0.24 {
 		t.Errorf("fitted k_uneven %.3f, want about 0.2", k.KUneven)
 	}
@@ -827,4 +807,39 @@ func TestSaveIntervalYoungDaly(t *testing.T) {
 	if c := CheckpointCostEstimate(134912); c != MinCheckpointS {
 		t.Errorf("checkpoint of a tiny model: %.3f s, want %.0f", c, MinCheckpointS)
 	}
+}
+
+// dpSamples are truth's predictions of pure-DP plans (micro-batch
+// 8/GPUs, 4 CPUs a GPU) on each placement, each once as is and once
+// changed by variant.
+func dpSamples(t *testing.T, truth Model, pls []Placement, variant func(q *Plan)) []Sample {
+	t.Helper()
+	var samples []Sample
+	for _, pl := range pls {
+		for v := range 2 {
+			q := Plan{DP: pl.GPUs(), TP: 1, PP: 1, MicroBatch: max(8/pl.GPUs(), 1), GA: 1}
+			if v == 1 {
+				variant(&q)
+			}
+			r := Resources{Placement: pl, CPUsPerGPU: 4}
+			b, err := truth.Predict(q, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			samples = append(samples, Sample{Plan: q, Resources: r, IterS: b.Iter})
+		}
+	}
+	return samples
+}
+
+// refitDP fits Params, from DefaultParams, to dpSamples of truth.
+func refitDP(t *testing.T, truth Model, pls []Placement, variant func(q *Plan)) Params {
+	t.Helper()
+	start := truth
+	start.Params = DefaultParams
+	k, _, err := Fit(start, dpSamples(t, truth, pls, variant), FitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

@@ -1,11 +1,7 @@
 package sim
 
 import (
-	"context"
 	"testing"
-
-	"github.com/replan/replan/cluster"
-	"github.com/replan/replan/perf"
 )
 
 // TestCassiniShiftsOneShiftChain: on 4 racks three 32-GPU jobs run at
@@ -17,25 +13,10 @@ import (
 // shift chosen against all its uplinks (sched's refineShifts) they remove
 // more than a third.
 func TestCassiniShiftsOneShiftChain(t *testing.T) {
-	g := CassiniWorkload(5, false)
-	g.Jobs = 20
 	if CassiniRacks(5) != 4 {
 		t.Fatalf("seed 5 runs on %d racks, want 4 (a chain of shared uplinks)", CassiniRacks(5))
 	}
-	trace, err := Generate(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	models := DefaultModels(perf.A800)
-	models.SetSpine(3*cluster.A800RDMAGBps/4, 3)
-	p, _ := policyNamed("replan")
-	r, err := Run(context.Background(), trace, models, p, Config{Servers: g.Servers, ServersPerRack: 3, PinPlans: true, PriceUnshifted: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.CommSharedUnshifted <= 0 {
-		t.Fatal("no link sharing to remove: not the case under test")
-	}
+	r := cassiniSharing(t, CassiniWorkload(5, false))
 	x := r.CommShared / r.CommSharedUnshifted
 	t.Logf("sharing %.2f h with the shifts, %.2f h unshifted (%.2f×)", r.CommShared/3600, r.CommSharedUnshifted/3600, x)
 	if x > 2.0/3 {
