@@ -440,23 +440,9 @@ func TestHAEmbeddedQuorum(t *testing.T) {
 	var lead *haMember
 	var epoch uint64
 	if err := waitfor.Progress(ctx, "a leader among three embedded members", opt, func() error {
-		var seen []string
-		lead = nil
-		for _, m := range members {
-			st, err := m.status(ctx)
-			if err != nil {
-				seen = append(seen, m.name+": down")
-				continue
-			}
-			seen = append(seen, fmt.Sprintf("%s: %s, %d members", m.name, st.Role, len(st.Members)))
-			if st.Role == "leader" && st.Leader == m.addr && !st.LastRound.At.IsZero() && len(st.Members) == 3 {
-				lead, epoch = m, st.Epoch
-			}
-		}
-		if lead == nil || strings.Contains(strings.Join(seen, " "), "down") {
-			return fmt.Errorf("%s", strings.Join(seen, "; "))
-		}
-		return nil
+		var err error
+		lead, epoch, err = leaderOfThree(ctx, members, true)
+		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -651,23 +637,9 @@ func TestHAFollowerReadsWhileLeaderKilled(t *testing.T) {
 	})
 	var lead *haMember
 	waitfor.T(t, ctx, "a leader and two followers", waitfor.Options{Stall: 90 * time.Second}, func() error {
-		var seen []string
-		lead = nil
-		for _, m := range members {
-			st, err := m.status(ctx)
-			if err != nil {
-				seen = append(seen, m.name+": down")
-				continue
-			}
-			seen = append(seen, fmt.Sprintf("%s: %s, %d members", m.name, st.Role, len(st.Members)))
-			if st.Role == "leader" && st.Leader == m.addr && len(st.Members) == 3 {
-				lead = m
-			}
-		}
-		if lead == nil || strings.Contains(strings.Join(seen, " "), "down") {
-			return fmt.Errorf("%s", strings.Join(seen, "; "))
-		}
-		return nil
+		var err error
+		lead, _, err = leaderOfThree(ctx, members, false)
+		return err
 	})
 	var followers []*haMember
 	for _, m := range members {
@@ -778,4 +750,28 @@ func haTestEnv(t *testing.T) (dir, bin, inv, endpoint, token string) {
 		t.Fatal(err)
 	}
 	return dir, bin, inv, endpoint, token
+}
+
+// leaderOfThree is the member that leads with all three members up and
+// campaigning (having run a round, with ran), and its epoch; else an
+// error saying what each member says.
+func leaderOfThree(ctx context.Context, members []*haMember, ran bool) (*haMember, uint64, error) {
+	var seen []string
+	var lead *haMember
+	var epoch uint64
+	for _, m := range members {
+		st, err := m.status(ctx)
+		if err != nil {
+			seen = append(seen, m.name+": down")
+			continue
+		}
+		seen = append(seen, fmt.Sprintf("%s: %s, %d members", m.name, st.Role, len(st.Members)))
+		if st.Role == "leader" && st.Leader == m.addr && (!ran || !st.LastRound.At.IsZero()) && len(st.Members) == 3 {
+			lead, epoch = m, st.Epoch
+		}
+	}
+	if lead == nil || strings.Contains(strings.Join(seen, " "), "down") {
+		return nil, 0, fmt.Errorf("%s", strings.Join(seen, "; "))
+	}
+	return lead, epoch, nil
 }
