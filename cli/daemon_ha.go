@@ -58,7 +58,7 @@ func addHAFlags(f *pflag.FlagSet, h *haOptions) {
 	f.StringVar(&h.etcdDir, "etcd-dir", "", "the embedded etcd member's data directory (default: etcd-NAME beside --db)")
 	f.StringVar(&h.etcdClient, "etcd-client-url", "http://127.0.0.1:2379", "where the embedded etcd member serves its clients")
 	f.StringVar(&h.advertise, "advertise", "", "this daemon's API address as the other daemons reach it (https://HOST:PORT of --listen): followers forward there")
-	f.DurationVar(&h.ttl, "election-ttl", control.DefaultElectionTTL, "the election's lease: a leader none of whose renewals succeeds within half of it steps down, and another is elected once it expires")
+	f.DurationVar(&h.ttl, "election-ttl", control.DefaultElectionTTL, "the election's lease: a leader none of whose renewals succeeds within 3/4 of it steps down, and another is elected once it expires")
 }
 
 // on reports whether the daemon elects a leader on etcd.

@@ -12,7 +12,7 @@ package control
 // leader that still runs (fence.go).
 //
 // A leader's term ends (Term.Done closes, and the caller stops the loop
-// and the executor at once) half a TTL after it sent the last renewal of
+// and the executor at once) 3/4 of a TTL after it sent the last renewal of
 // its lease that succeeded (election_renew.go), when its session ends, or
 // when its key is gone or its watch of it lost etcd's leader. Etcd can
 // elect another leader only once the lease expired on its side, one TTL
@@ -179,14 +179,14 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 		return nil, fmt.Errorf("election: campaign: %w", err)
 	}
 	// The term's first bound: a renewal of our lease, sent now, must
-	// succeed within half a TTL (renew.go).
+	// succeed within 3/4 of a TTL (election_renew.go).
 	sent := time.Now()
-	rctx, cancel := context.WithDeadline(ctx, sent.Add(e.cfg.TTL/2))
+	rctx, cancel := context.WithDeadline(ctx, sent.Add(e.termBound()))
 	_, err = e.cfg.Client.KeepAliveOnce(rctx, s.Lease())
 	cancel()
 	if err != nil {
 		s.Close()
-		return nil, fmt.Errorf("election: campaign: elected, but the renewal of our lease sent then did not succeed within %v (half the TTL): %w", e.cfg.TTL/2, err)
+		return nil, fmt.Errorf("election: campaign: elected, but the renewal of our lease sent then did not succeed within %v (3/4 of the TTL): %w", e.termBound(), err)
 	}
 	// Campaign returns once every earlier key is gone; ours may have gone
 	// with them (our lease expired while we waited): check it is there.
@@ -217,7 +217,7 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 		el.Resign(rctx)
 		s.Close()
 	}
-	// The term ends half a TTL after the last renewal of our lease that
+	// The term ends 3/4 of a TTL after the last renewal of our lease that
 	// succeeded was sent (renew.go), when the session ends (its lease
 	// could not be kept alive within the TTL) or when our key is deleted
 	// or replaced.

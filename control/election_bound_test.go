@@ -129,7 +129,7 @@ func (p *holeProxy) close() {
 // waiting behind A, is elected once etcd expired A's lease. A's term must
 // have ended (Done closed) strictly before B's Campaign returned: etcd
 // counts A's lease from when it received A's last renewal, which is after
-// A sent it, and A ends its term half a TTL after it sent its last
+// A sent it, and A ends its term 3/4 of a TTL after it sent its last
 // renewal that succeeded.
 //
 // Before that bound A stepped down when its client's keepalive deadline

@@ -11,13 +11,17 @@ package control
 // another daemon (0.6 to 0.9 s with TTL 2 s and answers 300 ms late,
 // TestElectionLeaderEndsTermBeforeSuccessorLeads).
 //
-// So the leader renews its lease itself, every TTL/6, each renewal a
+// So the leader renews its lease itself, every TTL/8, each renewal a
 // KeepAliveOnce bounded by the term's deadline, and remembers when it sent
 // the last one that succeeded: etcd received that one after it was sent,
 // so the lease lives until at least sent + TTL. The term ends at
-// sent + TTL/2, half a TTL before etcd can expire the lease: the margin
-// covers a clock here that runs up to twice as slow as etcd's and a
-// step-down that takes a moment to be noticed.
+// sent + 3/4 TTL (termBound), a quarter of a TTL before etcd can expire
+// the lease: the margin covers a timer that fires late on a loaded host
+// and a step-down that takes a moment to be noticed (clocks' rates differ
+// by parts per million). Half a TTL was too tight: with TTL 2 s a leader
+// stepped down when one of three embedded etcd members was killed and the
+// raft election that followed held renewals for a second
+// (TestHAEmbeddedQuorum, "lose 1 of 3: no interruption").
 
 import (
 	"context"
@@ -29,20 +33,24 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// renew keeps lease alive for term t and ends t half a TTL after the last
+// termBound is how long after sending its last renewal that succeeded a
+// leader still leads: 3/4 of the TTL.
+func (e *Election) termBound() time.Duration { return e.cfg.TTL - e.cfg.TTL/4 }
+
+// renew keeps lease alive for term t and ends t termBound after the last
 // renewal that succeeded was sent (sent: the first one, Campaign's), or at
 // once when etcd says the lease is gone. It returns when t ends or ctx
 // does.
 func (e *Election) renew(ctx context.Context, t *Term, lease clientv3.LeaseID, sent time.Time) {
-	half := e.cfg.TTL / 2
+	bound := e.termBound()
 	type result struct {
 		sent time.Time
 		err  error
 	}
 	results := make(chan result)
-	deadline := time.NewTimer(time.Until(sent.Add(half)))
+	deadline := time.NewTimer(time.Until(sent.Add(bound)))
 	defer deadline.Stop()
-	tick := time.NewTicker(half / 3)
+	tick := time.NewTicker(e.cfg.TTL / 8)
 	defer tick.Stop()
 	took := func(r result) bool {
 		if errors.Is(r.err, rpctypes.ErrLeaseNotFound) {
@@ -51,7 +59,7 @@ func (e *Election) renew(ctx context.Context, t *Term, lease clientv3.LeaseID, s
 		}
 		if r.err == nil && r.sent.After(sent) {
 			sent = r.sent
-			deadline.Reset(time.Until(sent.Add(half)))
+			deadline.Reset(time.Until(sent.Add(bound)))
 		}
 		return true
 	}
@@ -72,7 +80,7 @@ func (e *Election) renew(ctx context.Context, t *Term, lease clientv3.LeaseID, s
 				if !took(r) {
 					return
 				}
-				if time.Now().Before(sent.Add(half)) {
+				if time.Now().Before(sent.Add(bound)) {
 					continue
 				}
 			default:
@@ -80,7 +88,7 @@ func (e *Election) renew(ctx context.Context, t *Term, lease clientv3.LeaseID, s
 			t.end(fmt.Errorf("no renewal of our election lease (TTL %v) succeeded for %v since the last one that did was sent: stepping down before etcd can expire it (etcd counts the TTL from when it received that renewal, after it was sent)", e.cfg.TTL, time.Since(sent).Round(time.Millisecond)))
 			return
 		case <-tick.C:
-			until := sent.Add(half) // no use to a term that ended
+			until := sent.Add(bound) // no use to a term that ended
 			go func() {
 				rctx, cancel := context.WithDeadline(ctx, until)
 				defer cancel()
