@@ -297,8 +297,19 @@ func TestHAFailover(t *testing.T) {
 	stopLoad()
 	wg.Wait()
 
-	// Every acknowledged submit is there, none twice, none launched twice.
+	// The leader's memory is the store: every job its queue and running
+	// lists hold (memory) is in the store in the same state, attempt and
+	// placement, and every stored queued, preempted or running job is in
+	// them. (Jobs move between the two reads: wait for a moment they agree.)
 	c := control.NewUnixClient(cur.sock)
+	memOpt := waitfor.Options{Stall: 30 * time.Second, Poll: 200 * time.Millisecond}
+	if err := waitfor.Progress(ctx, "the leader's memory equal to the store", memOpt, func() error {
+		return memoryIsStore(ctx, c)
+	}); err != nil {
+		t.Error(err)
+	}
+
+	// Every acknowledged submit is there, none twice, none launched twice.
 	all, err := c.Jobs(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -778,4 +789,55 @@ func leaderOfThree(ctx context.Context, members []*haMember, ran bool) (*haMembe
 		return nil, 0, fmt.Errorf("%s", strings.Join(seen, "; "))
 	}
 	return lead, epoch, nil
+}
+
+// memoryIsStore compares what a leader holds in memory (GET /v1/queue and
+// /v1/running) with its store (GET /v1/jobs reads the store): the same
+// jobs waiting or running, each in the same state, attempt and placement.
+func memoryIsStore(ctx context.Context, c *control.Client) error {
+	q, err := c.Queue(ctx)
+	if err != nil {
+		return err
+	}
+	run, err := c.Running(ctx)
+	if err != nil {
+		return err
+	}
+	stored, err := c.Jobs(ctx)
+	if err != nil {
+		return err
+	}
+	key := func(j control.JobRecord) string {
+		return fmt.Sprintf("%s %s attempt %d on %s", j.ID, j.State, j.Attempt, j.Placement)
+	}
+	mem := map[string]string{}
+	for _, e := range q {
+		mem[e.Job.ID] = key(e.Job)
+	}
+	for _, r := range run {
+		mem[r.Job.ID] = key(r.Job)
+	}
+	var diff []string
+	seen := map[string]bool{}
+	for _, j := range stored {
+		seen[j.ID] = true
+		m, inMem := mem[j.ID]
+		live := j.State == control.StateQueued || j.State == control.StatePreempted || j.State == control.StateRunning
+		switch {
+		case live && !inMem:
+			diff = append(diff, "stored "+key(j)+", not in memory")
+		case inMem && m != key(j):
+			diff = append(diff, "memory "+m+", stored "+key(j))
+		}
+	}
+	for id, m := range mem {
+		if !seen[id] {
+			diff = append(diff, "memory "+m+", not stored")
+		}
+	}
+	if len(diff) > 0 {
+		slices.Sort(diff)
+		return fmt.Errorf("%d differences: %s", len(diff), strings.Join(diff[:min(len(diff), 5)], "; "))
+	}
+	return nil
 }
