@@ -71,7 +71,7 @@ e2e-faults:
 
 # A highly available control plane (issue 27, docs/ha.md): three daemon
 # processes elect a leader on a real (embedded) etcd; the leader is killed
-# with SIGKILL 20 times under submit/cancel load from client processes.
+# with SIGKILL 20 times under submit/cancel/drain load from client processes.
 # Prints the failover summary: the new leader's first round after the kill
 # (p50/p99), acknowledged submits lost, duplicated, jobs launched twice.
 # `make test` runs the same test with 5 kills.

@@ -264,6 +264,34 @@ func TestHAFailover(t *testing.T) {
 			lmu.Unlock()
 		}
 	}()
+	// And an operator draining and undraining servers through random
+	// members (a drain moves the server's jobs: checkpoint, stop, requeue).
+	var drains, failedDrains int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for n := 0; loadCtx.Err() == nil; n++ {
+			server := fmt.Sprintf("a800-%02d", 1+n%4)
+			for _, op := range []string{"drain", "undrain"} {
+				m := members[rand.IntN(len(members))]
+				_, err := run(op, "--socket", m.sock, "--daemon-timeout", "20s", server)
+				lmu.Lock()
+				drains++
+				if err != nil {
+					failedDrains++
+					if len(why) < 8 {
+						why = append(why, fmt.Sprintf("%s %s via %s: %v", op, server, m.name, err))
+					}
+				}
+				lmu.Unlock()
+				select {
+				case <-loadCtx.Done():
+					return
+				case <-time.After(300 * time.Millisecond): // pacing: an operator, not a storm
+				}
+			}
+		}
+	}()
 
 	var took []time.Duration
 	var killedAt []haEvent
@@ -303,10 +331,12 @@ func TestHAFailover(t *testing.T) {
 	// them. (Jobs move between the two reads: wait for a moment they agree.)
 	c := control.NewUnixClient(cur.sock)
 	memOpt := waitfor.Options{Stall: 30 * time.Second, Poll: 200 * time.Millisecond}
+	memory := "the leader's memory = its store"
 	if err := waitfor.Progress(ctx, "the leader's memory equal to the store", memOpt, func() error {
 		return memoryIsStore(ctx, c)
 	}); err != nil {
 		t.Error(err)
+		memory = "the leader's memory ≠ its store"
 	}
 
 	// Every acknowledged submit is there, none twice, none launched twice.
@@ -391,9 +421,9 @@ func TestHAFailover(t *testing.T) {
 		t.Logf("%d terms for %d kills (a term also ends when a loaded leader misses its lease)", terms, kills)
 	}
 	slices.Sort(took)
-	summary := fmt.Sprintf("ha failover: %d kills, new leader's first round after p50 %v p99 %v max %v; %d submits (%d acknowledged, %d failed), %d cancels (%d failed); %d jobs: %d lost, %d duplicated, %d launched twice",
+	summary := fmt.Sprintf("ha failover: %d kills, new leader's first round after p50 %v p99 %v max %v; %d submits (%d acknowledged, %d failed), %d cancels (%d failed), %d drains and undrains (%d failed); %d jobs: %d lost, %d duplicated, %d launched twice; %s",
 		kills, percentile(took, 0.5).Round(time.Millisecond), percentile(took, 0.99).Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond),
-		submits, len(acked), failedSubs, cancels, failedCanc, len(all), lost, dup, twice)
+		submits, len(acked), failedSubs, cancels, failedCanc, drains, failedDrains, len(all), lost, dup, twice, memory)
 	t.Log(summary)
 	for _, w := range why {
 		t.Logf("a client's failure: %s", w)
