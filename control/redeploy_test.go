@@ -11,6 +11,22 @@ import (
 	"github.com/replan/replan/jobspec"
 )
 
+// runningOnAFaultCluster is a fault cluster with one 8-GPU best-effort
+// job started and run for a minute (observations every 20 s).
+func runningOnAFaultCluster(t *testing.T) (*faultCluster, JobRecord) {
+	t.Helper()
+	f := newFaultCluster(t)
+	js, err := f.d.Submit(context.Background(), spec(t, "j", 8, jobspec.BestEffort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.d.Round(context.Background())
+	for range 3 {
+		f.stepRedeploy(t, 20*time.Second)
+	}
+	return f, js
+}
+
 // stepRedeploy is faultCluster.step, then waits for the redeploys that
 // observation started.
 func (f *faultCluster) stepRedeploy(t *testing.T, by time.Duration) {
@@ -36,15 +52,7 @@ func redeployDataOf(t *testing.T, e Event) redeployData {
 // again.
 func TestRebootedServerComesBackByItself(t *testing.T) {
 	ctx := context.Background()
-	f := newFaultCluster(t)
-	js, err := f.d.Submit(ctx, spec(t, "j", 8, jobspec.BestEffort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.d.Round(ctx)
-	for range 3 {
-		f.stepRedeploy(t, 20*time.Second)
-	}
+	f, js := runningOnAFaultCluster(t)
 	pl := f.placement(t, js.ID)
 	if len(pl) != 1 {
 		t.Fatalf("placed on %+v", pl)
@@ -222,15 +230,7 @@ func TestServerWithoutSSHIsNotRedeployed(t *testing.T) {
 // charged, and nothing is redeployed.
 func TestRebootWithAgentStartedByInit(t *testing.T) {
 	ctx := context.Background()
-	f := newFaultCluster(t)
-	js, err := f.d.Submit(ctx, spec(t, "j", 8, jobspec.BestEffort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.d.Round(ctx)
-	for range 3 {
-		f.stepRedeploy(t, 20*time.Second)
-	}
+	f, js := runningOnAFaultCluster(t)
 	server := f.placement(t, js.ID)[0].Name
 	before, _ := f.st.GetJob(ctx, js.ID)
 	f.ex.Reboot(server, true)
