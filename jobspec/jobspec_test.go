@@ -358,19 +358,7 @@ request: {gpus: 1}
 // TestParseHang: hang: {factor, floor} is read; a bad factor or floor is
 // refused with file, line and field.
 func TestParseHang(t *testing.T) {
-	base := `version: 1
-name: h
-tenant: t
-class: best-effort
-model: gpt2
-framework: deepspeed
-workdir: /w
-entrypoint: train.py
-global_batch: 16
-iterations: 10
-checkpoint_dir: /c
-request: {gpus: 1}
-`
+	base := limitsBase // a minimal spec of 12 lines
 	s, err := Parse("h.yaml", []byte(base+"hang: {factor: 20, floor: 5m}\n"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -432,19 +420,7 @@ request: {gpus: 4}
 // or more, or a count that is not positive, is refused with file, line
 // and field.
 func TestParseSlow(t *testing.T) {
-	base := `version: 1
-name: s
-tenant: t
-class: best-effort
-model: gpt2
-framework: deepspeed
-workdir: /w
-entrypoint: train.py
-global_batch: 16
-iterations: 10
-checkpoint_dir: /c
-request: {gpus: 1}
-`
+	base := limitsBase // a minimal spec of 12 lines
 	s, err := Parse("s.yaml", []byte(base+"slow: {fraction: 0.8, observations: 5}\n"), nil)
 	if err != nil {
 		t.Fatal(err)
