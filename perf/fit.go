@@ -427,7 +427,7 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 			// the fit stayed at 1 µs: TestProfileConfigsIdentifyLaunchCost)
 			for j, i := range free {
 				if i == 12 {
-					x0s[s][j] = math.Log(launchStart)
+					x0s[s][j] = math.Log(launchGuess(samples, shapes, start))
 				}
 			}
 		}
@@ -498,9 +498,56 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 	return k, st, nil
 }
 
-// launchStart is where one start of a fit puts k_launch: 0.1 ms per layer
-// and micro-batch, the order of a small micro-batch's launch overhead.
+// launchStart is where one start of a fit puts k_launch when no pair of
+// samples shows it (launchGuess): 0.1 ms per layer and micro-batch, the
+// order of a small micro-batch's launch overhead.
 const launchStart = 1e-4
+
+// launchGuess is where the fit's last start puts k_launch: what pairs of
+// samples that differ only in how the same per-GPU batch is cut into
+// micro-batches (same placement, DP, TP, PP, ZeRO, checkpointing and
+// offload; more micro-batches of fewer samples) say it is, the median over
+// such pairs; launchStart when no pair says it. The extra time of the pair's
+// slower run over its faster is the extra micro-batches' fixed forward and
+// backward ((1 + k_bwd) per micro-batch and layer of a stage, the forward
+// again when checkpointing). Its per-sample compute is the same in both
+// (β·mb·GA), so nothing else in the model moves with the cut: this is the
+// per-micro-batch cost itself. A start from launchStart did not reach it
+// when it was 10-100× larger (the profile of a 2-layer model run by
+// Python: 3.5 ms per layer; the fit stayed at 1 µs and priced every
+// micro-batch alike: TestFitFindsLaunchFromMicroBatchPairs).
+func launchGuess(samples []Sample, shapes []shape, k Params) float64 {
+	kb := k.KBwd
+	if kb <= 0 {
+		kb = DefaultParams.KBwd
+	}
+	var guesses []float64
+	for i := range samples {
+		for j := range samples {
+			a, b := samples[i], samples[j]
+			pa, pb := a.Plan, b.Plan
+			if pb.GA <= pa.GA || pa.MicroBatch*pa.GA != pb.MicroBatch*pb.GA || b.IterS <= a.IterS {
+				continue
+			}
+			pa.MicroBatch, pa.GA = pb.MicroBatch, pb.GA
+			if pa != pb || a.Resources.Placement.String() != b.Resources.Placement.String() || a.Resources.CPUsPerGPU != b.Resources.CPUsPerGPU {
+				continue
+			}
+			per := (1 + kb) * shapes[j].launchN
+			if pb.Ckpt {
+				per += shapes[j].launchN
+			}
+			if per <= 0 {
+				continue
+			}
+			guesses = append(guesses, (b.IterS-a.IterS)/(float64(pb.GA-a.Plan.GA)*per))
+		}
+	}
+	if len(guesses) == 0 {
+		return launchStart
+	}
+	return median(guesses)
+}
 
 // SyncUnseen is k_sync where no sample's gradient synchronisation crossed
 // servers: the sum of the backward and the synchronisation (k = 1, no
