@@ -46,8 +46,11 @@ func TestTorchProfileEndToEnd(t *testing.T) {
 	const iterations, saveInterval = 70, 10
 	lossLog := filepath.Join(tmp, "loss.txt")
 	// The job's own save interval (never overridden): a host failure
-	// loses at most that many iterations. Each profile run measures 6
-	// iterations within 90 s; the phase is bounded at 5 minutes.
+	// loses at most that many iterations. Each profile run measures 10
+	// iterations within 90 s (with 6, a run's median was of 2
+	// measurements, and on a loaded machine its figure and the job's
+	// differed by a third on the same plan and placement); the phase is
+	// bounded at 5 minutes.
 	spec := fmt.Appendf(nil, `version: 1
 name: torch-profiled
 tenant: research
@@ -62,7 +65,7 @@ global_batch: 16
 iterations: %d
 checkpoint_dir: %s
 request: {gpus: 4, cpus: 4}
-profile: {iterations: 6, run_seconds: 90, phase_seconds: 300}
+profile: {iterations: 10, run_seconds: 90, phase_seconds: 300}
 `, tinyModel, work, trainer, saveInterval, forwardS, lossLog, iterations, ckpt)
 
 	cfg := testDaemonConfig{Inventory: invPath, RemoteDir: remoteDir, DB: filepath.Join(tmp, "replan.db"), Socket: filepath.Join(tmp, "replan.sock"), WaitTimeoutS: 120,
