@@ -766,7 +766,6 @@ func singleServer(st *state, i, target int) int {
 	return -1
 }
 
-// anyWaiting reports whether a job still waits after the privileged pass.
 // waitingCount is how many jobs wait at the round's start (anyWaiting's
 // jobs).
 func waitingCount(st *state) int {
@@ -779,9 +778,10 @@ func waitingCount(st *state) int {
 	return n
 }
 
-// holdBound is the uplink hold's bound in runs (NetOptions.UplinkHoldRuns)
-// when waiting jobs wait at the round's start: the others waiting, at
-// least 1, at most maxRuns. A hold is a reorder among the waiting: the
+// holdBound is the uplink hold's bound in runs of the held job
+// (NetOptions.UplinkHoldRuns) when waiting jobs wait at the round's start,
+// the held one among them: the others waiting, at least 1, at most
+// maxRuns. A hold is a reorder among the waiting: the
 // held job's GPUs go to a job behind it whose communication interleaves
 // with the uplink's jobs. With many waiting it costs the held job little
 // (someone waits in any order) and saves each of them the uplink capacity
@@ -793,6 +793,7 @@ func holdBound(maxRuns float64, waiting int) float64 {
 	return math.Min(maxRuns, math.Max(1, float64(waiting-1)))
 }
 
+// anyWaiting reports whether a job still waits after the privileged pass.
 func anyWaiting(st *state) bool {
 	for i := range st.jobs {
 		if js := &st.jobs[i]; js.orig == 0 && js.total == 0 && js.cv != nil && js.cv.minRun > 0 {

@@ -83,7 +83,7 @@ type NetOptions struct {
 
 // DefaultNetOptions returns Dally's manual timers (12 h / 12 h), the
 // auto-tuner on, a 5 % loss threshold, time-shifts on, a 25 % uplink
-// hold of at most 8 runs (5 % where the uplink's load fits it) and the
+// hold of at most 16 runs (5 % where the uplink's load fits it) and the
 // uplink-aware placement.
 func DefaultNetOptions() NetOptions {
 	return NetOptions{ServerTimer: 12 * 3600, RackTimer: 12 * 3600, AutoTune: true, LossAccept: 0.05, Shifts: true, UplinkHold: 0.25, UplinkHoldRuns: 16, UplinkHoldFit: 0.05, UplinkPlace: true}
