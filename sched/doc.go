@@ -20,8 +20,9 @@
 // (Decision.Shift), and an uplink hold: a waiting job whose offer across
 // racks would be slowed by more than NetOptions.UplinkHold on an uplink
 // other cross-rack jobs already load leaves the GPUs to the jobs behind it
-// for the round, and takes only what they leave (for at most
-// NetOptions.UplinkHoldRuns times its run). Decisions.Timers exposes
+// for the round, and takes only what they leave (while it has waited
+// less than its run times the number of others waiting, at most
+// NetOptions.UplinkHoldRuns). Decisions.Timers exposes
 // every waiting job's timers.
 // The network baselines Tiresias, Gandiva and Dally (NewDally) run on exact
 // requests; WithShifts adds time-shifts to any policy.

@@ -486,6 +486,10 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 	// hold is off for the leftover pass that offers them what nobody took.
 	var held []int
 	hold := nr != nil && p.net.UplinkHold > 0
+	holdRuns := 0.0 // the hold's bound this round, in runs (holdBound)
+	if hold {
+		holdRuns = holdBound(p.net.UplinkHoldRuns, waitingCount(st))
+	}
 	leftover := false
 	growAll := func(order []int) {
 		for _, i := range order {
@@ -559,10 +563,10 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 					// the GPUs go to the jobs after it this round.
 					if v := p.c.best(js.job.Model, js.fam, st.placement(i), true, js.cpg); v.ok && v.thr > 0 {
 						// No job is held for ever: only while it has waited
-						// (since submit or its last run) less than
-						// UplinkHoldRuns times its predicted run on the offer.
+						// (since submit or its last run) less than holdRuns
+						// times its predicted run on the offer.
 						run := js.remaining * float64(js.job.Model.Arch.GlobalBatch) / v.thr
-						if x, over, rack, with := uplinkInflation(st, i, v.plan, p.net.holdLimit); over > 1 && nr.jobs[i].starved < p.net.UplinkHoldRuns*run {
+						if x, over, rack, with := uplinkInflation(st, i, v.plan, p.net.holdLimit); over > 1 && nr.jobs[i].starved < holdRuns*run {
 							offer := st.placement(i)
 							st.rollback(step)
 							if js.total == 0 {
@@ -760,6 +764,33 @@ func singleServer(st *state, i, target int) int {
 		}
 	}
 	return -1
+}
+
+// waitingCount is how many jobs wait at the round's start (anyWaiting's
+// jobs).
+func waitingCount(st *state) int {
+	n := 0
+	for i := range st.jobs {
+		if js := &st.jobs[i]; js.orig == 0 && js.total == 0 && js.cv != nil && js.cv.minRun > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// holdBound is the uplink hold's bound in runs of the held job
+// (NetOptions.UplinkHoldRuns) when waiting jobs wait at the round's start,
+// the held one among them: the others waiting, at least 1, at most
+// maxRuns. A hold is a reorder among the waiting: the
+// held job's GPUs go to a job behind it whose communication interleaves
+// with the uplink's jobs. With many waiting it costs the held job little
+// (someone waits in any order) and saves each of them the uplink capacity
+// an overlapping pair would waste for the pair's whole run; with one or
+// two others waiting it is mostly a delay of the held job (issue 29,
+// 2026-11-27: Poisson arrivals at load 0.9 keep 0-5 jobs waiting, a batch
+// dozens).
+func holdBound(maxRuns float64, waiting int) float64 {
+	return math.Min(maxRuns, math.Max(1, float64(waiting-1)))
 }
 
 // anyWaiting reports whether a job still waits after the privileged pass.

@@ -43,11 +43,15 @@ type NetOptions struct {
 	// idle. Default 0.25; negative: never hold.
 	UplinkHold float64
 	// UplinkHoldRuns bounds the hold: a job is held only while it has
-	// waited (Job.Starved) less than this many times its predicted run
-	// on the offer (remaining iterations at the offer's throughput alone),
-	// so no job is held for ever, and one whose length is unknown
-	// (ItersTotal 0) never is. Default 8 (2026-11-26: 8-16 did best on
-	// the contended sweep; unbounded was worse at 16:1).
+	// waited (Job.Starved) less than k times its predicted run on the
+	// offer (remaining iterations at the offer's throughput alone), k the
+	// number of other jobs waiting at the round's start, at least 1 and
+	// at most UplinkHoldRuns (a hold is a reorder among the waiting: with
+	// few behind the held job it is mostly its delay). No job is held for
+	// ever, and one whose length is unknown (ItersTotal 0) never is.
+	// Default 16 (2026-11-26: 8-16 did best on the contended sweep,
+	// unbounded was worse at 16:1; 2026-11-27: 16 with k on the CASSINI
+	// sweep, docs/network.md).
 	UplinkHoldRuns float64
 	// UplinkHoldFit is the uplink hold's threshold on an uplink whose
 	// load with the job (Σ CommLoad of the circles there) is at most its
@@ -79,10 +83,10 @@ type NetOptions struct {
 
 // DefaultNetOptions returns Dally's manual timers (12 h / 12 h), the
 // auto-tuner on, a 5 % loss threshold, time-shifts on, a 25 % uplink
-// hold of at most 8 runs (5 % where the uplink's load fits it) and the
+// hold of at most 16 runs (5 % where the uplink's load fits it) and the
 // uplink-aware placement.
 func DefaultNetOptions() NetOptions {
-	return NetOptions{ServerTimer: 12 * 3600, RackTimer: 12 * 3600, AutoTune: true, LossAccept: 0.05, Shifts: true, UplinkHold: 0.25, UplinkHoldRuns: 8, UplinkHoldFit: 0.05, UplinkPlace: true}
+	return NetOptions{ServerTimer: 12 * 3600, RackTimer: 12 * 3600, AutoTune: true, LossAccept: 0.05, Shifts: true, UplinkHold: 0.25, UplinkHoldRuns: 16, UplinkHoldFit: 0.05, UplinkPlace: true}
 }
 
 func (o NetOptions) withDefaults() NetOptions {
@@ -99,7 +103,7 @@ func (o NetOptions) withDefaults() NetOptions {
 		o.UplinkHold = 0.25
 	}
 	if o.UplinkHoldRuns <= 0 {
-		o.UplinkHoldRuns = 8
+		o.UplinkHoldRuns = 16
 	}
 	if o.UplinkHoldFit == 0 {
 		o.UplinkHoldFit = 0.05

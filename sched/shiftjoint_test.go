@@ -85,6 +85,7 @@ func TestUplinkHoldOneShiftForAllUplinks(t *testing.T) {
 		y.Phase = tc.phase * b.Iter
 		z := waiting(t, "z", m, 32, 0)
 		z.ReqPlan, z.PinPlan = plan, true
+		z.ItersTotal = 1e9 // waited far less than a run: the hold's bound stays out of the way
 		v := waiting(t, "v", m, 16, 1)
 		v.ReqPlan, v.PinPlan = dpPlan(t, m, 16), true
 		s := snapshot(racksOf3(4), x, y, z, v)

@@ -245,6 +245,7 @@ func TestUplinkHoldFitHoldsIncompatible(t *testing.T) {
 	z := waiting(t, "z", m, 32, 0)
 	z.ReqPlan = dpPlan(t, m, 32)
 	z.PinPlan = true
+	z.ItersTotal = 1e9 // waited far less than a run: the hold's bound stays out of the way
 	v := waiting(t, "v", m, 16, 1)
 	v.ReqPlan = dpPlan(t, m, 16)
 	v.PinPlan = true
