@@ -394,8 +394,9 @@ func (d *Daemon) History(ctx context.Context, f ReadFilter) ([]HistoryEntry, err
 		if e.Attempts == nil {
 			e.Attempts = []Attempt{}
 		}
-		for _, a := range e.Attempts {
+		for i, a := range e.Attempts {
 			e.GPUHours += a.GPUHours
+			e.Attempts[i].Reason = hideLogLines(a.Reason) // a list: no job's logs (redact.go)
 		}
 		out = append(out, e)
 	}

@@ -156,6 +156,7 @@ func (a *API) Handler() http.Handler {
 		}
 		for i := range run {
 			run[i].Job.Spec = a.D.enc.redact.spec(run[i].Job.ID, run[i].Job.Spec)
+			hideRecordLogs(&run[i].Job)
 		}
 		writeJSON(w, http.StatusOK, run)
 	})
@@ -427,10 +428,12 @@ func jobDetail(ctx context.Context, st storeReads, acc *Access, live *Daemon, id
 	if err != nil {
 		return JobDetail{}, err
 	}
-	if jobRuleIn(ctx, acc, st, "see the env values of", j) != nil {
+	mine := jobRuleIn(ctx, acc, st, "see the env values of", j) == nil
+	if !mine {
 		// Not its owner, its tenant's admin or an admin (or the owner
-		// could not be read): the env's keys only.
+		// could not be read): the env's keys only, no log lines.
 		j.Spec = redactSpec(j.Spec)
+		hideRecordLogs(&j)
 	}
 	var jd JobDetail
 	if live != nil {
@@ -444,6 +447,11 @@ func jobDetail(ctx context.Context, st storeReads, acc *Access, live *Daemon, id
 	}
 	jd.Job = j
 	jd.History, _ = st.History(ctx, id)
+	for i := range jd.History {
+		if !mine {
+			jd.History[i].Reason = hideLogLines(jd.History[i].Reason)
+		}
+	}
 	jd.Decisions, _ = st.Decisions(ctx, id, 100)
 	return jd, nil
 }
@@ -577,6 +585,7 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, statusOf(err), err)
 			return
 		}
+		evs = eventsFor(r.Context(), a.Access, a.D.cfg.Store, evs) // redact.go
 		if len(evs) > 0 || time.Now().After(deadline) {
 			if evs == nil {
 				evs = []Event{}

@@ -637,14 +637,16 @@ func (d *Daemon) requeueChange(js *jobState, why string, countFailure bool) (job
 	}
 	if rec.Failures > d.cfg.MaxRestarts {
 		// The cause, without the restart the caller's reason announces:
-		// this job is not restarted.
+		// this job is not restarted. The log lines it quotes stay at its
+		// end (redact.go).
+		why, lines := splitLogLines(why)
 		for _, next := range []string{"; restarting from checkpoint", "; back to the queue from checkpoint"} {
 			if i := strings.LastIndex(why, next); i >= 0 {
 				why = why[:i]
 			}
 		}
-		rec.State, rec.Reason, rec.FinishedAt = StateFailed, why+fmt.Sprintf("; not restarted: failed %d times, restart limit %d", rec.Failures, d.cfg.MaxRestarts), d.now()
-		return jobUpdate{js, rec, "failed: " + why}, d.ev("fail", rec.ID, "", rec.Reason, nil), true
+		rec.State, rec.Reason, rec.FinishedAt = StateFailed, why+fmt.Sprintf("; not restarted: failed %d times, restart limit %d", rec.Failures, d.cfg.MaxRestarts)+lines, d.now()
+		return jobUpdate{js, rec, "failed: " + why + lines}, d.ev("fail", rec.ID, "", rec.Reason, nil), true
 	}
 	rec.State, rec.Reason = StatePreempted, why
 	return jobUpdate{js, rec, "requeue: " + why}, d.ev("requeue", rec.ID, "", why, nil), false

@@ -524,6 +524,7 @@ func (f *Follower) viewEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	f.viewReads(w, r, func(st *EtcdStore) (any, []string, error) {
 		evs, _, err := filteredEvents(r.Context(), st, after, 1000, rf)
+		evs = eventsFor(r.Context(), f.API.Access, st, evs) // redact.go
 		if evs == nil {
 			evs = []Event{}
 		}

@@ -41,6 +41,9 @@ type followFixture struct {
 	killLeader func()
 	toks       map[string]string
 	hc         *http.Client
+	// The leader's simulated cluster and clock.
+	ex *SimExecutor
+	c  *clock
 }
 
 const followSecret = "sk-live-follow-0123456789"
@@ -65,6 +68,7 @@ func startFollowFixture(t *testing.T, endpoints []string) *followFixture {
 	c := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
 	ex := NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 0)
 	fx.d, _ = newDaemonWith(t, fx.st, ex, "morphling", c)
+	fx.ex, fx.c = ex, c
 	dir := t.TempDir()
 	cert, _, err := LoadOrCreateCert(filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), []string{"127.0.0.1"})
 	if err != nil {
@@ -262,6 +266,46 @@ func TestFollowViewAnswersReadsAsTheLeader(t *testing.T) {
 	code, h, body = fx.call(fx.follower, "bob", "GET", "/v1/jobs/"+j3.ID, nil)
 	if code != http.StatusOK || h.Get(HeaderViewRevision) == "" {
 		t.Errorf("%s read through the follower after its submit through it: %d %v %s; want it from the view", j3.ID, code, h, body)
+	}
+}
+
+// Issue 24, item 1, through a follower's view: the log lines a failure's
+// event quotes are hidden from a caller who may not read the job's logs,
+// as the leader hides them (the view's events were everyone's before).
+func TestFollowViewHidesLogLines(t *testing.T) {
+	ctx := context.Background()
+	fx := startFollowFixture(t, etcdtest.Start(t))
+	j := fx.submit("alice", "crash")
+	if _, err := fx.d.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fx.c.advance(time.Second) // it logs iterations (of its 50)
+	if err := fx.d.Observe(ctx); err != nil || !fx.ex.Kill(j.ID, 3) {
+		t.Fatalf("%s not running: %v", j.ID, err)
+	}
+	if err := fx.d.Observe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fx.waitInView(j.ID)
+	const logged = "global_step="
+	waitfor.T(t, ctx, "the requeue event in the follower's view", waitfor.Options{Stall: 20 * time.Second}, func() error {
+		if _, _, body := fx.call(fx.follower, "alice", "GET", "/v1/events", nil); !bytes.Contains(body, []byte(logged)) {
+			return fmt.Errorf("no event quoting log lines: %.300s", body)
+		}
+		return nil
+	})
+	for user, see := range map[string]bool{"alice": true, "root-ish": true, "bob": false} {
+		for _, path := range []string{"/v1/events", "/v1/events?user=alice", "/v1/jobs/" + j.ID} {
+			_, fh, fbody := fx.call(fx.follower, user, "GET", path, nil)
+			_, _, lbody := fx.call(fx.leader, user, "GET", path, nil)
+			sameJSON(t, "GET "+path+" as "+user, fbody, lbody)
+			if fh.Get(HeaderViewRevision) == "" {
+				t.Errorf("GET %s as %s through the follower: not answered from its view (%v)", path, user, fh)
+			}
+			if got := bytes.Contains(fbody, []byte(logged)); got != see || !bytes.Contains(fbody, []byte("last lines: ")) {
+				t.Errorf("GET %s through the follower as %s: log lines shown %v, want %v:\n%.600s", path, user, got, see, fbody)
+			}
+		}
 	}
 }
 

@@ -141,10 +141,13 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		case o.Exited:
 			js.iters, js.ckpt = iters, ckpt
 			d.noteExit(js) // a cordon of its GPU soon after gives the failure back (health.go)
-			why, count := fmt.Sprintf("exited with code %d%s; restarting from checkpoint %d", o.ExitCode, suffix(o.Err), ckpt), true
+			// The log lines o.Err quotes end the reason (redact.go).
+			cause, lines := splitLogLines(o.Err)
+			why, count := fmt.Sprintf("exited with code %d%s; restarting from checkpoint %d", o.ExitCode, suffix(cause), ckpt), true
 			if s := d.rebootedUnder(js); s != "" { // redeploy.go: the server, not the job, failed
 				why, count = why+"; not counted: "+s+" rebooted", false
 			}
+			why += lines
 			if err := d.requeue(ctx, js, why, count); err != nil {
 				o.Iterations, o.Checkpoint = iters, ckpt
 				d.pending[id] = o

@@ -255,7 +255,7 @@ func (d *Daemon) queueLocked(sorted []string) []QueueEntry {
 		if js.rec.State == StateHeld {
 			reason = "held by the operator"
 		} else if reason == "" {
-			reason = js.rec.Reason
+			reason = hideLogLines(js.rec.Reason) // a list: no job's logs (redact.go)
 		}
 		if reason == "" {
 			reason = "not scheduled yet"

@@ -389,8 +389,9 @@ func (c *encCache) record(rec *JobRecord) ([]byte, error) {
 	if r, ok := c.recs[rec.ID]; ok && sameRecord(&r.rec, rec) {
 		return r.b, nil
 	}
-	pub := *rec // lists carry env keys only (redact.go)
+	pub := *rec // lists carry env keys only and no log lines (redact.go)
 	pub.Spec = c.redact.spec(rec.ID, rec.Spec)
+	hideRecordLogs(&pub)
 	b, err := json.Marshal(&pub)
 	if err != nil {
 		return nil, fmt.Errorf("encode job %s: %w", rec.ID, err)

@@ -6,9 +6,19 @@ package control
 // (GET /v1/jobs, /v1/queue, /v1/running, /v1/history) carries env keys
 // only, for everyone: a list is encoded once for all its readers
 // (readcache.go), and nobody needs another job's secrets to read a queue.
+//
+// The lines of a job's log (or its converter's output) that a failure's
+// reason, a hang event or a suspect server's reason quote are its logs
+// too: they always end the text that quotes them, after a mark
+// ("; last lines: ", "; last log lines: "), so that hideLogLines cuts
+// them off. Lists, nodes and the events of others' jobs carry the mark
+// followed by HiddenValue.
 
 import (
+	"context"
 	"encoding/json"
+	"slices"
+	"strings"
 	"sync"
 )
 
@@ -49,6 +59,117 @@ func redactSpec(spec json.RawMessage) json.RawMessage {
 	return out
 }
 
+// logMarks start the log lines a text quotes (logLines joins them).
+var logMarks = []string{"; last lines: ", "; last log lines: "}
+
+// logLines is the mark and lines quoted at the end of a text: ";
+// last lines: l1 ⏎ l2 …" ("" without lines).
+func logLines(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return logMarks[0] + strings.Join(lines, " ⏎ ")
+}
+
+// quoteLines is out's last n non-empty lines (each cut to 200 bytes)
+// after a log mark, on one line: a job's output quoted at the end of an
+// error or a reason ("" when out has none).
+func quoteLines(out string, n int) string {
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			if len(l) > 200 {
+				l = l[:200] + "…"
+			}
+			lines = append(lines, l)
+		}
+	}
+	return logLines(lines[max(0, len(lines)-n):])
+}
+
+// splitLogLines splits s before the first log mark: text, and the mark
+// with the log lines that end s ("" when s quotes none).
+func splitLogLines(s string) (text, lines string) {
+	i := -1
+	for _, m := range logMarks {
+		if j := strings.Index(s, m); j >= 0 && (i < 0 || j < i) {
+			i = j
+		}
+	}
+	if i < 0 {
+		return s, ""
+	}
+	return s[:i], s[i:]
+}
+
+// hideLogLines is s with the log lines it quotes replaced by HiddenValue
+// (the mark stays, to say there were some).
+func hideLogLines(s string) string {
+	text, lines := splitLogLines(s)
+	if lines == "" {
+		return s
+	}
+	return text + lines[:strings.Index(lines, ": ")+2] + HiddenValue
+}
+
+// hideRecordLogs hides the log lines j's reason quotes.
+func hideRecordLogs(j *JobRecord) { j.Reason = hideLogLines(j.Reason) }
+
+// hideEventLogs hides the log lines e's message and data quote.
+func hideEventLogs(e *Event) {
+	e.Msg = hideLogLines(e.Msg)
+	if len(e.Data) == 0 || !strings.Contains(string(e.Data), `"last_lines"`) {
+		return
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(e.Data, &m) != nil {
+		return
+	}
+	if _, ok := m["last_lines"]; !ok {
+		return
+	}
+	m["last_lines"] = json.RawMessage(`["` + HiddenValue + `"]`)
+	if b, err := json.Marshal(m); err == nil {
+		e.Data = b
+	}
+}
+
+// quotesLogs says whether e quotes log lines.
+func quotesLogs(e *Event) bool {
+	_, lines := splitLogLines(e.Msg)
+	return lines != "" || strings.Contains(string(e.Data), `"last_lines"`)
+}
+
+// eventsFor is evs as the caller (ctx) may see them: the log lines an
+// event quotes are hidden unless the caller may read its job's logs (an
+// event of no job quotes none anyone may read). evs is not changed.
+func eventsFor(ctx context.Context, acc *Access, st storeReads, evs []Event) []Event {
+	out, copied := evs, false
+	allowed := map[string]bool{}
+	for i := range evs {
+		if !quotesLogs(&evs[i]) {
+			continue
+		}
+		id := evs[i].JobID
+		ok, seen := allowed[id]
+		if !seen {
+			if id != "" {
+				j, err := st.GetJob(ctx, id)
+				ok = err == nil && jobRuleIn(ctx, acc, st, "read the logs of", j) == nil
+			}
+			allowed[id] = ok
+		}
+		if ok {
+			continue
+		}
+		if !copied {
+			out, copied = slices.Clone(evs), true
+		}
+		hideEventLogs(&out[i])
+	}
+	return out
+}
+
 // redactor keeps each job's redacted spec, so that a spec is redacted once,
 // not at every read.
 type redactor struct {
@@ -76,11 +197,13 @@ func (r *redactor) spec(id string, spec json.RawMessage) json.RawMessage {
 	return pub
 }
 
-// records hides env values in each record (a copy: recs is not changed).
+// records hides env values and quoted log lines in each record (a copy:
+// recs is not changed).
 func (r *redactor) records(recs []JobRecord) []JobRecord {
 	out := make([]JobRecord, len(recs))
 	for i, j := range recs {
 		j.Spec = r.spec(j.ID, j.Spec)
+		hideRecordLogs(&j)
 		out[i] = j
 	}
 	return out

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -206,7 +207,11 @@ func (e *SimExecutor) Observe(ctx context.Context) (Observation, error) {
 			obs.SamplesPerSec = float64(j.l.Spec.GlobalBatch) / j.iterTime
 		}
 		if j.exit != nil {
-			obs.Exited, obs.ExitCode, obs.Err = true, *j.exit, "killed"
+			// Like the SSH executor, the failure quotes the last lines
+			// of the job's log.
+			var tail strings.Builder
+			simLog(&tail, max(it-4, 1), it, float64(j.l.Spec.GlobalBatch)/j.iterTime)
+			obs.Exited, obs.ExitCode, obs.Err = true, *j.exit, "killed"+quoteLines(tail.String(), failTailLines)
 			obs.SamplesPerSec = 0
 			delete(e.running, id)
 		} else if it >= j.l.Spec.Iterations {

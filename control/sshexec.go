@@ -966,7 +966,9 @@ func (e *SSHExecutor) verify(ctx context.Context, id string, last int) error {
 				return nil
 			}
 			tail, _ := c.Logs(ctx, r0.id, 5)
-			return fmt.Errorf("rank 0 exited (%s) before reporting an iteration beyond %d (last seen %d): %s", p.ExitReason, last, seen, strings.TrimSpace(string(tail)))
+			// Its log lines end the error: they are the job's logs
+			// (redact.go), hidden from those who may not read them.
+			return fmt.Errorf("rank 0 exited (%s) before reporting an iteration beyond %d (last seen %d)%s", p.ExitReason, last, seen, quoteLines(string(tail), 5))
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no iteration beyond %d after %s (last seen %d)", last, e.opt.WaitTimeout, seen)

@@ -168,17 +168,5 @@ func (e *SSHExecutor) logTail(ctx context.Context, server, id string) string {
 		e.log.Debug("failure's log tail", "server", server, "id", id, "err", err)
 		return ""
 	}
-	var lines []string
-	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			if len(l) > 200 {
-				l = l[:200] + "…"
-			}
-			lines = append(lines, l)
-		}
-	}
-	if len(lines) == 0 {
-		return ""
-	}
-	return "; last lines: " + strings.Join(lines, " ⏎ ")
+	return quoteLines(string(b), failTailLines) // redact.go: the job's logs
 }

@@ -152,10 +152,9 @@ func (e *SSHExecutor) convert(ctx context.Context, l Launch, s launch.Step, tag 
 		msg = msg[:4096]
 	}
 	if res.ExitCode == 127 || res.ExitCode == 126 || strings.Contains(msg, "No module named") {
-		return fmt.Errorf("convert on %s: the checkpoint converter is missing (%s exited %d: %s); install DeepSpeed there or put its Python first on the job's PATH (env)", server, argv[0], res.ExitCode, msg)
+		return fmt.Errorf("convert on %s: the checkpoint converter is missing (%s exited %d); install DeepSpeed there or put its Python first on the job's PATH (env)%s", server, argv[0], res.ExitCode, quoteLines(msg, 5))
 	}
-	if msg != "" {
-		return fmt.Errorf("convert on %s%s: %s: exit status %d: %s", server, asUser(e.runAs(l)), strings.Join(argv, " "), res.ExitCode, msg)
-	}
-	return fmt.Errorf("convert on %s%s: %s: exit status %d", server, asUser(e.runAs(l)), strings.Join(argv, " "), res.ExitCode)
+	// Its output (the job's Python's) ends the error, as quoted log lines
+	// (redact.go).
+	return fmt.Errorf("convert on %s%s: %s: exit status %d%s", server, asUser(e.runAs(l)), strings.Join(argv, " "), res.ExitCode, quoteLines(msg, 5))
 }

@@ -87,7 +87,7 @@ func (d *Daemon) launchFailed(ctx context.Context, js *jobState, servers []launc
 		i := d.srvIdx[name]
 		var lines []string
 		for _, f := range d.launchFails[name] {
-			lines = append(lines, fmt.Sprintf("%s: %s", f.job, f.line))
+			lines = append(lines, fmt.Sprintf("%s: %s", f.job, hideLogLines(f.line))) // no job's logs (redact.go)
 			if f.counted && f.job != id {
 				refund[f.job]++
 			}
