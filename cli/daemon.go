@@ -200,7 +200,8 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer d.WaitBackground() // executor calls under way end with ctx, before the store closes
+	// executor calls under way end with ctx, before the store closes
+	defer d.WaitBackground()
 	d.EnableETA(func() sched.Policy { p, _ := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds()); return p }, o.restartCost, o.tick) // start estimates (control/eta.go)
 	api := &control.API{D: d, Version: version, Self: selfAddr(o)}
 	errc := make(chan error, 8)
