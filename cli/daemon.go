@@ -196,10 +196,12 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	}
 	d, err := control.New(ctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: log, SpineGBps: spine, IdempotencyRetention: o.idemRetention,
 		HangFactor: o.hangFactor, HangFloor: o.hangFloor, GPUReadFailures: o.gpuReadFailures, Profile: o.profile, Redeploy: redeploy,
-		SlowFraction: o.slowFraction, SlowObservations: o.slowObservations})
+		SlowFraction: o.slowFraction, SlowObservations: o.slowObservations, Background: true})
 	if err != nil {
 		return err
 	}
+	// executor calls under way end with ctx, before the store closes
+	defer d.WaitBackground()
 	d.EnableETA(func() sched.Policy { p, _ := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds()); return p }, o.restartCost, o.tick) // start estimates (control/eta.go)
 	api := &control.API{D: d, Version: version, Self: selfAddr(o)}
 	errc := make(chan error, 8)

@@ -366,10 +366,11 @@ func (m *member) lead(ctx context.Context, term *control.Term) error {
 	d, err := control.New(lctx, control.Config{Store: st, Exec: exec, Policy: policy, Servers: servers, Tenants: tenants, Model: models, Logger: m.log, SpineGBps: spineOf(m.inv), IdempotencyRetention: o.idemRetention,
 		HangFactor: o.hangFactor, HangFloor: o.hangFloor, GPUReadFailures: o.gpuReadFailures, Profile: o.profile, Epoch: term.Epoch,
 		Redeploy:     control.RedeployOptions{Tries: o.redeployTries, Backoff: o.redeployBackoff},
-		SlowFraction: o.slowFraction, SlowObservations: o.slowObservations})
+		SlowFraction: o.slowFraction, SlowObservations: o.slowObservations, Background: true})
 	if err != nil {
 		return fmt.Errorf("daemon: taking over as leader (epoch %d): %w", term.Epoch, err)
 	}
+	defer d.WaitBackground() // the term's executor calls end with lctx before it follows
 	d.EnableETA(func() sched.Policy { p, _ := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds()); return p }, o.restartCost, o.tick)
 	api := &control.API{D: d, Version: version, Access: m.acc, Self: m.o.ha.advertise, HA: m.el}
 	tapi := &control.API{D: d, Version: version, Token: m.token, Access: m.acc, Self: m.o.ha.advertise, HA: m.el}

@@ -126,12 +126,14 @@ func (d *Daemon) Submit(ctx context.Context, spec *jobspec.Spec) (JobRecord, err
 }
 
 // unsettled reports whether news of job id could not be stored yet (a
-// finish or exit during a store outage, a failed launch's requeue): no
-// round touches it until that news is stored.
+// finish or exit during a store outage, a failed launch's requeue, news
+// that came while an executor call for it ran in the background): no round
+// touches it until that news is stored, nor while such a call is under way
+// (background.go).
 func (d *Daemon) unsettled(id string) bool {
 	_, p := d.pending[id]
 	_, r := d.requeues[id]
-	return p || r
+	return p || r || d.busy[id] > 0
 }
 
 // usable reports whether new work may go to server i.
@@ -456,9 +458,12 @@ func (d *Daemon) applyDecisions(ctx context.Context, acts []sched.Decision, seen
 		for _, p := range group {
 			var err error
 			if p.kind == sched.Preempt {
-				err = d.stopAndRelease(context.WithoutCancel(ctx), p.js, p.id, true)
+				err = d.later(p.id, "preempt", func() error {
+					return d.stopAndRelease(context.WithoutCancel(ctx), p.js, p.id, true)
+				})
 			} else {
-				err = d.execute(ctx, p)
+				// (with the loop's context, as inline: a shutdown ends it)
+				err = d.later(p.id, p.kind.String(), func() error { return d.execute(ctx, p) })
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s %s: %w", p.kind, p.id, err))

@@ -113,6 +113,14 @@ type Config struct {
 	// Epoch, when not 0, is the daemon's epoch: a leader's election
 	// revision (election.go). 0: the store hands one out (EpochStore).
 	Epoch uint64
+	// Background runs the executor calls of the loop (a round's starts,
+	// reconfigurations and preemptions; the stops of node-down, cordon,
+	// hang, fail-slow and time-limit moves) off the loop, each after its
+	// job's new state was stored: a checkpoint wait of one job no longer
+	// holds observation (heartbeats, Xid cordons, hang detection) and the
+	// next rounds for every other job (background.go). `replan daemon`
+	// sets it; false (tests that step the loop by hand) keeps them inline.
+	Background bool
 }
 
 // HealthChecker is implemented by executors that can check a server
@@ -207,6 +215,10 @@ type Daemon struct {
 	// under way.
 	agents      map[int]*agentState
 	redeploying sync.WaitGroup
+	// busy counts each job's executor calls under way in the background
+	// (background.go; guarded by mu); working counts them all.
+	busy    map[string]int
+	working sync.WaitGroup
 	// epoch is the epoch the daemon's agent commands carry (fence.go).
 	epoch uint64
 	// fs follows running jobs' speed against their predictions and the
@@ -345,7 +357,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.SlowObservations <= 0 {
 		cfg.SlowObservations = DefaultSlowObservations
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[ModelType]*perf.Online{}, waits: map[string]string{}, timers: map[string]sched.JobTimers{},
+	d := &Daemon{cfg: cfg, log: cfg.Logger, jobs: map[string]*jobState{}, srvIdx: map[string]int{}, models: map[ModelType]*perf.Online{}, waits: map[string]string{}, busy: map[string]int{}, timers: map[string]sched.JobTimers{},
 		snapModels: map[snapKey]*perf.Model{}, modelSaved: map[ModelType]time.Time{}, pending: map[string]JobObservation{}, requeues: map[string]pendingRequeue{}, checked: map[string]time.Time{}, launchFails: map[string][]launchFailure{}}
 	for i, s := range cfg.Servers {
 		if _, dup := d.srvIdx[s.Name]; dup {

@@ -506,7 +506,8 @@ func (d *Daemon) slowChecks(ctx context.Context) error {
 	}
 	d.mu.Unlock()
 	for _, js := range moved {
-		if err := d.stopAndRelease(context.WithoutCancel(ctx), js, js.rec.ID, true); err != nil {
+		id := js.rec.ID
+		if err := d.later(id, "slow", func() error { return d.stopAndRelease(context.WithoutCancel(ctx), js, id, true) }); err != nil {
 			errs = append(errs, err)
 		}
 	}

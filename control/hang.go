@@ -144,8 +144,10 @@ func (d *Daemon) restartHung(ctx context.Context, h hung, tail []string) error {
 	if err != nil {
 		return fmt.Errorf("restart hung %s: %w", h.id, err)
 	}
-	err = d.stopAndRelease(context.WithoutCancel(ctx), js, h.id, false)
-	d.publishNow()
+	err = d.later(h.id, "hang", func() error {
+		defer d.publishNow()
+		return d.stopAndRelease(context.WithoutCancel(ctx), js, h.id, false)
+	})
 	return err
 }
 

@@ -104,6 +104,12 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			delete(d.pending, o.JobID)
 			continue
 		}
+		if d.busy[o.JobID] > 0 {
+			// An executor call for it is under way (background.go): what
+			// the executor says of it meanwhile is applied once it returned.
+			d.pending[o.JobID] = o
+			continue
+		}
 		if o.Iterations > js.iters {
 			js.progressAt, js.loggedIters = d.now(), true // a new iteration (hang.go)
 		}
@@ -212,12 +218,13 @@ func (d *Daemon) Observe(ctx context.Context) error {
 		d.mu.Unlock()
 	}
 	for _, s := range stops {
-		if err := d.stopAndRelease(ctx, s.js, s.id, false); err != nil {
+		if err := d.later(s.id, "stop", func() error { return d.stopAndRelease(ctx, s.js, s.id, false) }); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for _, js := range cordoned {
-		if err := d.stopAndRelease(ctx, js, js.rec.ID, true); err != nil {
+		id := js.rec.ID
+		if err := d.later(id, "stop", func() error { return d.stopAndRelease(ctx, js, id, true) }); err != nil {
 			errs = append(errs, err)
 		}
 	}

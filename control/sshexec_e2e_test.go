@@ -144,7 +144,7 @@ func runTestDaemon(path string) error {
 	for _, t := range inv.Tenants {
 		tenants = append(tenants, control.TenantInfo{Name: t.Name, QuotaGPUs: t.GPUQuota})
 	}
-	cc := control.Config{Store: st, Exec: ex, Policy: policy, Servers: servers, Tenants: tenants, Model: model, Logger: log, ProgressEvery: 200 * time.Millisecond}
+	cc := control.Config{Store: st, Exec: ex, Policy: policy, Servers: servers, Tenants: tenants, Model: model, Logger: log, ProgressEvery: 200 * time.Millisecond, Background: true}
 	if cfg.Profile != nil {
 		cc.Profile = *cfg.Profile
 	}

@@ -171,32 +171,41 @@ func (d *Daemon) expireTimeLimits(ctx context.Context) ([]atLimit, error) {
 func (d *Daemon) stopAtLimit(ctx context.Context, jobs []atLimit) error {
 	var errs []error
 	for _, j := range jobs {
-		j.js.exec.Lock()
-		from := d.now()
-		ckpt, err := d.cfg.Exec.Stop(ctx, j.id, true)
-		took := d.now().Sub(from)
-		j.js.exec.Unlock()
-		d.mu.Lock()
-		d.release(j.id)
-		j.js.stopping = false
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("stop %s at its time limit: %w", j.id, err))
-		case ckpt > j.js.rec.Checkpoint:
-			if cerr := d.noteCheckpointCost(ctx, j.js, took); cerr != nil {
-				d.log.Warn("checkpoint cost", "job", j.id, "err", cerr)
-			}
-			rec := j.js.rec
-			rec.Checkpoint, rec.Iterations = ckpt, max(rec.Iterations, ckpt)
-			rec.Reason = timeLimitReason(j.js.spec.TimeLimit, j.ran, ckpt)
-			if werr := d.write(ctx, []jobUpdate{{j.js, rec, "checkpoint at the time limit"}}, Batch{}, nil); werr != nil {
-				errs = append(errs, fmt.Errorf("stop %s at its time limit: checkpoint %d: %w", j.id, ckpt, werr))
-			}
+		if err := d.later(j.id, "time limit", func() error { return d.stopOneAtLimit(ctx, j) }); err != nil {
+			errs = append(errs, err)
 		}
-		d.publishSoon()
-		d.mu.Unlock()
 	}
 	return errors.Join(errs...)
+}
+
+// stopOneAtLimit is stopAtLimit's work for one job (in the background
+// with Config.Background: background.go).
+func (d *Daemon) stopOneAtLimit(ctx context.Context, j atLimit) error {
+	j.js.exec.Lock()
+	from := d.now()
+	ckpt, err := d.cfg.Exec.Stop(ctx, j.id, true)
+	took := d.now().Sub(from)
+	j.js.exec.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer d.publishSoon()
+	d.release(j.id)
+	j.js.stopping = false
+	switch {
+	case err != nil:
+		return fmt.Errorf("stop %s at its time limit: %w", j.id, err)
+	case ckpt > j.js.rec.Checkpoint:
+		if cerr := d.noteCheckpointCost(ctx, j.js, took); cerr != nil {
+			d.log.Warn("checkpoint cost", "job", j.id, "err", cerr)
+		}
+		rec := j.js.rec
+		rec.Checkpoint, rec.Iterations = ckpt, max(rec.Iterations, ckpt)
+		rec.Reason = timeLimitReason(j.js.spec.TimeLimit, j.ran, ckpt)
+		if werr := d.write(ctx, []jobUpdate{{j.js, rec, "checkpoint at the time limit"}}, Batch{}, nil); werr != nil {
+			return fmt.Errorf("stop %s at its time limit: checkpoint %d: %w", j.id, ckpt, werr)
+		}
+	}
+	return nil
 }
 
 // capByTimeLimit caps what the forward simulation expects of each job with

@@ -1,0 +1,144 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replan/replan/internal/waitfor"
+	"github.com/replan/replan/jobspec"
+	"github.com/replan/replan/launch"
+)
+
+// holdingExec is the simulated executor, except that the executor calls
+// for one job (its start, reconfiguration or stop) wait until released:
+// a checkpoint wait of minutes, as a large model's takes.
+type holdingExec struct {
+	*SimExecutor
+	job     string
+	once    sync.Once
+	entered chan struct{} // closed when the first held call began
+	release chan struct{}
+}
+
+func (h *holdingExec) hold(ctx context.Context, id string) error {
+	if id != h.job {
+		return nil
+	}
+	h.once.Do(func() { close(h.entered) })
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *holdingExec) Start(ctx context.Context, l Launch) error {
+	if err := h.hold(ctx, l.JobID); err != nil {
+		return err
+	}
+	return h.SimExecutor.Start(ctx, l)
+}
+
+func (h *holdingExec) Reconfigure(ctx context.Context, from, to Launch, last int) error {
+	if err := h.hold(ctx, to.JobID); err != nil {
+		return err
+	}
+	return h.SimExecutor.Reconfigure(ctx, from, to, last)
+}
+
+// TestLoopGoesOnWhileAJobsLaunchWaits: with Config.Background (what
+// `replan daemon` runs), the daemon's loop goes on while the executor
+// works on one job: a start held for as long as the test likes does not
+// keep the loop from noticing that another job's server stopped answering
+// and putting that job back in the queue. Inline (the loop as it was), the
+// loop sat in the round's start and the other job stayed "running" on a
+// dead server for as long as the start took (this test failed on its
+// first wait). Released, the held start completes: the job runs, and its
+// devices were held all along (the requeued job was not placed on them).
+func TestLoopGoesOnWhileAJobsLaunchWaits(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, _ := openTest(t)
+	c := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
+	sim := NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 30*time.Second)
+	ex := &holdingExec{SimExecutor: sim, entered: make(chan struct{}), release: make(chan struct{})}
+	d, _ := newDaemonWith(t, st, ex, "static", c)
+	d.cfg.Background = true
+	defer d.WaitBackground()
+
+	first, err := d.Submit(ctx, spec(t, "first", 8, jobspec.BestEffort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.WaitBackground()
+	r, _ := st.GetJob(ctx, first.ID)
+	var pl []launch.Server
+	_ = json.Unmarshal(r.Placement, &pl)
+	down := ""
+	if len(pl) == 1 {
+		down = pl[0].Name
+	}
+	if r.State != StateRunning || down == "" {
+		t.Fatalf("first job: %s on %q", r.State, down)
+	}
+	held, err := d.Submit(ctx, spec(t, "held", 8, jobspec.BestEffort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex.job = held.ID
+	loop := make(chan error, 1)
+	go func() { loop <- d.Run(ctx, 10*time.Millisecond) }()
+	select {
+	case <-ex.entered:
+	case err := <-loop:
+		t.Fatalf("loop ended: %v", err)
+	}
+	sim.SetDown(down, true)
+	opt := waitfor.Options{Stall: 60 * time.Second}
+	waitfor.T(t, ctx, "the first job back in the queue while the held start waits", opt, func() error {
+		r, err := st.GetJob(ctx, first.ID)
+		if err != nil {
+			return err
+		}
+		if r.State == StateRunning {
+			return fmt.Errorf("first job %s (%s) on a server that stopped answering", r.State, r.Reason)
+		}
+		return nil
+	})
+	select {
+	case <-ex.release:
+	default:
+	}
+	h, _ := st.GetJob(ctx, held.ID)
+	if h.State != StateRunning {
+		t.Fatalf("held job: %s (%s)", h.State, h.Reason)
+	}
+	if on := sim.Running(); slices.Contains(on, held.ID) {
+		t.Fatalf("the executor runs %v while the held start waits", on)
+	}
+	close(ex.release)
+	waitfor.T(t, ctx, "the held job started by the executor", opt, func() error {
+		if on := sim.Running(); !slices.Contains(on, held.ID) {
+			return fmt.Errorf("the executor runs %v", on)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-loop; err != nil {
+		t.Fatal(err)
+	}
+	d.WaitBackground()
+	f, _ := st.GetJob(ctx, first.ID)
+	if f.State == StateRunning {
+		t.Errorf("first job running again with its server down: %s", f.Reason)
+	}
+}
