@@ -31,6 +31,11 @@ type SimExecutor struct {
 	// wrong). A GPU backend's throttled clocks slow the jobs on those
 	// GPUs further (simexec_faults.go).
 	Pace float64
+	// ActScale, when > 0, makes a running job's GPUs report the memory
+	// perf estimates for its plan with this activation factor: an
+	// implementation that keeps that share of the activations perf
+	// counts (simexec_mem.go). 0: the fixed 52-72 GB figures.
+	ActScale float64
 
 	mu       sync.Mutex
 	running  map[string]*simJob
@@ -52,6 +57,9 @@ type simJob struct {
 	hung   bool
 	frozen float64
 	exit   *int
+	// memGB is what its GPUs report used once it runs (0: the fixed
+	// figures; simexec_mem.go).
+	memGB float64
 }
 
 // NewSimExecutor returns a simulated executor for the named servers.
@@ -105,7 +113,7 @@ func (e *SimExecutor) start(l Launch, base float64) error {
 	}
 	now := e.Clock()
 	ready := now.Add(e.RestartCost + time.Duration(l.Shift*float64(time.Second)))
-	e.running[l.JobID] = &simJob{l: l, base: base, ready: ready, iterTime: it, nominal: it, pace: 1}
+	e.running[l.JobID] = &simJob{l: l, base: base, ready: ready, iterTime: it, nominal: it, pace: 1, memGB: e.memGB(l)}
 	e.setPace(e.running[l.JobID], e.globalPace())
 	return nil
 }
