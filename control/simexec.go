@@ -31,10 +31,10 @@ type SimExecutor struct {
 	// wrong). A GPU backend's throttled clocks slow the jobs on those
 	// GPUs further (simexec_faults.go).
 	Pace float64
-	// ActScale, when > 0, makes a running job's GPUs report the memory
-	// perf estimates for its plan with this activation factor: an
-	// implementation that keeps that share of the activations perf
-	// counts (simexec_mem.go). 0: the fixed 52-72 GB figures.
+	// ActScale is the share of the activations perf counts that the
+	// simulated jobs keep (0: 1): a running job's GPUs report the memory
+	// perf estimates for its plan with this activation factor
+	// (simexec_mem.go).
 	ActScale float64
 
 	mu       sync.Mutex
@@ -57,8 +57,8 @@ type simJob struct {
 	hung   bool
 	frozen float64
 	exit   *int
-	// memGB is what its GPUs report used once it runs (0: the fixed
-	// figures; simexec_mem.go).
+	// memGB is what its GPUs report used once it runs (simexec_mem.go;
+	// 0: a fixed figure).
 	memGB float64
 }
 
