@@ -128,6 +128,7 @@ func (d *Daemon) ImportModel(ctx context.Context, req ImportRequest) (ModelInfo,
 	if !ok {
 		o = &perf.Online{Model: d.cfg.Model(req.Arch)}
 		o.Model.Arch = req.Arch
+		o.Model.Arch.ActScale = 0 // only measured peaks set it (refitActScale below)
 		o.Model.Space = t.Space()
 	}
 	c := *o
