@@ -351,6 +351,9 @@ func newJobCmd(stdout, stderr io.Writer) *cobra.Command {
 				if c := d.Checkpointing; c != nil {
 					fmt.Fprintf(w, "checkpoint: %s\n", checkpointWords(*c))
 				}
+				if m := d.Memory; m != nil {
+					fmt.Fprintf(w, "memory: %s\n", memoryWords(*m)) // memory.go
+				}
 				fmt.Fprintln(w, "\nhistory:")
 				for _, h := range d.History {
 					fmt.Fprintf(w, "  %s  %s -> %s  %s\n", h.At.Format(time.DateTime), h.From, h.To, clean(h.Reason))

@@ -61,6 +61,9 @@ func writeModels(w io.Writer, ms []control.ModelInfo) error {
 		for _, n := range perf.ParamNames {
 			ps = append(ps, fmt.Sprintf("%s=%.3g", n, m.Params[n]))
 		}
+		if m.ActScale > 0 {
+			ps = append(ps, fmt.Sprintf("act_scale=%.2f", m.ActScale)) // memory.go
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", clean(m.Type), m.Samples, fitted, errPct, clean(state), strings.Join(ps, " "))
 	}
 	return tw.Flush()

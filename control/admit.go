@@ -137,6 +137,9 @@ func (d *Daemon) Admit(ctx context.Context, spec *jobspec.Spec, acc *Access) err
 	// The plan and the model, priced by the model the scheduler uses.
 	arch := spec.Arch
 	arch.GlobalBatch = spec.GlobalBatch
+	d.mu.Lock()
+	arch.ActScale = d.typeActScale(spec) // its measured activation factor (mempeak.go)
+	d.mu.Unlock()
 	env := d.cfg.Model(arch).Env
 	per := max(all.perServer, 1)
 	if req.HasPlan && req.GPUs >= 1 && req.GPUs <= all.gpus {
@@ -261,6 +264,7 @@ func (d *Daemon) unschedulableWhy(js *jobState, all, now capacity) string {
 	all, now, on := d.labelCapacity(js, all, now) // labels.go
 	arch := js.spec.Arch
 	arch.GlobalBatch = js.spec.GlobalBatch
+	arch.ActScale = d.typeActScale(js.spec) // mempeak.go
 	env := d.cfg.Model(arch).Env
 	minG := minFeasible(arch, env, jobSpace(js.spec), cpusPerGPU(js.spec), max(all.perServer, 1), all.gpus)
 	need := max(pinNeed(js.spec, minG), 1)

@@ -54,6 +54,10 @@ type JobDetail struct {
 	Checkpointing *CheckpointInfo  `json:"checkpointing,omitempty"`
 	History       []Transition     `json:"history"`
 	Decisions     []DecisionRecord `json:"decisions"`
+
+	// Memory is a running job's measured peak and estimated GPU memory
+	// (mempeak.go).
+	Memory *JobMemory `json:"memory,omitempty"`
 }
 
 // HistoryEntry is a finished job, like sacct's line.
@@ -443,6 +447,9 @@ func jobDetail(ctx context.Context, st storeReads, acc *Access, live *Daemon, id
 		jd.Throughput = live.JobThroughput(id)
 		if c, ok := live.JobCheckpointing(id); ok {
 			jd.Checkpointing = &c
+		}
+		if m, ok := live.JobMemory(id); ok && j.State == StateRunning {
+			jd.Memory = &m
 		}
 	}
 	jd.Job = j

@@ -268,6 +268,8 @@ type jobState struct {
 
 	// ckptInfo is how often the current launch checkpoints (checkpoint.go).
 	ckptInfo CheckpointInfo
+	// peak is the current launch's measured peak GPU memory (mempeak.go).
+	peak memPeak
 	// deps is what is known of the jobs it waits for (deps.go).
 	deps depState
 }

@@ -503,7 +503,7 @@ func (f *Follower) viewJob(w http.ResponseWriter, r *http.Request) {
 	f.viewReads(w, r, func(st *EtcdStore) (any, []string, error) {
 		jd, err := jobDetail(r.Context(), st, f.API.Access, nil, r.PathValue("id"))
 		if err == nil && jd.Job.State == StateRunning {
-			return jd, []string{"throughput", "checkpointing", "progress since last stored"}, nil
+			return jd, []string{"throughput", "checkpointing", "memory", "progress since last stored"}, nil
 		}
 		return jd, nil, err
 	})

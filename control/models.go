@@ -40,6 +40,11 @@ type ModelInfo struct {
 	// Data are the samples themselves (GET /v1/models?samples=1: what
 	// `replan models export` writes).
 	Data []perf.Sample `json:"data,omitempty"`
+
+	// ActScale is the activation factor fitted from the measured peak
+	// memory of PeakSamples samples (absent: none measured; mempeak.go).
+	ActScale    float64 `json:"act_scale,omitempty"`
+	PeakSamples int     `json:"peak_samples,omitempty"`
 }
 
 // Models lists every model type the daemon holds, by type; withSamples
@@ -66,6 +71,12 @@ func (d *Daemon) Models(withSamples bool) []ModelInfo {
 		if !o.ProfiledAt.IsZero() {
 			at := o.ProfiledAt
 			mi.ProfiledAt = &at
+		}
+		mi.ActScale = o.Model.Arch.ActScale
+		for _, s := range o.Samples {
+			if s.PeakGPUGB > 0 {
+				mi.PeakSamples++
+			}
 		}
 		if p, ok := profs[mi.Type]; ok {
 			mi.Profiling = &p
@@ -117,6 +128,7 @@ func (d *Daemon) ImportModel(ctx context.Context, req ImportRequest) (ModelInfo,
 	if !ok {
 		o = &perf.Online{Model: d.cfg.Model(req.Arch)}
 		o.Model.Arch = req.Arch
+		o.Model.Arch.ActScale = 0 // only measured peaks set it (refitActScale below)
 		o.Model.Space = t.Space()
 	}
 	c := *o
@@ -144,6 +156,7 @@ func (d *Daemon) ImportModel(ctx context.Context, req ImportRequest) (ModelInfo,
 	}
 	at := d.now()
 	c.Model.Params, c.Stats, c.FittedAt = k, st, at
+	refitActScale(t, &c) // samples that carry a measured peak (mempeak.go)
 	if c.ProfiledAt.IsZero() {
 		c.ProfiledAt = at
 	}

@@ -86,6 +86,7 @@ func (d *Daemon) Observe(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("observe %s: %w", n.Name, err))
 		}
 	}
+	d.notePeaks(obs.Jobs) // mempeak.go: with the telemetry just kept
 	// News whose write failed last time comes again (the executor may not
 	// repeat it: a finished job is reported once).
 	jobs := obs.Jobs
@@ -261,7 +262,7 @@ func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) error {
 	if !ok {
 		return nil
 	}
-	sample := perf.Sample{Plan: js.plan, Resources: r, IterS: float64(js.spec.GlobalBatch) / sps}
+	sample := perf.Sample{Plan: js.plan, Resources: r, IterS: float64(js.spec.GlobalBatch) / sps, PeakGPUGB: js.jobPeakGB()}
 	// Most samples only join the history (no refit): those go straight to
 	// the model, stored now and then; a sample that will refit it works
 	// on a copy, installed once the refitted model is stored.
@@ -273,12 +274,24 @@ func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) error {
 		if d.now().Sub(d.modelSaved[typ]) < d.cfg.ProgressEvery {
 			return nil
 		}
-		raw, err := json.Marshal(o)
+		c := *o
+		_, _, moved := refitActScale(typ, &c) // mempeak.go
+		raw, err := json.Marshal(&c)
 		if err != nil {
 			return fmt.Errorf("store model %s: %w", typ, err)
 		}
 		at := d.now()
-		if err := d.write(ctx, nil, Batch{Models: []ModelWrite{{Type: typ.String(), Data: raw, At: at}}}, func() { d.modelSaved[typ] = at }); err != nil {
+		b := Batch{Models: []ModelWrite{{Type: typ.String(), Data: raw, At: at}}}
+		if moved != "" {
+			b.Events = []Event{d.ev("memory", js.rec.ID, "", moved, nil)}
+		}
+		if err := d.write(ctx, nil, b, func() {
+			d.modelSaved[typ] = at
+			if o.Model.Arch.ActScale != c.Model.Arch.ActScale {
+				o.Model.Arch.ActScale = c.Model.Arch.ActScale
+				d.dropSnapModels(typ)
+			}
+		}); err != nil {
 			return fmt.Errorf("store model %s: %w", typ, err)
 		}
 		return nil
@@ -296,13 +309,17 @@ func (d *Daemon) refit(ctx context.Context, js *jobState, sps float64) error {
 	}
 	at := d.now()
 	c.FittedAt = at
+	_, _, memMoved := refitActScale(typ, &c) // mempeak.go
 	raw, err := json.Marshal(&c)
 	if err != nil {
 		return fmt.Errorf("refit %s: %w", typ, err)
 	}
 	b := Batch{Models: []ModelWrite{{Type: typ.String(), Data: raw, At: at}}}
+	if memMoved != "" {
+		b.Events = append(b.Events, d.ev("memory", js.rec.ID, "", memMoved, nil))
+	}
 	if moved := perf.PredictionShift(o.Model, c.Model, c.Samples); moved > perf.RefitMoved {
-		b.Events = []Event{d.ev("refit", js.rec.ID, "", fmt.Sprintf("model %s refitted on %d samples (measured %.2f samples/s): predictions moved up to %.0f%%", typ, len(c.Samples), sps, 100*moved), nil)}
+		b.Events = append(b.Events, d.ev("refit", js.rec.ID, "", fmt.Sprintf("model %s refitted on %d samples (measured %.2f samples/s): predictions moved up to %.0f%%", typ, len(c.Samples), sps, 100*moved), nil))
 	}
 	if err := d.write(ctx, nil, b, func() {
 		*o = c

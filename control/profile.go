@@ -99,6 +99,10 @@ type ProfileSample struct {
 	Fits       bool           `json:"fits"`
 	Err        string         `json:"err,omitempty"`
 	At         time.Time      `json:"at"`
+
+	// PeakGPUGB is the most memory its busiest GPU used once it measured
+	// iterations (GiB; absent: not measured, mempeak.go).
+	PeakGPUGB float64 `json:"peak_gpu_gb,omitempty"`
 }
 
 // profilePhase is the profiling of one model type.
@@ -127,7 +131,8 @@ type profileRun struct {
 	exited  bool
 	code    int
 	err     string
-	stopped bool // Stop asked (its devices are freed once it returns)
+	stopped bool    // Stop asked (its devices are freed once it returns)
+	peakGB  float64 // its GPUs' most used memory once measuring (mempeak.go)
 }
 
 // ProfileStatus is a profiling phase as the API shows it.
@@ -369,7 +374,7 @@ func (d *Daemon) stepPhase(ctx context.Context, t ModelType) error {
 		switch {
 		case r.sps > 0 && (measured || !r.exited || r.code == 0):
 			sps := r.throughput()
-			s.Fits, s.IterS = true, float64(t.GlobalBatch)/sps
+			s.Fits, s.IterS, s.PeakGPUGB = true, float64(t.GlobalBatch)/sps, r.peakGB
 			msg = fmt.Sprintf("profile %d/%d of %s: %s (%s) on %s: %.3f s per iteration (%.2f samples/s, the median of %d measurements)", r.k+1, len(p.configs), t, c.Label, c.Plan.Spec(), strings.Join(s.Servers, ","), s.IterS, sps, max(len(r.seen)-1, 1))
 		case r.exited:
 			s.Err = fmt.Sprintf("exited with code %d%s", r.code, suffix(r.err))
@@ -520,7 +525,7 @@ func (d *Daemon) endProfile(ctx context.Context, p *profilePhase) error {
 			bad++
 			continue
 		}
-		added = append(added, perf.Sample{Plan: s.Plan, Resources: perf.Resources{Placement: s.Placement, CPUsPerGPU: s.CPUsPerGPU}, IterS: s.IterS})
+		added = append(added, perf.Sample{Plan: s.Plan, Resources: perf.Resources{Placement: s.Placement, CPUsPerGPU: s.CPUsPerGPU}, IterS: s.IterS, PeakGPUGB: s.PeakGPUGB})
 	}
 	c.Samples = append(c.Samples, added...)
 	at := d.now()
@@ -558,6 +563,9 @@ func (d *Daemon) endProfile(ctx context.Context, p *profilePhase) error {
 		} else {
 			msg = fmt.Sprintf("profiled %s in %s: %d configurations measured, %d did not fit; fitted, %.1f%% mean error on its samples", t, took, len(added), bad, bestErr)
 		}
+	}
+	if scale, used, _ := refitActScale(t, &c); used > 0 { // mempeak.go
+		msg += fmt.Sprintf("; activation factor %.2f from the peak memory of %d samples", scale, used)
 	}
 	raw, err := json.Marshal(&c)
 	if err != nil {

@@ -32,6 +32,11 @@ type SimExecutor struct {
 	// wrong). A GPU backend's throttled clocks slow the jobs on those
 	// GPUs further (simexec_faults.go).
 	Pace float64
+	// ActScale is the share of the activations perf counts that the
+	// simulated jobs keep (0: 1): a running job's GPUs report the memory
+	// perf estimates for its plan with this activation factor
+	// (simexec_mem.go).
+	ActScale float64
 
 	mu       sync.Mutex
 	running  map[string]*simJob
@@ -53,6 +58,9 @@ type simJob struct {
 	hung   bool
 	frozen float64
 	exit   *int
+	// memGB is what its GPUs report used once it runs (simexec_mem.go;
+	// 0: a fixed figure).
+	memGB float64
 }
 
 // NewSimExecutor returns a simulated executor for the named servers.
@@ -106,7 +114,7 @@ func (e *SimExecutor) start(l Launch, base float64) error {
 	}
 	now := e.Clock()
 	ready := now.Add(e.RestartCost + time.Duration(l.Shift*float64(time.Second)))
-	e.running[l.JobID] = &simJob{l: l, base: base, ready: ready, iterTime: it, nominal: it, pace: 1}
+	e.running[l.JobID] = &simJob{l: l, base: base, ready: ready, iterTime: it, nominal: it, pace: 1, memGB: e.memGB(l)}
 	e.setPace(e.running[l.JobID], e.globalPace())
 	return nil
 }

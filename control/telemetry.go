@@ -124,6 +124,9 @@ func simGPUs(server string, gpus int, owners map[int]*simJob, now time.Time) []G
 				}
 				g.UtilPct, g.PowerW = util-3*seed, power+15*seed
 				g.MemUsedGB = 52 + 20*seed
+				if j.memGB > 0 {
+					g.MemUsedGB = j.memGB // the job's own peak (simexec_mem.go)
+				}
 				g.TempC = 55 + 20*util/100 + 3*seed
 			}
 		}

@@ -57,6 +57,9 @@ type readView struct {
 
 	// checkpointing is how often each running job checkpoints.
 	checkpointing map[string]CheckpointInfo
+	// memory is each running job's measured and estimated GPU memory
+	// (mempeak.go).
+	memory map[string]JobMemory
 }
 
 // RunningJob is a running job with what the daemon knows of its speed:
@@ -186,6 +189,7 @@ func (d *Daemon) publish() {
 			if js.ckptInfo.IntervalIters > 0 {
 				v.checkpointing[id] = js.ckptInfo
 			}
+			d.viewMemory(v, id, js) // mempeak.go
 			r := RunningJob{Job: v.recs[i], Throughput: tp, ShiftS: js.shift, RestartLeftS: d.restartLeft(js, v.at), AsOf: v.at}
 			if js.spec.Class == jobspec.Guaranteed {
 				r.PromisedSPS = d.promised(js)

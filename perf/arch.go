@@ -21,6 +21,11 @@ type Arch struct {
 	SeqLen      int     `yaml:"seq_len" json:"seq_len"`           // sequence length (tokens, patches)
 	Vocab       int     `yaml:"vocab" json:"vocab"`               // vocabulary size (0 for vision models)
 	GlobalBatch int     `yaml:"global_batch" json:"global_batch"` // samples per iteration, fixed for a job
+	// ActScale is the type's activation factor measured on its GPUs
+	// (FitActScale): the activations its implementation keeps against
+	// Korthikanti's count. 0 means 1 (not measured). Never read from a
+	// spec or an architecture file: only measurements set it.
+	ActScale float64 `yaml:"-" json:"act_scale,omitempty"`
 }
 
 // Validate reports every field that makes the architecture unusable.

@@ -26,6 +26,10 @@ type Sample struct {
 	// and the optimizer step price every ZeRO-0 run alike and only ZeRO
 	// runs tell them apart.
 	OptS float64 `json:"opt_s,omitempty"`
+	// PeakGPUGB is the measured peak memory of the run's busiest GPU in
+	// GiB (0: not measured): FitActScale calibrates the memory estimate
+	// with it.
+	PeakGPUGB float64 `json:"peak_gpu_gb,omitempty"`
 }
 
 // Trust thresholds: a model is trusted for scheduling after this many

@@ -29,8 +29,17 @@ const cudaReserve = 3 * GiB
 // are s·b·h·(34 + 5·a·s/h) bytes for a micro-batch of b (Korthikanti et al.),
 // divided by TP (tensor and sequence parallel), or 2·s·b·h per layer plus one
 // layer in full with activation checkpointing. The first pipeline stage holds
-// min(micro-batches, PP) micro-batches in flight.
+// min(micro-batches, PP) micro-batches in flight. The activations and the
+// logits are multiplied by the type's measured activation factor
+// (Arch.ActScale, FitActScale; 1 when not measured).
 func EstimateMemory(a Arch, p Plan, pl Placement) Memory {
+	m, _ := estimateMemory(a, p, pl)
+	return m
+}
+
+// estimateMemory is EstimateMemory that also reports the part the
+// activation factor scales (activations and logits) before scaling.
+func estimateMemory(a Arch, p Plan, pl Placement) (Memory, float64) {
 	t, pp, n := float64(p.TP), float64(p.PP), float64(p.DP)
 	psi := a.Params / (t * pp)
 	var m Memory
@@ -64,7 +73,10 @@ func EstimateMemory(a Arch, p Plan, pl Placement) Memory {
 		m.Activations *= float64(min(p.GA, p.PP))
 	}
 	logits := 4 * s * mb * float64(a.Vocab) / t // fp32 logits on the last stage
-	buckets := 2 * 0.5e9                        // DeepSpeed/Megatron default comm buckets, fp16
+	scaled := m.Activations + logits
+	m.Activations *= a.actScale()
+	logits *= a.actScale()
+	buckets := 2 * 0.5e9 // DeepSpeed/Megatron default comm buckets, fp16
 	m.Buffers = logits + min(buckets, 4*psi) + cudaReserve
 	m.GPU = m.ModelStates + m.Activations + m.Buffers
 	if p.Offload {
@@ -78,7 +90,7 @@ func EstimateMemory(a Arch, p Plan, pl Placement) Memory {
 		}
 		m.HostPerServer = perGPU*float64(fullest) + 2*psi/n*float64(fullest) // pinned staging buffers
 	}
-	return m
+	return m, scaled
 }
 
 // Fits reports whether the estimate fits env's GPU and host memory, and the
