@@ -560,7 +560,7 @@ func (s Summary) Print(w io.Writer) error {
 			s.ETAErrP50, s.ETAErrP90, s.ETAJobs, ETAMinWait, s.ETANoEstimate, s.ETAErrP90Undisturbed, s.ETAJobsUndisturbed)
 	}
 	if err == nil && s.RoundGapTargetS > 0 {
-		_, err = fmt.Fprintf(w, "  rounds %.0f virtual seconds apart (p90; aimed at %.0f; `replan sim` decides at every arrival and completion, so its JCTs run a little shorter)\n", s.RoundGapP90S, s.RoundGapTargetS)
+		_, err = fmt.Fprintf(w, "  rounds %.0f virtual seconds apart (p90; aimed at %.0f); `replan sim` decides at every arrival and completion\n", s.RoundGapP90S, s.RoundGapTargetS)
 	}
 	if err == nil && s.Note != "" {
 		_, err = fmt.Fprintf(w, "  note: %s\n", s.Note)
