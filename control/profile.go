@@ -127,7 +127,6 @@ type profileRun struct {
 	exited  bool
 	code    int
 	err     string
-	stopped bool // Stop asked (its devices are freed once it returns)
 }
 
 // ProfileStatus is a profiling phase as the API shows it.
