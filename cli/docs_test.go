@@ -458,3 +458,47 @@ func TestReadmeOfflineCommandsRun(t *testing.T) {
 		t.Fatalf("ran %d README commands, want at least %d", ran, len(offline))
 	}
 }
+
+// Issue 28: docs/cli.md matches the program. Every flag of every command
+// is named in docs/cli.md (as `--name`), except the daemon's and deploy's,
+// whose full tables are in docs/control.md and docs/agent.md
+// (TestDocsFlagTables); with TestDocsNameRealFlags the two agree both
+// ways.
+func TestDocsNameEveryFlag(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	elsewhere := map[string]bool{"replan daemon": true, "replan deploy": true}
+	named := regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
+	inDoc := map[string]bool{}
+	for _, m := range named.FindAllStringSubmatch(doc, -1) {
+		inDoc[m[1]] = true
+	}
+	checked := 0
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
+			return
+		}
+		if !elsewhere[c.CommandPath()] {
+			c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+				if f.Name == "help" || f.Name == "version" || f.Hidden {
+					return
+				}
+				checked++
+				if !inDoc[f.Name] {
+					t.Errorf("docs/cli.md does not name %s's --%s (%s)", c.CommandPath(), f.Name, f.Usage)
+				}
+			})
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd(io.Discard, io.Discard))
+	if checked < 100 {
+		t.Fatalf("only %d flags checked: the walk no longer finds the commands", checked)
+	}
+}

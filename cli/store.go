@@ -148,7 +148,7 @@ func storeCopyEndpoints(to string) ([]string, bool, error) {
 	}
 	scheme, rest, ok := strings.Cut(to, "://")
 	if !ok || (scheme != "etcd" && scheme != "etcds") {
-		return nil, false, fmt.Errorf("store copy: --to %q: want etcd://HOST:PORT[,HOST:PORT...] or etcds://...", to)
+		return nil, false, fmt.Errorf("store copy: --to %q: want etcd://HOST:PORT[,HOST:PORT...] or etcds://HOST:PORT[,HOST:PORT...]", to)
 	}
 	web := "http://"
 	if scheme == "etcds" {

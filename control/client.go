@@ -140,7 +140,7 @@ func (c *Client) failed(ctx context.Context, err error) error {
 		return te
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("daemon: no daemon listens at %s (%w); is `replan daemon` running?", c.addr(), err)
+		return fmt.Errorf("daemon: no daemon listens at %s: is `replan daemon` running? (%w)", c.addr(), err)
 	}
 	return fmt.Errorf("daemon: %w", err)
 }

@@ -51,6 +51,12 @@ func TestClientNamesAStoppedDaemon(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no daemon listens at") || !strings.Contains(err.Error(), "replan daemon") {
 		t.Errorf("no daemon: %v", err)
 	}
+	// The hint comes before Go's error, which a narrow line (the TUI's
+	// banner) cuts: "… no daemon listens at S: is `replan daemon`
+	// running? (Get …: dial unix …)".
+	if err != nil && strings.Index(err.Error(), "replan daemon") > strings.Index(err.Error(), "dial unix") {
+		t.Errorf("no daemon: the hint comes after Go's error: %v", err)
+	}
 }
 
 // The timeout spares the streams: a long poll waits its full wait on top

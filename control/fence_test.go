@@ -112,7 +112,7 @@ func TestFenceWaitsForTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	if time.Now().Before(want) {
-		t.Fatalf("started again %s before the lease certainly ran out", want.Sub(time.Now()))
+		t.Fatalf("started again %s before the lease certainly ran out", time.Until(want))
 	}
 	if at := ex.FencedAt("j-1"); !at.IsZero() {
 		t.Fatalf("nothing left to fence, FencedAt %s", at)

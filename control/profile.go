@@ -131,7 +131,6 @@ type profileRun struct {
 	exited  bool
 	code    int
 	err     string
-	stopped bool    // Stop asked (its devices are freed once it returns)
 	peakGB  float64 // its GPUs' most used memory once measuring (mempeak.go)
 }
 

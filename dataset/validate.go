@@ -269,11 +269,6 @@ func ValidateWith(ctx context.Context, dir string, env perf.Env, o ValidateOptio
 // placements row is fitted.
 var errNothingToFit = errors.New("nothing to fit on: its profile is another model's (forward only) and no placements rows are fitted")
 
-func validateModel(ctx context.Context, dir, name, profName string, arch, profArch perf.Arch, env perf.Env, fitRows int) (ModelReport, error) {
-	mr, _, err := validateModelData(ctx, dir, name, profName, arch, profArch, env, fitRows)
-	return mr, err
-}
-
 // looData is what the leave-one-model-out check needs of a table: the
 // model (its forward profile set, its own fit), the profile samples it fits
 // on, every measured row read as the protocol reads it, and which rows the

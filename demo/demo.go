@@ -349,6 +349,12 @@ func (d *Demo) watchRounds(ctx context.Context, tick time.Duration) {
 	}
 }
 
+// lagFactor is how many times further apart than the demo's tick rounds
+// ran (p90) before the summary notes that JCTs are longer than `replan
+// sim`'s: at 1.9× (56 s against 30 at --speed 3000 on a loaded 2-core
+// machine) the avg JCT was 0.33 h against sim's 0.29 h.
+const lagFactor = 1.5
+
 // roundLag fills s's round figures and, when rounds ran much further
 // apart than the demo aims at, says so and what it costs.
 func (d *Demo) roundLag(s *Summary) {
@@ -361,7 +367,7 @@ func (d *Demo) roundLag(s *Summary) {
 	}
 	slices.Sort(gaps)
 	s.RoundGapP90S = gaps[int(0.9*float64(len(gaps)-1))]
-	if s.RoundGapP90S > 2*d.gapTarget {
+	if s.RoundGapP90S > lagFactor*d.gapTarget {
 		s.Note = fmt.Sprintf("rounds ran %.0f virtual seconds apart (p90), against the %.0f s this speed aims at: this machine is slower than --speed %g asks, so jobs waited longer for decisions than in `replan sim` on the same trace (which decides at every arrival and completion); lower --speed to compare", s.RoundGapP90S, d.gapTarget, d.Clock.Speed())
 	}
 }
@@ -398,8 +404,8 @@ type Summary struct {
 	// RoundGapP90S is the 90th percentile of the virtual seconds between
 	// consecutive scheduling rounds, RoundGapTargetS what the demo aims at
 	// (its tick times its speed). Note says when the first is more than
-	// twice the second: the demo then decided less often than replan sim
-	// and its JCTs are longer.
+	// lagFactor times the second: the demo then decided less often than
+	// replan sim and its JCTs are longer.
 	RoundGapP90S    float64 `json:"round_gap_p90_s"`
 	RoundGapTargetS float64 `json:"round_gap_target_s"`
 	Note            string  `json:"note,omitempty"`
@@ -554,7 +560,7 @@ func (s Summary) Print(w io.Writer) error {
 			s.ETAErrP50, s.ETAErrP90, s.ETAJobs, ETAMinWait, s.ETANoEstimate, s.ETAErrP90Undisturbed, s.ETAJobsUndisturbed)
 	}
 	if err == nil && s.RoundGapTargetS > 0 {
-		_, err = fmt.Fprintf(w, "  rounds %.0f virtual seconds apart (p90; aimed at %.0f)\n", s.RoundGapP90S, s.RoundGapTargetS)
+		_, err = fmt.Fprintf(w, "  rounds %.0f virtual seconds apart (p90; aimed at %.0f); `replan sim` decides at every arrival and completion\n", s.RoundGapP90S, s.RoundGapTargetS)
 	}
 	if err == nil && s.Note != "" {
 		_, err = fmt.Fprintf(w, "  note: %s\n", s.Note)

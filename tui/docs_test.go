@@ -42,3 +42,52 @@ func TestDocsShowEveryTab(t *testing.T) {
 		}
 	}
 }
+
+// docs/tui.md's Keys table and the help page agree on where each screen
+// key works: for the keys a screen lists (enter, v, l, c, d, u, h, H, /,
+// o), the table's row names that screen, and every screen the row names
+// lists the key. (Events opened a job's detail with enter, the help page
+// did not say so; the table left out history's enter.)
+func TestDocsKeysTableMatchesHelp(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "docs", "tui.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := map[string]bool{"enter": true, "v": true, "l": true, "c": true, "d": true, "u": true, "h": true, "H": true, "/": true, "o": true}
+	row := regexp.MustCompile("^\\| (`[^|]*) \\| ([^|]*) \\|")
+	keyTok := regexp.MustCompile("`([^`]+)`")
+	where := map[string]string{} // key → the row's where column
+	for _, line := range strings.Split(string(data), "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		for _, k := range keyTok.FindAllStringSubmatch(m[1], -1) {
+			if checked[k[1]] {
+				where[k[1]] = m[2]
+			}
+		}
+	}
+	if len(where) != len(checked) {
+		t.Fatalf("docs/tui.md's Keys table: found rows for %v only", where)
+	}
+	m := newModel(t.Context(), nil, Options{})
+	for s := screen(0); s < numScreens; s++ {
+		listed := map[string]bool{}
+		for _, b := range m.screens[s].Help() {
+			for _, k := range b.Keys() {
+				listed[k] = true
+			}
+		}
+		name := screenNames[s]
+		for k, w := range where {
+			named := regexp.MustCompile(`\b` + name + `\b`).MatchString(w)
+			if listed[k] && !named {
+				t.Errorf("the %s screen lists %q on its help page; docs/tui.md's row for it names only %q", name, k, w)
+			}
+			if named && !listed[k] {
+				t.Errorf("docs/tui.md says %q works on %s (%q); its help page does not list it", k, name, w)
+			}
+		}
+	}
+}

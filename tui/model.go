@@ -516,7 +516,13 @@ func (m *model) titleBar() string {
 	}
 	if m.haveStatus {
 		s := m.status
-		parts = append(parts, fmt.Sprintf("%d running · %d waiting · %d/%d GPUs free", max(s.Jobs-s.Waiting, 0), s.Waiting, s.FreeGPUs, s.GPUs))
+		// what the screens list: the status's last round counts only the
+		// jobs its policy considered (not held or unschedulable ones)
+		running, waiting := max(s.Jobs-s.Waiting, 0), s.Waiting
+		if r, w, ok := m.overview.Counts(); ok {
+			running, waiting = r, w
+		}
+		parts = append(parts, fmt.Sprintf("%d running · %d waiting · %d/%d GPUs free", running, waiting, s.FreeGPUs, s.GPUs))
 	}
 	if m.haveReplay {
 		parts = append(parts, m.replay.Clock.Format("Mon 15:04:05"))

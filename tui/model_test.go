@@ -593,3 +593,19 @@ func TestDetailListsGPUProcesses(t *testing.T) {
 		}
 	}
 }
+
+// The title's counts are the jobs the screens list. The daemon's status
+// counts every live job but its last round's waiting only the jobs the
+// policy considered: an unschedulable or held job counted as running
+// ("2 running · 0 waiting" with one running and one unschedulable).
+func TestTitleCountsWhatTheScreensList(t *testing.T) {
+	h := newHarness(t)
+	h.fake.Snap.Status.Jobs, h.fake.Snap.Status.Waiting = 9, 1 // a round that skipped two of the queue's three
+	h.tick(time.Second)
+	h.send(tea.WindowSizeMsg{Width: 160, Height: 48})
+	title := strings.SplitN(h.view(), "\n", 2)[0]
+	want := fmt.Sprintf("%d running · %d waiting", len(h.fake.Snap.Jobs), len(h.fake.Snap.Queue))
+	if !strings.Contains(title, want) {
+		t.Errorf("title %q, want %q", title, want)
+	}
+}

@@ -93,8 +93,12 @@ func Format(d time.Duration) string {
 }
 
 // Ran writes a time run, to the minute, as hours and minutes: "12h0m",
-// "0h45m", "30h5m" (seconds are dropped; under a minute is "0h0m").
+// "0h45m", "30h5m" (seconds are dropped); under a minute, in seconds:
+// "40s" (a limit may be that short).
 func Ran(d time.Duration) string {
 	d = max(d, 0)
+	if d < time.Minute {
+		return fmt.Sprintf("%ds", int64(d/time.Second))
+	}
 	return fmt.Sprintf("%dh%dm", int64(d/time.Hour), int64(d%time.Hour/time.Minute))
 }

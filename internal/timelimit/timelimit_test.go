@@ -46,3 +46,20 @@ func TestParseAndFormat(t *testing.T) {
 		t.Errorf("Ran: %q %q", Ran(12*time.Hour+30*time.Second), Ran(45*time.Minute))
 	}
 }
+
+// A limit may be as short as 1s: a job stopped at "40s" read "after
+// running 0h0m", as if it had not run. Under a minute is said in seconds.
+func TestRanUnderAMinute(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		40 * time.Second:                      "40s",
+		40*time.Second + 900*time.Millisecond: "40s",
+		0:                                     "0s",
+		-time.Second:                          "0s",
+		time.Minute:                           "0h1m",
+		12*time.Hour + 30*time.Second:         "12h0m",
+	} {
+		if got := Ran(d); got != want {
+			t.Errorf("Ran(%s) = %q, want %q", d, got, want)
+		}
+	}
+}

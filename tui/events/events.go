@@ -49,7 +49,7 @@ func (m *Model) Capturing() bool { return m.filtering }
 
 // Help implements common.Screen.
 func (m *Model) Help() []key.Binding {
-	return append(m.keys.Moves(), m.keys.Filter, withHelp(m.keys.Back, "clear filter"))
+	return append(m.keys.Moves(), m.keys.Enter, m.keys.Filter, withHelp(m.keys.Back, "clear filter"))
 }
 
 func withHelp(b key.Binding, desc string) key.Binding {

@@ -97,6 +97,12 @@ func (m *Model) Update(msg tea.Msg) tea.Cmd {
 	return nil
 }
 
+// Counts are the running and waiting jobs of the last polls, as the
+// overview lists them; ok is false until both were polled.
+func (m *Model) Counts() (running, waiting int, ok bool) {
+	return len(m.jobs), len(m.queue), m.haveJobs && m.haveQueue
+}
+
 // elapsed is the backend's time since the queue was polled.
 func (m *Model) elapsed() time.Duration {
 	if m.polledAt.IsZero() || m.now.Before(m.polledAt) {
