@@ -142,3 +142,47 @@ func TestNextEpochGrows(t *testing.T) {
 		last = e
 	}
 }
+
+// A launch that ends while Observe asks the agents (the daemon runs
+// launches beside its loop: background.go) has processes the agents'
+// answers do not list. Observed against those answers, its rank 0 was
+// "unknown to the agent", an exit with code -1: in the torch profile e2e
+// every relaunch after a host failure failed that way until the job had
+// no restarts left. Observe now speaks only for the jobs launched before
+// it asked; such a job is observed the next time.
+func TestObserveSkipsJobsLaunchedMeanwhile(t *testing.T) {
+	h := newAgentHost(t, "rp-ol", 41)
+	srv := h.server
+	ex, err := NewSSHExecutor(h.fl, []cluster.Server{srv}, SSHOptions{CallTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &jobspec.Spec{Name: "m", Framework: jobspec.DeepSpeed, CheckpointDir: t.TempDir(), Iterations: 1000}
+	j := &sshJob{l: Launch{JobID: "j-1", Spec: spec, Servers: []launch.Server{{Name: srv.Name}}, Attempt: 1},
+		procs: []sshProc{{rank: 0, server: srv.Name, id: ProcessID("j-1", 1, 0)}}}
+	// The launch registers the job after the agents answered.
+	ex.polled = func() {
+		ex.mu.Lock()
+		ex.jobs["j-1"] = j
+		ex.mu.Unlock()
+		ex.polled = nil
+	}
+	o, err := ex.Observe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, jo := range o.Jobs {
+		if jo.JobID == "j-1" {
+			t.Fatalf("a job launched while the agents answered was observed against their answers: %+v", jo)
+		}
+	}
+	// The next Observe speaks for it (its rank 0 is really unknown here:
+	// the test started no process).
+	o, err = ex.Observe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Jobs) != 1 || o.Jobs[0].JobID != "j-1" || !o.Jobs[0].Exited {
+		t.Fatalf("next observation: %+v", o.Jobs)
+	}
+}

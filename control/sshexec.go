@@ -80,6 +80,9 @@ type SSHExecutor struct {
 	mu        sync.Mutex
 	jobs      map[string]*sshJob
 	launching map[string]bool // process ids being started, not yet tracked
+	// polled, when set (tests), runs in Observe between the agents'
+	// answers and the jobs it observes.
+	polled func()
 	clients   map[string]*agent.Client
 	fence     fence // epoch, leases, unconfirmed stops (fence.go)
 }
@@ -468,6 +471,19 @@ type srvState struct {
 // or not) and, for every job, rank 0's progress, throughput and exit, and
 // the checkpoint marker on its master server.
 func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
+	// The jobs the agents' answers can speak for: those launched before
+	// they were asked. A launch that ends while they answer (the daemon
+	// runs launches beside its loop: background.go) has processes the
+	// answers do not list; observed against them, its rank 0 read as
+	// "unknown to the agent", an exit, and the job failed its restart
+	// budget away on every launch (TestObserveSkipsJobsLaunchedMeanwhile).
+	// It is observed next time.
+	e.mu.Lock()
+	before := make(map[*sshJob]bool, len(e.jobs))
+	for _, j := range e.jobs {
+		before[j] = true
+	}
+	e.mu.Unlock()
 	states := make([]srvState, len(e.order))
 	e.each(ctx, len(e.order), func(ctx context.Context, i int) error {
 		ctx, cancel := context.WithTimeout(ctx, e.opt.CallTimeout)
@@ -508,11 +524,14 @@ func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
 		byName[name] = &states[i]
 	}
 
+	if e.polled != nil {
+		e.polled()
+	}
 	e.mu.Lock()
 	var jobs []*sshJob
 	known := map[string]bool{}
 	for _, j := range e.jobs {
-		if !j.stopping {
+		if !j.stopping && before[j] {
 			jobs = append(jobs, j)
 		}
 		for _, p := range j.procs {
