@@ -374,9 +374,9 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 	// (TestFitShortcutsMatchPlain).
 	newValue := func(memo bool) func(x []float64) float64 {
 		var oms []overlapMemo
-		logs := make([]logMemo, len(distinct))
+		var logs []logMemo
 		if memo && !fitPlain {
-			oms = make([]overlapMemo, len(distinct))
+			oms, logs = make([]overlapMemo, len(distinct)), make([]logMemo, len(distinct))
 		}
 		logIt := make([]float64, len(distinct))
 		too := make([]float64, len(distinct))
