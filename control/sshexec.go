@@ -82,9 +82,9 @@ type SSHExecutor struct {
 	launching map[string]bool // process ids being started, not yet tracked
 	// polled, when set (tests), runs in Observe between the agents'
 	// answers and the jobs it observes.
-	polled func()
-	clients   map[string]*agent.Client
-	fence     fence // epoch, leases, unconfirmed stops (fence.go)
+	polled  func()
+	clients map[string]*agent.Client
+	fence   fence // epoch, leases, unconfirmed stops (fence.go)
 }
 
 // sshJob is a job the executor runs: its current launch and what it has

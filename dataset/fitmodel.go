@@ -37,11 +37,17 @@ func FitModelFor(ctx context.Context, dir string, a perf.Arch, env perf.Env, wit
 }
 
 func fitModel(ctx context.Context, dir, name string, env perf.Env, withPlacements bool, cat perf.Catalog) (perf.Model, perf.FitStats, error) {
-	m, samples, err := modelSamples(ctx, dir, name, env, withPlacements, cat)
+	m, samples, choices, err := modelSamplesChoices(ctx, dir, name, env, withPlacements, cat)
 	if err != nil || len(samples) == 0 {
 		return m, perf.FitStats{}, err
 	}
-	params, st, err := perf.Fit(m, samples, perf.FitOptions{})
+	// With one placements table whose reading was chosen by comparing
+	// fits, the fit of its chosen reading is this fit.
+	var c MicroBatchChoice
+	if len(choices) == 1 {
+		c = choices[0]
+	}
+	params, st, err := fitChosen(m, samples, c)
 	if err != nil {
 		return perf.Model{}, st, err
 	}
@@ -52,22 +58,29 @@ func fitModel(ctx context.Context, dir, name string, env perf.Env, withPlacement
 // modelSamples is FitModel's unfitted model (forward profile set) and the
 // samples it fits on; cat holds model types beyond the built-ins.
 func modelSamples(ctx context.Context, dir, name string, env perf.Env, withPlacements bool, cat perf.Catalog) (perf.Model, []perf.Sample, error) {
+	m, samples, _, err := modelSamplesChoices(ctx, dir, name, env, withPlacements, cat)
+	return m, samples, err
+}
+
+// modelSamplesChoices is modelSamples with the reading chosen for each
+// placements table it read.
+func modelSamplesChoices(ctx context.Context, dir, name string, env perf.Env, withPlacements bool, cat perf.Catalog) (perf.Model, []perf.Sample, []MicroBatchChoice, error) {
 	profiles, tables, err := ListDir(dir)
 	if err != nil {
-		return perf.Model{}, nil, err
+		return perf.Model{}, nil, nil, err
 	}
 	profName, arch, known := resolveModel(name, profiles, cat)
 	if profName == "" || !known {
-		return perf.Model{}, nil, fmt.Errorf("model %q: no profile under %s/profile (have %v)", name, dir, profiles)
+		return perf.Model{}, nil, nil, fmt.Errorf("model %q: no profile under %s/profile (have %v)", name, dir, profiles)
 	}
 	prof, err := LoadProfile(ctx, dir, profName)
 	if err != nil {
-		return perf.Model{}, nil, err
+		return perf.Model{}, nil, nil, err
 	}
 	samples := prof.Samples(profileArch(arch))
 	fwd, err := perf.FitForward(profileArch(arch), samples)
 	if err != nil {
-		return perf.Model{}, nil, err
+		return perf.Model{}, nil, nil, err
 	}
 	if ratio := arch.Params / prof.ParamCount(); math.Abs(ratio-1) > 0.25 {
 		fwd.Alpha *= ratio
@@ -75,6 +88,7 @@ func modelSamples(ctx context.Context, dir, name string, env perf.Env, withPlace
 		samples = nil
 	}
 	m := perf.Model{Arch: arch, Forward: fwd, Params: perf.DefaultParams, Env: env}
+	var choices []MicroBatchChoice
 	if withPlacements {
 		base := samples
 		for _, t := range tables {
@@ -84,21 +98,22 @@ func modelSamples(ctx context.Context, dir, name string, env perf.Env, withPlace
 			}
 			rows, err := LoadPlacement(ctx, dir, t)
 			if err != nil {
-				return perf.Model{}, nil, err
+				return perf.Model{}, nil, nil, err
 			}
 			// Each table's rows are the plans it ran at its own global
 			// batch (llama7's batch 8 beside llama7b_bsz16's 16), read
 			// the way they fit (chooseMicroBatching).
-			_, held, err := chooseMicroBatching(m, base, rows, tarch, allRows)
+			c, held, err := chooseMicroBatching(m, base, rows, tarch, allRows)
 			if err != nil {
-				return perf.Model{}, nil, err
+				return perf.Model{}, nil, nil, err
 			}
 			for _, h := range held {
 				samples = append(samples, h.sample)
 			}
+			choices = append(choices, c)
 		}
 	}
-	return m, samples, nil
+	return m, samples, choices, nil
 }
 
 // ModelSource returns a function giving each model type's performance

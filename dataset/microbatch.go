@@ -2,6 +2,10 @@ package dataset
 
 import (
 	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"sync"
 
 	"github.com/replan/replan/perf"
 )
@@ -24,6 +28,43 @@ type MicroBatchChoice struct {
 	// RMSLE of the fit with the rows read each way (WholeBatch,
 	// MicroBatchOne); zero unless Compared.
 	RMSLE [2]float64
+	// fit is the comparison's fit of the chosen reading (nil unless
+	// Compared): fitChosen answers a fit of the same model on the same
+	// samples with it instead of fitting them again (Fit is
+	// deterministic).
+	fit *doneFit
+}
+
+// doneFit is a fit's inputs and outcome.
+type doneFit struct {
+	model   perf.Model
+	samples []perf.Sample
+	params  perf.Params
+	stats   perf.FitStats
+}
+
+// fitChosen is perf.Fit(m, samples, perf.FitOptions{}), answered from the
+// comparison's fit of the chosen reading when that fitted the same model
+// on the same samples (TestFitModelReusesComparisonFit).
+func fitChosen(m perf.Model, samples []perf.Sample, c MicroBatchChoice) (perf.Params, perf.FitStats, error) {
+	if f := c.fit; f != nil && !refitChosen && reflect.DeepEqual(f.model, m) && sameSamples(f.samples, samples) {
+		return f.params, f.stats, nil
+	}
+	return perf.Fit(m, samples, perf.FitOptions{})
+}
+
+// refitChosen makes fitChosen fit again (for the tests that compare).
+var refitChosen bool
+
+// sameSamples reports whether a and b hold the same samples in the same
+// order, to the bit.
+func sameSamples(a, b []perf.Sample) bool {
+	bits := func(x, y float64) bool { return math.Float64bits(x) == math.Float64bits(y) }
+	return slices.EqualFunc(a, b, func(x, y perf.Sample) bool {
+		return x.Plan == y.Plan && slices.Equal(x.Resources.Placement, y.Resources.Placement) &&
+			x.Resources.CrossRack == y.Resources.CrossRack && bits(x.Resources.CPUsPerGPU, y.Resources.CPUsPerGPU) &&
+			bits(x.IterS, y.IterS) && bits(x.FwdS, y.FwdS) && bits(x.OptS, y.OptS)
+	})
 }
 
 // String names the reading for reports, with both fits' RMSLE when they
@@ -55,21 +96,36 @@ func chooseMicroBatching(m perf.Model, base []perf.Sample, rows []PlacementRow, 
 		return MicroBatchChoice{Reading: WholeBatch}, whole, nil
 	}
 	c := MicroBatchChoice{Compared: true}
+	// The two fits are independent: run them at once.
+	var fits [2]doneFit
+	var errs [2]error
+	var wg sync.WaitGroup
 	for r, held := range [][]heldRow{whole, one} {
 		samples := append([]perf.Sample(nil), base...)
 		for _, i := range idx {
 			samples = append(samples, held[i].sample)
 		}
-		_, st, err := perf.Fit(m, samples, perf.FitOptions{})
-		if err != nil {
-			return c, nil, err
+		fits[r] = doneFit{model: m, samples: samples}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f := &fits[r]
+			f.params, f.stats, errs[r] = perf.Fit(m, f.samples, perf.FitOptions{})
+		}()
+	}
+	wg.Wait()
+	for r := range fits {
+		if errs[r] != nil {
+			return c, nil, errs[r]
 		}
-		c.RMSLE[r] = st.RMSLE
+		c.RMSLE[r] = fits[r].stats.RMSLE
 	}
 	if c.RMSLE[MicroBatchOne] < MicroBatchMargin*c.RMSLE[WholeBatch] {
 		c.Reading = MicroBatchOne
+		c.fit = &fits[MicroBatchOne]
 		return c, one, nil
 	}
+	c.fit = &fits[WholeBatch]
 	return c, whole, nil
 }
 

@@ -345,7 +345,7 @@ func validateModelData(ctx context.Context, dir, name, profName string, arch, pr
 	if len(fitSamples) == 0 {
 		return mr, nil, errNothingToFit
 	}
-	params, stats, err := perf.Fit(m, fitSamples, perf.FitOptions{})
+	params, stats, err := fitChosen(m, fitSamples, mbc)
 	if err != nil {
 		return mr, nil, err
 	}

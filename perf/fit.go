@@ -367,44 +367,97 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		return x
 	}
 	n := float64(terms)
-	value := func(x []float64) float64 {
-		k := full(x)
-		if holdSync {
-			k.KSync = SyncUnseen
+	// Samples of the same shape price alike: each distinct shape is
+	// priced once per point (of maps a sample to its shape in distinct).
+	distinct, of := distinctShapes(shapes)
+	// newValue is the objective with its own scratch (the starts run
+	// concurrently); memo: each shape's overlaps and logarithms are
+	// answered from the last point's when their inputs are the same bits
+	// (the finite-difference gradient moves one parameter at a time).
+	// Either way the same arithmetic on the same numbers: the same bits
+	// (TestFitShortcutsMatchPlain).
+	newValue := func(memo bool) func(x []float64) float64 {
+		var oms []overlapMemo
+		var logs []logMemo
+		if memo && !fitPlain {
+			oms, logs = make([]overlapMemo, len(distinct)), make([]logMemo, len(distinct))
 		}
-		if holdHop {
-			k.KHop = HopUnseen
-		}
-		var sum float64
-		loss := func(d float64) float64 {
-			if robust {
-				// pseudo-Huber, quadratic below 10% log error, linear above
-				const delta = 0.1
-				return 2 * delta * delta * (math.Sqrt(1+d*d/(delta*delta)) - 1)
+		logIt := make([]float64, len(distinct))
+		too := make([]float64, len(distinct))
+		return func(x []float64) float64 {
+			k := full(x)
+			if holdSync {
+				k.KSync = SyncUnseen
 			}
-			return d * d
-		}
-		for i := range shapes {
-			b := shapes[i].eval(k)
-			it := b.Iter
-			if !(it > 0) || math.IsInf(it, 0) {
-				return math.Inf(1)
+			if holdHop {
+				k.KHop = HopUnseen
 			}
-			sum += loss(math.Log(it) - logY[i])
-			if logOpt[i] != 0 {
-				sum += loss(math.Log(max(b.Too, 1e-9)) - logOpt[i])
+			var sum float64
+			loss := func(d float64) float64 {
+				if robust {
+					// pseudo-Huber, quadratic below 10% log error, linear above
+					const delta = 0.1
+					return 2 * delta * delta * (math.Sqrt(1+d*d/(delta*delta)) - 1)
+				}
+				return d * d
 			}
+			if fitPlain {
+				for i := range shapes {
+					b := shapes[i].eval(k)
+					it := b.Iter
+					if !(it > 0) || math.IsInf(it, 0) {
+						return math.Inf(1)
+					}
+					sum += loss(math.Log(it) - logY[i])
+					if logOpt[i] != 0 {
+						sum += loss(math.Log(max(b.Too, 1e-9)) - logOpt[i])
+					}
+				}
+			} else {
+				for u := range distinct {
+					var om *overlapMemo
+					if oms != nil {
+						om = &oms[u]
+					}
+					b := distinct[u].evalMemo(k, om)
+					it := b.Iter
+					if !(it > 0) || math.IsInf(it, 0) {
+						return math.Inf(1)
+					}
+					if oms != nil {
+						logIt[u] = logs[u].it.log(it)
+					} else {
+						logIt[u] = math.Log(it)
+					}
+					too[u] = b.Too
+				}
+				for i := range shapes {
+					u := of[i]
+					sum += loss(logIt[u] - logY[i])
+					if logOpt[i] != 0 {
+						t := max(too[u], 1e-9)
+						var lt float64
+						if oms != nil {
+							lt = logs[u].too.log(t)
+						} else {
+							lt = math.Log(t)
+						}
+						sum += loss(lt - logOpt[i])
+					}
+				}
+			}
+			var reg float64
+			for j, i := range free {
+				d := x[j] - prior[i]
+				reg += priorScale[i] * d * d
+			}
+			return sum/n + o.Prior*reg
 		}
-		var reg float64
-		for j, i := range free {
-			d := x[j] - prior[i]
-			reg += priorScale[i] * d * d
-		}
-		return sum/n + o.Prior*reg
 	}
 	// objective counting its evaluations in *evals: the starts run
-	// concurrently, each with its own counter.
-	objective := func(evals *int) func(x []float64) float64 {
+	// concurrently, each with its own counter and scratch.
+	objective := func(evals *int, memo bool) func(x []float64) float64 {
+		value := newValue(memo)
 		return func(x []float64) float64 {
 			*evals++
 			return value(x)
@@ -412,7 +465,7 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 	}
 
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
-	obj := objective(&st.Evaluations)
+	obj := objective(&st.Evaluations, true)
 	best := freeVec(start)
 	bestF := obj(best)
 	// The starts are independent: their points are drawn first, in order
@@ -452,7 +505,7 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		go func() {
 			defer wg.Done()
 			r := &results[s]
-			f := objective(&r.evals)
+			f := objective(&r.evals, false)
 			// Half the evaluations from x0, the other half restarted with a
 			// fresh simplex where the first stopped: in twelve dimensions a
 			// simplex collapses long before it converges, and a restart
@@ -500,6 +553,65 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 	}
 	st.RMSLE = math.Sqrt(sum / float64(len(samples)))
 	return k, st, nil
+}
+
+// fitPlain turns off the fit's shortcuts (distinct shapes, the
+// finite-difference memo): the former objective, for the tests that
+// compare the two bit for bit.
+var fitPlain bool
+
+// distinctShapes returns the distinct shapes in first-seen order and,
+// for each of shapes, its index among them.
+func distinctShapes(shapes []shape) ([]shape, []int) {
+	at := make(map[shape]int, len(shapes))
+	var distinct []shape
+	of := make([]int, len(shapes))
+	for i, sh := range shapes {
+		u, ok := at[sh]
+		if ok && !sameBits(distinct[u], sh) {
+			// equal only as numbers (a -0 for a 0): priced on its own
+			ok = false
+		}
+		if !ok {
+			u = len(distinct)
+			at[sh] = u
+			distinct = append(distinct, sh)
+		}
+		of[i] = u
+	}
+	return distinct, of
+}
+
+// sameBits reports whether two shapes equal as values (==) have the same
+// bits in every float field (== takes -0 for 0).
+func sameBits(a, b shape) bool {
+	fa := [...]float64{a.ga, a.pp, a.fixed, a.commDP, a.gather, a.commTP, a.commPP, a.shardG, a.cpus, a.off, a.hostG, a.beta1, a.launchN, a.layersAll, a.hops}
+	fb := [...]float64{b.ga, b.pp, b.fixed, b.commDP, b.gather, b.commTP, b.commPP, b.shardG, b.cpus, b.off, b.hostG, b.beta1, b.launchN, b.layersAll, b.hops}
+	for i := range fa {
+		if !same(fa[i], fb[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// logMemo remembers a shape's last iteration time and optimizer phase
+// and their logarithms.
+type logMemo struct{ it, too lastLog }
+
+// lastLog is math.Log with its last argument's answer kept.
+type lastLog struct {
+	x, l float64
+	set  bool
+}
+
+// log is math.Log(x), from memory when x is the last argument's bits.
+func (m *lastLog) log(x float64) float64 {
+	if m.set && same(m.x, x) {
+		return m.l
+	}
+	m.x, m.l, m.set = x, math.Log(x), true
+	return m.l
 }
 
 // launchStart is where one start of a fit puts k_launch when no pair of

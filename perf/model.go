@@ -382,7 +382,13 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 }
 
 // eval applies Appendix A's combination rules with parameters k.
-func (s *shape) eval(k Params) Breakdown {
+func (s *shape) eval(k Params) Breakdown { return s.evalMemo(k, nil) }
+
+// evalMemo is eval with its overlaps answered from om when their inputs
+// are those of om's last call (nil: computed): a fit's finite-difference
+// gradient moves one parameter at a time, which leaves most overlaps as
+// they were. The same arithmetic either way, so the same bits.
+func (s *shape) evalMemo(k Params, om *overlapMemo) Breakdown {
 	out := Breakdown{CommDP: s.commDP, Gather: s.gather, CommTP: s.commTP, CommPP: s.commPP, Tier: s.tier}
 	commDP, gather := s.commDP, s.gather
 	// the synchronisation overlapping the backward waits at each of its
@@ -433,12 +439,12 @@ func (s *shape) eval(k Params) Breakdown {
 	if s.pp == 1 {
 		out.Fwd = fixed + s.ga*f1
 		out.Bwd = s.ga * (b1 + rc)
-		out.Tcc = fixed + s.ga*(f1+rc) + (s.ga-1)*b1 + overlap(k.KSync, b1, syncDP) + commTP
+		out.Tcc = fixed + s.ga*(f1+rc) + (s.ga-1)*b1 + om.overlap(0, k.KSync, b1, syncDP) + commTP
 	} else {
 		fill := s.ga + s.pp - 1
 		out.Fwd = fixed + f1*fill
 		out.Bwd = (b1 + rc) * fill
-		out.Tcc = out.Fwd + rc*fill + overlap(k.KSync, b1*fill, syncDP) + commTP + commPP
+		out.Tcc = out.Fwd + rc*fill + om.overlap(0, k.KSync, b1*fill, syncDP) + commTP + commPP
 	}
 	if s.offload {
 		out.Opt = k.KOptOff*s.shardG/s.cpus + k.KHost*s.hostG
@@ -447,7 +453,7 @@ func (s *shape) eval(k Params) Breakdown {
 		// step: t5's offload rows on uneven placements run at their even
 		// neighbours' speed (35 0.885 s, 44 0.846 s) where its other
 		// plans are 0.2-0.3 s slower
-		out.Too = overlap(k.KOff, commDP+gather, s.off) + math.Max(overlap(k.KSwap, out.Opt, s.off), uneven)
+		out.Too = om.overlap(1, k.KOff, commDP+gather, s.off) + math.Max(om.overlap(2, k.KSwap, out.Opt, s.off), uneven)
 	} else {
 		out.Opt = k.KOpt * s.shardG
 		out.Too = out.Opt + gather + uneven

@@ -21,6 +21,7 @@ type recorder struct {
 	cross   int // starts and reconfigures across racks
 	held    int // waits for the uplink hold
 	shifted int // decisions with a time-shift
+	tuned   int // waiting jobs' timers derived from the history
 }
 
 func (r *recorder) Name() string { return r.p.Name() }
@@ -34,6 +35,11 @@ func (r *recorder) Schedule(s sched.Snapshot) sched.Decisions {
 		}
 		if a.Shift != 0 {
 			r.shifted++
+		}
+	}
+	for _, jt := range d.Timers {
+		if jt.ServerFrom > 0 || jt.RackFrom > 0 {
+			r.tuned++
 		}
 	}
 	for _, w := range d.Waiting {

@@ -106,7 +106,7 @@ type cache struct {
 	curves map[curveKey]*curve
 	plans  map[planKey]planVal
 	preds  map[predKey]float64
-	prep   map[string]prepared
+	prep   map[string]*prepared // by job ID; a pointer: a lookup copies 8 bytes, not the struct
 	tiers  map[tierKey][3]float64
 	req    map[reqLossKey]reqLossVal // FIFO.reqLoss
 	whys   map[whyKey]string         // FIFO.why
@@ -126,13 +126,13 @@ func (c *cache) use(k Known) {
 	c.curves = map[curveKey]*curve{}
 	c.plans = map[planKey]planVal{}
 	c.preds = map[predKey]float64{}
-	c.prep = map[string]prepared{}
+	c.prep = map[string]*prepared{}
 	c.tiers = map[tierKey][3]float64{}
 	c.req = nil
 }
 
 func newCache() *cache {
-	return &cache{curves: map[curveKey]*curve{}, plans: map[planKey]planVal{}, preds: map[predKey]float64{}, prep: map[string]prepared{}, tiers: map[tierKey][3]float64{}}
+	return &cache{curves: map[curveKey]*curve{}, plans: map[planKey]planVal{}, preds: map[predKey]float64{}, prep: map[string]*prepared{}, tiers: map[tierKey][3]float64{}}
 }
 
 func resources(pl perf.Placement, cross bool, cpg int) perf.Resources {

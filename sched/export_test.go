@@ -44,3 +44,7 @@ func CircleStatsOf(p Policy) CircleStats {
 	}
 	return CircleStats{}
 }
+
+// SetTimerScanPerDemand makes the auto-tuned timers come from two history
+// scans per waiting demand (the path before timersFrom) when on.
+func SetTimerScanPerDemand(on bool) { timerScanPerDemand = on }

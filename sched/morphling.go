@@ -207,7 +207,8 @@ func (p *Morphling) prepare(js *jstate, perServer, rackGPUs int) {
 		cpg = max(cpg, j.ReqCPUs/j.ReqGPUs)
 	}
 	if !ok || pr.model != j.Model || pr.reqGPUs != j.ReqGPUs || pr.reqPlan != j.ReqPlan || pr.promise != j.Promise || pr.cpg != cpg || pr.rackGPUs != rackGPUs {
-		pr = p.compute(j, cpg, perServer, rackGPUs)
+		v := p.compute(j, cpg, perServer, rackGPUs)
+		pr = &v
 		p.c.mu.Lock()
 		p.c.prep[j.ID] = pr
 		p.c.mu.Unlock()

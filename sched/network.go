@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/replan/replan/perf"
@@ -146,8 +147,26 @@ func (h *TimerHistory) Add(obs ...TimerObs) { h.Obs = append(h.Obs, obs...) }
 
 // Prune drops observations older than now-window.
 func (h *TimerHistory) Prune(now, window float64) {
-	k := 0
-	for _, o := range h.Obs {
+	// The simulator prunes every round. Nothing moves before the first
+	// observation dropped, and when the dropped ones are a prefix
+	// (observations arrive in time order) the rest stays where it is.
+	dropped := func(o TimerObs) bool { return !(o.At >= now-window) }
+	k := slices.IndexFunc(h.Obs, dropped)
+	if k < 0 {
+		return
+	}
+	if k == 0 {
+		p := slices.IndexFunc(h.Obs, func(o TimerObs) bool { return !dropped(o) })
+		if p < 0 {
+			h.Obs = h.Obs[:0]
+			return
+		}
+		if !slices.ContainsFunc(h.Obs[p:], dropped) {
+			h.Obs = h.Obs[p:]
+			return
+		}
+	}
+	for _, o := range h.Obs[k:] {
 		if o.At >= now-window {
 			h.Obs[k] = o
 			k++
@@ -167,15 +186,29 @@ func (h TimerHistory) Timer(tier perf.Tier, gpus int, now, window, def float64) 
 // TimerFrom is Timer and the number of observations it was derived from
 // (0: def), so a change of timer can say why.
 func (h TimerHistory) TimerFrom(tier perf.Tier, gpus int, now, window, def float64) (float64, int) {
-	n, sum, sq := 0.0, 0.0, 0.0
+	var w waitSums
 	for _, o := range h.Obs {
 		if o.Tier != tier || o.GPUs != gpus || o.At < now-window || o.At > now {
 			continue
 		}
-		n++
-		sum += o.Wait
-		sq += o.Wait * o.Wait
+		w.add(o.Wait)
 	}
+	return w.timer(def)
+}
+
+// waitSums accumulates the waits of one tier and GPU demand, in
+// observation order.
+type waitSums struct{ n, sum, sq float64 }
+
+func (w *waitSums) add(wait float64) {
+	w.n++
+	w.sum += wait
+	w.sq += wait * wait
+}
+
+// timer is TimerFrom's answer from the sums.
+func (w waitSums) timer(def float64) (float64, int) {
+	n, sum, sq := w.n, w.sum, w.sq
 	if n == 0 {
 		return def, 0
 	}
@@ -185,6 +218,57 @@ func (h TimerHistory) TimerFrom(tier perf.Tier, gpus int, now, window, def float
 		sd = math.Sqrt(math.Max(sq-n*mean*mean, 0) / (n - 1))
 	}
 	return mean + 2*sd, int(n)
+}
+
+// timersFrom is TimerFrom of the server and rack tiers for every demand
+// in gpus (ascending, distinct) from one scan of the history: the
+// demand's sums accumulate in observation order, as TimerFrom's own
+// scan does, so each answer is TimerFrom's to the bit
+// (TestTimersFromMatchesTimerFrom). out[n] holds gpus[n]'s server and
+// rack timers and their observation counts.
+func (h TimerHistory) timersFrom(gpus []int, now, window, defServer, defRack float64) []tunedTimers {
+	out := make([]tunedTimers, len(gpus))
+	if len(gpus) == 0 {
+		return out
+	}
+	slot := make([]int, gpus[len(gpus)-1]+1)
+	for i := range slot {
+		slot[i] = -1
+	}
+	for n, g := range gpus {
+		if g >= 0 {
+			slot[g] = n
+		}
+	}
+	sums := make([][2]waitSums, len(gpus))
+	for _, o := range h.Obs {
+		if o.GPUs < 0 || o.GPUs >= len(slot) || slot[o.GPUs] < 0 || o.At < now-window || o.At > now {
+			continue
+		}
+		switch o.Tier {
+		case perf.TierServer:
+			sums[slot[o.GPUs]][0].add(o.Wait)
+		case perf.TierRack:
+			sums[slot[o.GPUs]][1].add(o.Wait)
+		}
+	}
+	for n := range gpus {
+		out[n].server, out[n].serverN = sums[n][0].timer(defServer)
+		out[n].rack, out[n].rackN = sums[n][1].timer(defRack)
+	}
+	return out
+}
+
+// timerScanPerDemand makes newNetRound scan the history twice per
+// waiting demand (TimerFrom), as before timersFrom: for the tests that
+// compare the two.
+var timerScanPerDemand bool
+
+// tunedTimers are one demand's auto-tuned timers and the observations
+// each was derived from.
+type tunedTimers struct {
+	server, rack   float64
+	serverN, rackN int
 }
 
 // JobTimers is a waiting job's delay-timer state, for the queue view: the
@@ -308,11 +392,10 @@ func newNetRound(o NetOptions, s *Snapshot, demand func(i int) int, loss func(i,
 	if nr.window <= 0 {
 		nr.window = HistoryWindow(total)
 	}
-	type tuned struct {
-		server, rack   float64
-		serverN, rackN int
-	}
-	timers := map[int]tuned{}
+	// The timers depend only on the demand: one scan of the history
+	// gives every waiting demand's (timersFrom), not two per demand or
+	// per waiting job.
+	var waiting []int
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
 		nj := &nr.jobs[i]
@@ -323,18 +406,38 @@ func newNetRound(o NetOptions, s *Snapshot, demand func(i int) int, loss func(i,
 		if j.Running() {
 			continue
 		}
+		waiting = append(waiting, i)
+	}
+	var timers []tunedTimers
+	var gs []int
+	if o.AutoTune && len(waiting) > 0 && !timerScanPerDemand {
+		for _, i := range waiting {
+			gs = append(gs, nr.jobs[i].gpus)
+		}
+		slices.Sort(gs)
+		gs = slices.Compact(gs)
+		if gs[0] < 0 {
+			// a negative demand has no slot: its own scans
+			timers = nil
+		} else {
+			timers = s.History.timersFrom(gs, s.Now, nr.window, o.ServerTimer, o.RackTimer)
+		}
+	}
+	for _, i := range waiting {
+		j := &s.Jobs[i]
+		nj := &nr.jobs[i]
+		g := nj.gpus
 		nj.starved = j.Starved(s.Now)
 		nj.fitsS, nj.fitsR = g <= maxPer, g <= nr.rackGP
 		nj.server, nj.rack = o.ServerTimer, o.RackTimer
 		if o.AutoTune {
-			// The timers depend only on the demand: each is computed
-			// once per round (a scan of the history each), not once
-			// per waiting job.
-			t, ok := timers[g]
-			if !ok {
+			var t tunedTimers
+			if timers != nil {
+				n, _ := slices.BinarySearch(gs, g)
+				t = timers[n]
+			} else {
 				t.server, t.serverN = s.History.TimerFrom(perf.TierServer, g, s.Now, nr.window, o.ServerTimer)
 				t.rack, t.rackN = s.History.TimerFrom(perf.TierRack, g, s.Now, nr.window, o.RackTimer)
-				timers[g] = t
 			}
 			nj.server, nj.serverN, nj.rack, nj.rackN = t.server, t.serverN, t.rack, t.rackN
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -55,12 +54,13 @@ func LoadModelsWith(ctx context.Context, dir string, env perf.Env, apps []string
 		sorted = append(sorted, n)
 	}
 	sort.Strings(sorted)
-	// Fits are independent: run them on every core.
+	// Fits are independent: run them on every core, all at once (a fit
+	// is a few goroutines of its own, some of its phases serial: with one
+	// fit per core at a time, the last type's serial phases ran alone).
 	fits := make([]perf.Model, len(sorted))
 	stats := make([]perf.FitStats, len(sorted))
 	errs := make([]error, len(sorted))
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
 	for i, n := range sorted {
 		a, _, err := dataset.ArchFor(ctx, dir, n, cat)
 		if err != nil {
@@ -70,8 +70,6 @@ func LoadModelsWith(ctx context.Context, dir string, env perf.Env, apps []string
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
 			fits[i], stats[i], errs[i] = dataset.FitModelFor(ctx, dir, a, env, true)
 			if errs[i] != nil && !builtin {
 				// a user type without a profile: its architecture's defaults
