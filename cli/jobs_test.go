@@ -126,24 +126,8 @@ func TestQueueShowsUnschedulable(t *testing.T) {
 // throughput with the prediction's error, and how often it checkpoints
 // (the interval replan chose and why); --json carries the same.
 func TestJobShowsThroughputErrorAndCheckpointInterval(t *testing.T) {
-	sock, d := serveControl(t)
+	sock, d, rec := startedLongJob(t)
 	ctx := context.Background()
-	file := filepath.Join(t.TempDir(), "j.yaml")
-	spec := strings.NewReplacer("TENANT", "research", "MODEL", "gpt2", "REQUEST", "{gpus: 8}", "iterations: 50", "iterations: 1000000").Replace(cliSpec)
-	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := runCLI(t, "submit", file, "--socket", sock, "--json")
-	if err != nil {
-		t.Fatalf("submit: %v\n%s", err, out)
-	}
-	var rec control.JobRecord
-	if err := json.Unmarshal([]byte(out), &rec); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Round(ctx); err != nil {
-		t.Fatal(err)
-	}
 	// The simulated job reports a throughput once it has run a little.
 	// (The policy gives it both servers: a one-day MTBF per server is
 	// 12 h for the job.)
@@ -156,7 +140,7 @@ func TestJobShowsThroughputErrorAndCheckpointInterval(t *testing.T) {
 		}
 		return nil
 	})
-	out, err = runCLI(t, "job", rec.ID, "--socket", sock)
+	out, err := runCLI(t, "job", rec.ID, "--socket", sock)
 	if err != nil {
 		t.Fatalf("job: %v\n%s", err, out)
 	}
@@ -217,4 +201,29 @@ func TestJobsShowPlacement(t *testing.T) {
 	if st := Run(ctx, []string{"jobs", "--socket", sock, "--json"}, &out, &errb); st != 0 || json.Unmarshal(out.Bytes(), &recs) != nil || len(recs) != 1 || len(recs[0].Placement) != 2 {
 		t.Errorf("jobs --json: %s %s", out.String(), errb.String())
 	}
+}
+
+// startedLongJob serves a daemon on the simulated cluster, submits a
+// gpt2 job of 8 GPUs and a million iterations through the CLI and runs a
+// round: the job runs on the simulated servers.
+func startedLongJob(t *testing.T) (string, *control.Daemon, control.JobRecord) {
+	t.Helper()
+	sock, d := serveControl(t)
+	file := filepath.Join(t.TempDir(), "j.yaml")
+	spec := strings.NewReplacer("TENANT", "research", "MODEL", "gpt2", "REQUEST", "{gpus: 8}", "iterations: 50", "iterations: 1000000").Replace(cliSpec)
+	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, "submit", file, "--socket", sock, "--json")
+	if err != nil {
+		t.Fatalf("submit: %v\n%s", err, out)
+	}
+	var rec control.JobRecord
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return sock, d, rec
 }

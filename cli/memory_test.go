@@ -4,12 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/replan/replan/control"
 	"github.com/replan/replan/internal/waitfor"
 )
 
@@ -19,24 +16,8 @@ import (
 // --json's act_scale) the factor (on the simulated cluster its jobs use
 // what perf estimates: the factor is 1).
 func TestJobAndModelsShowMeasuredMemory(t *testing.T) {
-	sock, d := serveControl(t)
+	sock, d, rec := startedLongJob(t)
 	ctx := context.Background()
-	file := filepath.Join(t.TempDir(), "j.yaml")
-	spec := strings.NewReplacer("TENANT", "research", "MODEL", "gpt2", "REQUEST", "{gpus: 8}", "iterations: 50", "iterations: 1000000").Replace(cliSpec)
-	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := runCLI(t, "submit", file, "--socket", sock, "--json")
-	if err != nil {
-		t.Fatalf("submit: %v\n%s", err, out)
-	}
-	var rec control.JobRecord
-	if err := json.Unmarshal([]byte(out), &rec); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Round(ctx); err != nil {
-		t.Fatal(err)
-	}
 	waitfor.T(t, ctx, "a measured peak and a fitted factor", waitfor.Options{}, func() error {
 		if err := d.Observe(ctx); err != nil {
 			return err
@@ -46,7 +27,7 @@ func TestJobAndModelsShowMeasuredMemory(t *testing.T) {
 		}
 		return nil
 	})
-	out, err = runCLI(t, "job", rec.ID, "--socket", sock)
+	out, err := runCLI(t, "job", rec.ID, "--socket", sock)
 	if err != nil {
 		t.Fatalf("job: %v\n%s", err, out)
 	}
