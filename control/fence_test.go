@@ -148,41 +148,46 @@ func TestNextEpochGrows(t *testing.T) {
 // answers do not list. Observed against those answers, its rank 0 was
 // "unknown to the agent", an exit with code -1: in the torch profile e2e
 // every relaunch after a host failure failed that way until the job had
-// no restarts left. Observe now speaks only for the jobs launched before
-// it asked; such a job is observed the next time.
-func TestObserveSkipsJobsLaunchedMeanwhile(t *testing.T) {
+// no restarts left. Observe now asks such a job's servers again: the job
+// is seen running.
+func TestObserveReasksForJobsLaunchedMeanwhile(t *testing.T) {
 	h := newAgentHost(t, "rp-ol", 41)
 	srv := h.server
 	ex, err := NewSSHExecutor(h.fl, []cluster.Server{srv}, SSHOptions{CallTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := context.Background()
 	spec := &jobspec.Spec{Name: "m", Framework: jobspec.DeepSpeed, CheckpointDir: t.TempDir(), Iterations: 1000}
+	id := ProcessID("j-1", 1, 0)
 	j := &sshJob{l: Launch{JobID: "j-1", Spec: spec, Servers: []launch.Server{{Name: srv.Name}}, Attempt: 1},
-		procs: []sshProc{{rank: 0, server: srv.Name, id: ProcessID("j-1", 1, 0)}}}
-	// The launch registers the job after the agents answered.
+		procs: []sshProc{{rank: 0, server: srv.Name, id: id}}}
+	// The launch starts its rank and registers the job after the agents
+	// answered.
 	ex.polled = func() {
+		ex.polled = nil
+		c, err := ex.client(ctx, srv.Name)
+		if err == nil {
+			_, err = c.Start(ctx, agent.ProcessSpec{ID: id, Argv: []string{"sleep", "60"}})
+		}
+		if err != nil {
+			t.Errorf("start the rank: %v", err)
+			return
+		}
+		t.Cleanup(func() {
+			if c, err := ex.client(ctx, srv.Name); err == nil {
+				c.Stop(ctx, id, 0)
+			}
+		})
 		ex.mu.Lock()
 		ex.jobs["j-1"] = j
 		ex.mu.Unlock()
-		ex.polled = nil
 	}
-	o, err := ex.Observe(context.Background())
+	o, err := ex.Observe(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, jo := range o.Jobs {
-		if jo.JobID == "j-1" {
-			t.Fatalf("a job launched while the agents answered was observed against their answers: %+v", jo)
-		}
-	}
-	// The next Observe speaks for it (its rank 0 is really unknown here:
-	// the test started no process).
-	o, err = ex.Observe(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(o.Jobs) != 1 || o.Jobs[0].JobID != "j-1" || !o.Jobs[0].Exited {
-		t.Fatalf("next observation: %+v", o.Jobs)
+	if len(o.Jobs) != 1 || o.Jobs[0].JobID != "j-1" || o.Jobs[0].Exited {
+		t.Fatalf("a job launched while the agents answered, its rank running: observed %+v", o.Jobs)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -476,8 +477,8 @@ func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
 	// runs launches beside its loop: background.go) has processes the
 	// answers do not list; observed against them, its rank 0 read as
 	// "unknown to the agent", an exit, and the job failed its restart
-	// budget away on every launch (TestObserveSkipsJobsLaunchedMeanwhile).
-	// It is observed next time.
+	// budget away on every launch. Such a job's servers are asked again
+	// (TestObserveReasksForJobsLaunchedMeanwhile).
 	e.mu.Lock()
 	before := make(map[*sshJob]bool, len(e.jobs))
 	for _, j := range e.jobs {
@@ -531,7 +532,7 @@ func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
 	var jobs []*sshJob
 	known := map[string]bool{}
 	for _, j := range e.jobs {
-		if !j.stopping && before[j] {
+		if !j.stopping {
 			jobs = append(jobs, j)
 		}
 		for _, p := range j.procs {
@@ -544,12 +545,17 @@ func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
 	e.mu.Unlock()
 	e.reapOrphans(ctx, byName, known)
 	sort.Slice(jobs, func(a, b int) bool { return jobs[a].l.JobID < jobs[b].l.JobID })
+	again := e.reask(ctx, jobs, before, byName)
 	obs := make([]*JobObservation, len(jobs))
 	e.each(ctx, len(jobs), func(ctx context.Context, i int) error {
 		ctx, cancel := context.WithTimeout(ctx, e.opt.CallTimeout)
 		defer cancel()
+		answers := byName
+		if !before[jobs[i]] {
+			answers = again
+		}
 		obs[i] = e.observeJob(ctx, jobs[i], func(server, id string) (agent.ProcessInfo, bool, bool) {
-			st := byName[server]
+			st := answers[server]
 			if st == nil || st.err != nil {
 				return agent.ProcessInfo{}, false, false
 			}
@@ -585,6 +591,47 @@ func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
 		o.Jobs = append(o.Jobs, *jo)
 	}
 	return o, nil
+}
+
+// reask lists again the processes of the servers of the jobs launched
+// after Observe first asked (not in before), among those that answered
+// then: what Observe reads of such a job. A server that does not answer
+// now is missing (the job is observed next time).
+func (e *SSHExecutor) reask(ctx context.Context, jobs []*sshJob, before map[*sshJob]bool, first map[string]*srvState) map[string]*srvState {
+	var names []string
+	for _, j := range jobs {
+		if before[j] {
+			continue
+		}
+		for _, p := range j.procs {
+			if st := first[p.server]; st != nil && st.err == nil && !slices.Contains(names, p.server) {
+				names = append(names, p.server)
+			}
+		}
+	}
+	states := make([]srvState, len(names))
+	e.each(ctx, len(names), func(ctx context.Context, i int) error {
+		ctx, cancel := context.WithTimeout(ctx, e.opt.CallTimeout)
+		defer cancel()
+		c, err := e.client(ctx, names[i])
+		var list []agent.ProcessInfo
+		if err == nil {
+			list, err = c.Processes(ctx)
+		}
+		states[i].err = err
+		if err == nil {
+			states[i].procs = map[string]agent.ProcessInfo{}
+			for _, p := range list {
+				states[i].procs[p.Spec.ID] = p
+			}
+		}
+		return nil
+	})
+	out := make(map[string]*srvState, len(names))
+	for i, n := range names {
+		out[n] = &states[i]
+	}
+	return out
 }
 
 // observeJob reads one job's news; nil when its master server did not

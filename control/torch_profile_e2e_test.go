@@ -43,7 +43,11 @@ func TestTorchProfileEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const iterations, saveInterval = 70, 10
+	// 100 iterations: after the host failure the job runs ~70 more (~35
+	// s), long enough to be observed running again while each observation
+	// waits out the cut host's call timeout (70 left it ~20 s, and a CI run
+	// saw it only finished).
+	const iterations, saveInterval = 100, 10
 	lossLog := filepath.Join(tmp, "loss.txt")
 	// The job's own save interval (never overridden): a host failure
 	// loses at most that many iterations. Each profile run measures 10
