@@ -45,6 +45,13 @@ func (h *holdingExec) Start(ctx context.Context, l Launch) error {
 	return h.SimExecutor.Start(ctx, l)
 }
 
+func (h *holdingExec) Stop(ctx context.Context, id string, checkpoint bool) (int, error) {
+	if err := h.hold(ctx, id); err != nil {
+		return 0, err
+	}
+	return h.SimExecutor.Stop(ctx, id, checkpoint)
+}
+
 func (h *holdingExec) Reconfigure(ctx context.Context, from, to Launch, last int) error {
 	if err := h.hold(ctx, to.JobID); err != nil {
 		return err
@@ -140,5 +147,77 @@ func TestLoopGoesOnWhileAJobsLaunchWaits(t *testing.T) {
 	f, _ := st.GetJob(ctx, first.ID)
 	if f.State == StateRunning {
 		t.Errorf("first job running again with its server down: %s", f.Reason)
+	}
+}
+
+// TestDrainAnswersBeforeTheCheckpoints: with Config.Background a drain
+// answers once the drain and its jobs' return to the queue are stored; it
+// does not wait for their checkpoints, which for a large model take longer
+// than a client waits (30 s by default: `replan drain` said "the daemon
+// did not answer within 30s; is replan daemon running" while the drain
+// went on). The job's devices stay held until its stop returns.
+func TestDrainAnswersBeforeTheCheckpoints(t *testing.T) {
+	ctx := context.Background()
+	st, _ := openTest(t)
+	c := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
+	sim := NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 30*time.Second)
+	ex := &holdingExec{SimExecutor: sim, entered: make(chan struct{}), release: make(chan struct{})}
+	d, _ := newDaemonWith(t, st, ex, "static", c)
+	d.cfg.Background = true
+	defer d.WaitBackground()
+	j, err := d.Submit(ctx, spec(t, "moved", 8, jobspec.BestEffort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.WaitBackground()
+	r, _ := st.GetJob(ctx, j.ID)
+	var pl []launch.Server
+	_ = json.Unmarshal(r.Placement, &pl)
+	if r.State != StateRunning || len(pl) != 1 {
+		t.Fatalf("job: %s on %v", r.State, pl)
+	}
+	ex.job = j.ID // its checkpointed stop waits until released
+	done := make(chan error, 1)
+	var moved []string
+	go func() {
+		var err error
+		moved, err = d.Drain(ctx, pl[0].Name)
+		done <- err
+	}()
+	// The drain answers while the stop waits (inline, it waited with it).
+	var derr error
+	answered := false
+	waitfor.T(t, ctx, "the drain's answer while its job's stop waits", waitfor.Options{Stall: 30 * time.Second}, func() error {
+		select {
+		case derr = <-done:
+			answered = true
+			return nil
+		default:
+			return fmt.Errorf("no answer yet")
+		}
+	})
+	if !answered || derr != nil {
+		t.Fatal(derr)
+	}
+	<-ex.entered
+	if len(moved) != 1 || moved[0] != j.ID {
+		t.Fatalf("moved %v", moved)
+	}
+	if r, _ := st.GetJob(ctx, j.ID); r.State != StatePreempted {
+		t.Fatalf("after the drain answered: %s (%s)", r.State, r.Reason)
+	}
+	d.mu.Lock()
+	held := d.busy[j.ID] > 0
+	d.mu.Unlock()
+	if !held {
+		t.Fatal("the job's stop is not under way when the drain answered")
+	}
+	close(ex.release)
+	d.WaitBackground()
+	if on := sim.Running(); slices.Contains(on, j.ID) {
+		t.Fatalf("still running after its stop: %v", on)
 	}
 }

@@ -166,7 +166,17 @@ func (d *Daemon) DrainWith(ctx context.Context, server string, req DrainRequest)
 	moved := []string{}
 	var errs []error
 	for k, js := range jobs {
-		if err := d.stopAndRelease(ctx, js, ids[k], true); err != nil {
+		// With the executor's work beside the loop (background.go) the
+		// answer does not wait for the checkpoints, which may take longer
+		// than a client waits: the drain and the requeues are stored.
+		sctx := ctx
+		if d.cfg.Background {
+			sctx = context.WithoutCancel(ctx)
+		}
+		if err := d.later(ids[k], "drain", func() error {
+			defer d.publishNow()
+			return d.stopAndRelease(sctx, js, ids[k], true)
+		}); err != nil {
 			errs = append(errs, err)
 		}
 		moved = append(moved, ids[k])
