@@ -71,32 +71,9 @@ func (h *holdingExec) Reconfigure(ctx context.Context, from, to Launch, last int
 func TestLoopGoesOnWhileAJobsLaunchWaits(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, _ := openTest(t)
-	c := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
-	sim := NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 30*time.Second)
-	ex := &holdingExec{SimExecutor: sim, entered: make(chan struct{}), release: make(chan struct{})}
-	d, _ := newDaemonWith(t, st, ex, "static", c)
-	d.cfg.Background = true
+	st, sim, ex, d := heldCluster(t)
 	defer d.WaitBackground()
-
-	first, err := d.Submit(ctx, spec(t, "first", 8, jobspec.BestEffort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Round(ctx); err != nil {
-		t.Fatal(err)
-	}
-	d.WaitBackground()
-	r, _ := st.GetJob(ctx, first.ID)
-	var pl []launch.Server
-	_ = json.Unmarshal(r.Placement, &pl)
-	down := ""
-	if len(pl) == 1 {
-		down = pl[0].Name
-	}
-	if r.State != StateRunning || down == "" {
-		t.Fatalf("first job: %s on %q", r.State, down)
-	}
+	first, down := startedOnOneServer(t, d, st, "first")
 	held, err := d.Submit(ctx, spec(t, "held", 8, jobspec.BestEffort))
 	if err != nil {
 		t.Fatal(err)
@@ -158,33 +135,15 @@ func TestLoopGoesOnWhileAJobsLaunchWaits(t *testing.T) {
 // went on). The job's devices stay held until its stop returns.
 func TestDrainAnswersBeforeTheCheckpoints(t *testing.T) {
 	ctx := context.Background()
-	st, _ := openTest(t)
-	c := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
-	sim := NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 30*time.Second)
-	ex := &holdingExec{SimExecutor: sim, entered: make(chan struct{}), release: make(chan struct{})}
-	d, _ := newDaemonWith(t, st, ex, "static", c)
-	d.cfg.Background = true
+	st, sim, ex, d := heldCluster(t)
 	defer d.WaitBackground()
-	j, err := d.Submit(ctx, spec(t, "moved", 8, jobspec.BestEffort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Round(ctx); err != nil {
-		t.Fatal(err)
-	}
-	d.WaitBackground()
-	r, _ := st.GetJob(ctx, j.ID)
-	var pl []launch.Server
-	_ = json.Unmarshal(r.Placement, &pl)
-	if r.State != StateRunning || len(pl) != 1 {
-		t.Fatalf("job: %s on %v", r.State, pl)
-	}
+	j, on := startedOnOneServer(t, d, st, "moved")
 	ex.job = j.ID // its checkpointed stop waits until released
 	done := make(chan error, 1)
 	var moved []string
 	go func() {
 		var err error
-		moved, err = d.Drain(ctx, pl[0].Name)
+		moved, err = d.Drain(ctx, on)
 		done <- err
 	}()
 	// The drain answers while the stop waits (inline, it waited with it).
@@ -220,4 +179,40 @@ func TestDrainAnswersBeforeTheCheckpoints(t *testing.T) {
 	if on := sim.Running(); slices.Contains(on, j.ID) {
 		t.Fatalf("still running after its stop: %v", on)
 	}
+}
+
+// heldCluster is a daemon with its executor's work in the background
+// (Config.Background) on two simulated servers of 8 GPUs whose executor
+// holds the calls for the job it is told (holdingExec), static policy.
+func heldCluster(t *testing.T) (*SQLite, *SimExecutor, *holdingExec, *Daemon) {
+	t.Helper()
+	st, _ := openTest(t)
+	c := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
+	sim := NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 30*time.Second)
+	ex := &holdingExec{SimExecutor: sim, entered: make(chan struct{}), release: make(chan struct{})}
+	d, _ := newDaemonWith(t, st, ex, "static", c)
+	d.cfg.Background = true
+	return st, sim, ex, d
+}
+
+// startedOnOneServer submits an 8-GPU best-effort job, runs a round and
+// waits for its start: the job and the server it runs on.
+func startedOnOneServer(t *testing.T, d *Daemon, st *SQLite, name string) (JobRecord, string) {
+	t.Helper()
+	ctx := context.Background()
+	j, err := d.Submit(ctx, spec(t, name, 8, jobspec.BestEffort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.WaitBackground()
+	r, _ := st.GetJob(ctx, j.ID)
+	var pl []launch.Server
+	_ = json.Unmarshal(r.Placement, &pl)
+	if r.State != StateRunning || len(pl) != 1 {
+		t.Fatalf("%s: %s on %v", name, r.State, pl)
+	}
+	return j, pl[0].Name
 }
