@@ -356,6 +356,12 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		}
 		p := ParamsFromVector(v)
 		p.KStray = start.KStray
+		if holdSync {
+			p.KSync = SyncUnseen
+		}
+		if holdHop {
+			p.KHop = HopUnseen
+		}
 		return p
 	}
 	freeVec := func(p Params) []float64 {
@@ -386,12 +392,6 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		too := make([]float64, len(distinct))
 		return func(x []float64) float64 {
 			k := full(x)
-			if holdSync {
-				k.KSync = SyncUnseen
-			}
-			if holdHop {
-				k.KHop = HopUnseen
-			}
 			var sum float64
 			loss := func(d float64) float64 {
 				if robust {
@@ -540,12 +540,6 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		copy(best, res.X)
 	}
 	k := full(best)
-	if holdSync {
-		k.KSync = SyncUnseen
-	}
-	if holdHop {
-		k.KHop = HopUnseen
-	}
 	var sum float64
 	for i := range shapes {
 		d := math.Log(shapes[i].eval(k).Iter) - logY[i]
