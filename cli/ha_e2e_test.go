@@ -22,18 +22,15 @@ import (
 
 	"github.com/replan/replan/control"
 	"github.com/replan/replan/internal/etcdtest"
+	"github.com/replan/replan/internal/freeport"
 	"github.com/replan/replan/internal/waitfor"
 )
 
-// haFreePort is a loopback port free a moment ago.
+// haFreePort is a loopback port free a moment ago, below the ephemeral
+// range and not handed out before (internal/freeport).
 func haFreePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return freeport.Addr(t, "127.0.0.1")
 }
 
 // haMember is one daemon process of the test's control plane.

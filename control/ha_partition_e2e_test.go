@@ -22,6 +22,7 @@ import (
 	"github.com/replan/replan/control"
 	"github.com/replan/replan/fleet"
 	"github.com/replan/replan/internal/etcdtest"
+	"github.com/replan/replan/internal/freeport"
 	"github.com/replan/replan/internal/sshtest"
 )
 
@@ -114,12 +115,7 @@ func runHAPartition(t *testing.T, linkDown bool) {
 	}
 	var members []*partitionMember
 	for i := range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().String()
-		l.Close()
+		port := freeport.Addr(t, "127.0.0.1")
 		ep := endpoint
 		if i == 0 && ns != nil {
 			port, ep = ns.NSAddr+":7070", m0Endpoint

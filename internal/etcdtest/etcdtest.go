@@ -11,7 +11,6 @@ package etcdtest
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -21,6 +20,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/replan/replan/internal/freeport"
 )
 
 // MaxTxnOps and MaxRequestBytes are the limits the test servers run with,
@@ -225,23 +226,12 @@ func (m *Member) Restart(t testing.TB, wait bool) {
 }
 
 // freePorts returns n distinct loopback TCP ports free at the time of the
-// call (held open together, so none repeats).
+// call, below the ephemeral range (internal/freeport).
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
 	out := make([]int, n)
 	for i := range out {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("etcdtest: free port: %v", err)
-		}
-		ls = append(ls, l)
-		out[i] = l.Addr().(*net.TCPAddr).Port
+		out[i] = freeport.Port(t, "127.0.0.1")
 	}
 	return out
 }

@@ -29,6 +29,8 @@ import (
 	"time"
 
 	xssh "golang.org/x/crypto/ssh"
+
+	"github.com/replan/replan/internal/freeport"
 )
 
 // SSHD is where sshd is looked for (it must be an absolute path).
@@ -206,15 +208,11 @@ LogLevel VERBOSE
 	return s
 }
 
-// FreePort returns a TCP port that was free on addr a moment ago.
+// FreePort returns a TCP port that was free on addr a moment ago (below
+// the ephemeral range, never twice in one process: internal/freeport).
 func FreePort(t testing.TB, addr string) int {
 	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
-	if err != nil {
-		t.Fatalf("find free port on %s: %v", addr, err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return freeport.Port(t, addr)
 }
 
 type lockedBuffer struct {
