@@ -181,6 +181,61 @@ func TestDrainAnswersBeforeTheCheckpoints(t *testing.T) {
 	}
 }
 
+// A cancel answers once it is stored; the job's stop goes on beside it
+// and its GPUs stay held until the stop returns. Inline, the cancel
+// waited for the stop (an unreachable server's call timeout).
+func TestCancelAnswersBeforeTheStop(t *testing.T) {
+	ctx := context.Background()
+	st, sim, ex, d := heldCluster(t)
+	defer d.WaitBackground()
+	j, _ := startedOnOneServer(t, d, st, "cancelled")
+	ex.job = j.ID // its stop waits until released
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Cancel(ctx, j.ID)
+		done <- err
+	}()
+	var cerr error
+	waitfor.T(t, ctx, "the cancel's answer while its job's stop waits", waitfor.Options{Stall: 30 * time.Second}, func() error {
+		select {
+		case cerr = <-done:
+			return nil
+		default:
+			return fmt.Errorf("no answer yet")
+		}
+	})
+	if cerr != nil {
+		t.Fatal(cerr)
+	}
+	<-ex.entered
+	if r, _ := st.GetJob(ctx, j.ID); r.State != StateCancelled {
+		t.Fatalf("after the cancel answered: %s (%s)", r.State, r.Reason)
+	}
+	free := sumFree(d)
+	if free != 8 {
+		t.Fatalf("%d GPUs free while the cancelled job's stop is under way, want 8 (its 8 held)", free)
+	}
+	close(ex.release)
+	d.WaitBackground()
+	if on := sim.Running(); slices.Contains(on, j.ID) {
+		t.Fatalf("still running after its stop: %v", on)
+	}
+	if free = sumFree(d); free != 16 {
+		t.Fatalf("%d GPUs free after the stop, want 16", free)
+	}
+}
+
+// sumFree is the daemon's free GPUs over its usable servers.
+func sumFree(d *Daemon) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, f := range d.freeGPUs() {
+		n += f
+	}
+	return n
+}
+
 // heldCluster is a daemon with its executor's work in the background
 // (Config.Background) on two simulated servers of 8 GPUs whose executor
 // holds the calls for the job it is told (holdingExec), static policy.

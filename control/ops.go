@@ -56,8 +56,14 @@ func (d *Daemon) Cancel(ctx context.Context, id string) (JobRecord, error) {
 		return out, fmt.Errorf("cancel %s: %w", id, err)
 	}
 	if running {
-		err := d.stopAndRelease(ctx, js, id, false)
-		d.publishNow()
+		// The cancel is stored: the answer does not wait for the stop
+		// (Config.Background), whose call waits out an unreachable
+		// server's timeout; the GPUs stay held until it returns.
+		err := d.later(id, "cancel", func() error {
+			err := d.stopAndRelease(ctx, js, id, false)
+			d.publishNow()
+			return err
+		})
 		if err != nil {
 			return out, fmt.Errorf("cancel %s: %w", id, err)
 		}
