@@ -84,6 +84,11 @@ type SSHExecutor struct {
 	// polled, when set (tests), runs in Observe between the agents'
 	// answers and the jobs it observes.
 	polled  func()
+	// silent holds the servers whose last poll timed out: they are asked
+	// beside the loop (probeSilent), not in Observe. probe, when set
+	// (tests), runs in such a probe before it asks.
+	silent  map[string]*silentServer
+	probe   func(name string)
 	clients map[string]*agent.Client
 	fence   fence // epoch, leases, unconfirmed stops (fence.go)
 }
@@ -487,6 +492,11 @@ func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
 	e.mu.Unlock()
 	states := make([]srvState, len(e.order))
 	e.each(ctx, len(e.order), func(ctx context.Context, i int) error {
+		if err := e.stillSilent(e.order[i]); err != nil {
+			states[i].err = err
+			e.heartbeat(e.order[i], false)
+			return nil
+		}
 		ctx, cancel := context.WithTimeout(ctx, e.opt.CallTimeout)
 		defer cancel()
 		c, err := e.client(ctx, e.order[i])
@@ -500,6 +510,7 @@ func (e *SSHExecutor) Observe(ctx context.Context) (Observation, error) {
 			list, err = c.Processes(ctx)
 		}
 		states[i].err = err
+		e.polledServer(e.order[i], err, ctx.Err() == context.DeadlineExceeded)
 		e.heartbeat(e.order[i], err == nil) // no lease renewed while it fails (fence.go)
 		if err == nil {
 			states[i].procs = map[string]agent.ProcessInfo{}

@@ -33,6 +33,7 @@ type agentHost struct {
 	fl     *fleet.Fleet
 	server cluster.Server
 	dir    string // a private directory (mode 0755) for the test's files
+	ns     *sshtest.NetNS // its network namespace; nil on loopback
 }
 
 // newAgentHost starts one sshd host (in a network namespace where
@@ -86,7 +87,7 @@ func newAgentHost(t *testing.T, prefix string, seed int) agentHost {
 	if res[0].Status != fleet.StatusDeployed {
 		t.Fatalf("deploy: %+v", res[0])
 	}
-	return agentHost{fl: fl, server: srv, dir: dir}
+	return agentHost{fl: fl, server: srv, dir: dir, ns: h.NS}
 }
 
 // killAgentDir stops the agent deployed under dir and what it supervises,

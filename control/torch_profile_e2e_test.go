@@ -272,5 +272,8 @@ func serverList(pl []launch.Server) string {
 	for _, s := range pl {
 		names = append(names, s.Name)
 	}
+	if len(names) == 0 {
+		return "no server"
+	}
 	return strings.Join(names, ", ")
 }
