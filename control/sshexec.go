@@ -83,7 +83,7 @@ type SSHExecutor struct {
 	launching map[string]bool // process ids being started, not yet tracked
 	// polled, when set (tests), runs in Observe between the agents'
 	// answers and the jobs it observes.
-	polled  func()
+	polled func()
 	// silent holds the servers whose last poll timed out: they are asked
 	// beside the loop (probeSilent), not in Observe. probe, when set
 	// (tests), runs in such a probe before it asks.

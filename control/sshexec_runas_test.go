@@ -32,7 +32,7 @@ import (
 type agentHost struct {
 	fl     *fleet.Fleet
 	server cluster.Server
-	dir    string // a private directory (mode 0755) for the test's files
+	dir    string         // a private directory (mode 0755) for the test's files
 	ns     *sshtest.NetNS // its network namespace; nil on loopback
 }
 
