@@ -248,9 +248,11 @@ type jobState struct {
 	// state was stored: its devices stay held and no round touches it.
 	stopping bool
 	// launchFails counts the job's failed launches in a row; backoff is
-	// when it may be scheduled again.
+	// when it may be scheduled again, backoffWhy why (the queue's reason
+	// until then).
 	launchFails int
 	backoff     time.Time
+	backoffWhy  string
 	// exec serialises the executor calls of this job; never taken while
 	// holding d.mu.
 	exec sync.Mutex

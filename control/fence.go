@@ -66,6 +66,7 @@ func (d *Daemon) holdForFence(js *jobState) {
 	if wait := time.Until(at); wait > 0 {
 		if until := d.now().Add(wait); until.After(js.backoff) {
 			js.backoff = until
+			js.backoffWhy = "its earlier attempt is not confirmed stopped (its server does not answer): it starts again once that server's agent lease has certainly run out"
 		}
 		d.log.Warn("fence: the job starts again only once its earlier attempt is certainly stopped", "job", js.rec.ID, "wait", wait.Round(time.Second))
 	}

@@ -270,6 +270,15 @@ func (d *Daemon) queueLocked(sorted []string) []QueueEntry {
 		reason := d.waits[id]
 		if js.rec.State == StateHeld {
 			reason = "held by the operator"
+		} else if now.Before(js.backoff) && js.backoffWhy != "" {
+			// Out of the rounds until then: the last round's reason is
+			// not why it waits now.
+			// The stored reason (what happened) ends it: quoted log lines
+			// end a text (redact.go).
+			reason = fmt.Sprintf("%s (not before %s, in %s)", js.backoffWhy, js.backoff.UTC().Format(time.TimeOnly), js.backoff.Sub(now).Round(time.Second))
+			if why := hideLogLines(js.rec.Reason); why != "" {
+				reason += ": " + why
+			}
 		} else if reason == "" {
 			reason = hideLogLines(js.rec.Reason) // a list: no job's logs (redact.go)
 		}

@@ -617,3 +617,46 @@ func TestUnreachableServerLaunchIsNotCharged(t *testing.T) {
 		}
 	}
 }
+
+// failsStart is a sim executor whose starts fail (a launch error that is
+// the job's, not a server's).
+type failsStart struct{ *SimExecutor }
+
+func (f *failsStart) Start(ctx context.Context, l Launch) error {
+	return fmt.Errorf("start %s: torchrun exited at once", l.JobID)
+}
+
+// A job held back by the launch backoff is out of the rounds until then:
+// the queue says so, and until when, not the last round's reason or the
+// failure's. Before, it showed the failed launch's reason with no word of
+// the wait.
+func TestQueueSaysWhyABackedOffJobWaits(t *testing.T) {
+	ctx := context.Background()
+	c := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
+	ex := &failsStart{NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 0)}
+	st, _ := openTest(t)
+	d, _ := newDaemonWith(t, st, ex, "static", c)
+	r, err := d.Submit(ctx, spec(t, "job", 8, jobspec.BestEffort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Round(ctx) // the launch fails: back to the queue, backed off
+	d.mu.Lock()
+	q := d.queueLocked([]string{r.ID})
+	until := d.jobs[r.ID].backoff
+	d.mu.Unlock()
+	if len(q) != 1 {
+		t.Fatalf("queue %+v", q)
+	}
+	want := "its last launch failed: it waits before the next try (not before " + until.UTC().Format(time.TimeOnly) + ", in "
+	if !until.After(c.now()) || !strings.HasPrefix(q[0].Reason, want) {
+		t.Fatalf("backed off until %s; reason %q, want it to begin %q", until, q[0].Reason, want)
+	}
+	c.t = until.Add(time.Second) // past the backoff: the rounds' reasons again
+	d.mu.Lock()
+	q = d.queueLocked([]string{r.ID})
+	d.mu.Unlock()
+	if strings.Contains(q[0].Reason, "waits before the next try") {
+		t.Fatalf("past the backoff, reason %q", q[0].Reason)
+	}
+}

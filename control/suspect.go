@@ -140,6 +140,10 @@ func (d *Daemon) launchFailed(ctx context.Context, js *jobState, servers []launc
 		} else {
 			js.launchFails++
 			js.backoff = now.Add(d.cfg.LaunchBackoff << min(js.launchFails-1, 5))
+			js.backoffWhy = "its last launch failed: it waits before the next try"
+			if js.launchFails > 1 {
+				js.backoffWhy = fmt.Sprintf("its last %d launches failed: it waits before the next try", js.launchFails)
+			}
 		}
 	})
 	if err != nil {
