@@ -74,10 +74,25 @@ func logLines(lines []string) string {
 // quoteLines is out's last n non-empty lines (each cut to 200 bytes)
 // after a log mark, on one line: a job's output quoted at the end of an
 // error or a reason ("" when out has none).
+//
+// When a worker fails, torchrun ends the log with its own report (its
+// traceback, then a block of time, host, rank, exit code and "error_file:
+// <N/A>"): the last lines were that report, never what the worker said.
+// From torchrun's line that a worker failed on, the report is left out:
+// the quote is the lines before it and that line, as "torchrun: failed
+// (exitcode: 1) local_rank: 0 (pid: 123)" (TestQuoteLinesSkipsTorchrunsReport).
 func quoteLines(out string, n int) string {
 	var lines []string
 	for _, l := range strings.Split(out, "\n") {
 		if l = strings.TrimSpace(l); l != "" {
+			if i := torchrunFailed(l); i >= 0 {
+				l = "torchrun: " + l[i:]
+				if j := strings.Index(l, " of binary:"); j >= 0 {
+					l = l[:j]
+				}
+				lines = append(lines, l)
+				break
+			}
 			if len(l) > 200 {
 				l = l[:200] + "…"
 			}
@@ -85,6 +100,19 @@ func quoteLines(out string, n int) string {
 		}
 	}
 	return logLines(lines[max(0, len(lines)-n):])
+}
+
+// torchrunFailed is where "failed (exitcode: …" begins in l when l is
+// torchrun's line that a worker failed (torch 1.13: "ERROR:torch.distributed
+// .elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 …";
+// 2.x: "E1127 12:00:00.1 42 torch/distributed/elastic/multiprocessing/
+// api.py:869] failed (exitcode: 1) local_rank: 0 …"), else -1.
+func torchrunFailed(l string) int {
+	i := strings.Index(l, "failed (exitcode: ")
+	if i < 0 || !strings.Contains(l[:i], "elastic") || !strings.Contains(l[i:], "local_rank: ") {
+		return -1
+	}
+	return i
 }
 
 // splitLogLines splits s before the first log mark: text, and the mark

@@ -1042,10 +1042,10 @@ func (e *SSHExecutor) verify(ctx context.Context, id string, last int) error {
 				e.log.Info("reconfigure: the job finished while it moved", "job", id, "checkpoint", n)
 				return nil
 			}
-			tail, _ := c.Logs(ctx, r0.id, 5)
+			tail, _ := c.Logs(ctx, r0.id, failReadLines)
 			// Its log lines end the error: they are the job's logs
 			// (redact.go), hidden from those who may not read them.
-			return fmt.Errorf("rank 0 exited (%s) before reporting an iteration beyond %d (last seen %d)%s", p.ExitReason, last, seen, quoteLines(string(tail), 5))
+			return fmt.Errorf("rank 0 exited (%s) before reporting an iteration beyond %d (last seen %d)%s", p.ExitReason, last, seen, quoteLines(string(tail), failTailLines))
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no iteration beyond %d after %s (last seen %d)", last, e.opt.WaitTimeout, seen)

@@ -149,8 +149,13 @@ func (e *SSHExecutor) newestProc(ctx context.Context, jobID string, attempt int)
 }
 
 // failTailLines is how many of a failed rank's last log lines its
-// failure's reason quotes.
-const failTailLines = 5
+// failure's reason quotes; failReadLines how many are read for them
+// (torchrun's report after a worker's failure, which quoteLines leaves
+// out, is about 40).
+const (
+	failTailLines = 5
+	failReadLines = 80
+)
 
 // logTail is "; last lines: …" with the last lines of process id's log on
 // server, joined on one line (each cut to 200 bytes), for a failure's
@@ -163,7 +168,7 @@ func (e *SSHExecutor) logTail(ctx context.Context, server, id string) string {
 	if err != nil {
 		return ""
 	}
-	b, err := c.Logs(ctx, id, failTailLines)
+	b, err := c.Logs(ctx, id, failReadLines)
 	if err != nil {
 		e.log.Debug("failure's log tail", "server", server, "id", id, "err", err)
 		return ""
