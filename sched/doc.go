@@ -21,8 +21,8 @@
 // racks would be slowed by more than NetOptions.UplinkHold on an uplink
 // other cross-rack jobs already load leaves the GPUs to the jobs behind it
 // for the round, and takes only what they leave (while it has waited
-// less than its run times the number of others waiting, at most
-// NetOptions.UplinkHoldRuns). Decisions.Timers exposes
+// less than its run times the number of others waiting, at least 2, at
+// most NetOptions.UplinkHoldRuns). Decisions.Timers exposes
 // every waiting job's timers.
 // The network baselines Tiresias, Gandiva and Dally (NewDally) run on exact
 // requests; WithShifts adds time-shifts to any policy.

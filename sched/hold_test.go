@@ -128,9 +128,9 @@ func TestUplinkHoldIsBounded(t *testing.T) {
 
 // The hold's bound follows the queue (issue 29): z has waited about three
 // times its predicted run on the offer. With only v behind it, a hold is
-// mostly z's delay: the bound is one run and z starts beside x. With a
-// dozen more jobs waiting behind it, the bound is 13 runs: z is held and
-// v takes the GPUs.
+// mostly z's delay: the bound is two runs (its floor) and z starts beside
+// x. With a dozen more jobs waiting behind it, the bound is 13 runs: z is
+// held and v takes the GPUs.
 func TestUplinkHoldBoundFollowsTheQueue(t *testing.T) {
 	s := holdCluster(t, true)
 	z := &s.Jobs[4]
@@ -169,5 +169,42 @@ func TestUplinkHoldBoundFollowsTheQueue(t *testing.T) {
 	}
 	if why := reason(d, "z"); !strings.Contains(why, "uplink hold") {
 		t.Fatalf("z's reason %q, want the uplink hold", why)
+	}
+}
+
+// The hold's bound is at least two runs (issue 29, Poisson arrivals): with
+// only v behind it, z is held while it has waited less than two of its
+// runs on the offer (1.5 here: held, v takes the GPUs; it started beside
+// x while the floor was one run), and starts beside x past them (2.5).
+func TestUplinkHoldBoundAtLeastTwoRuns(t *testing.T) {
+	for _, c := range []struct {
+		runs float64
+		held bool
+	}{{1.5, true}, {2.5, false}} {
+		s := holdCluster(t, true)
+		z := &s.Jobs[4]
+		// z's run on the offer as the hold prices it: its iterations at
+		// the offer's throughput on its own model (the model's spine, as
+		// the policy's plan cache predicts it).
+		b, err := z.Model.Predict(z.ReqPlan, perf.Resources{Placement: perf.Placement{4, 4}, CrossRack: true, CPUsPerGPU: 8})
+		if err != nil || b.Iter <= 0 {
+			t.Fatalf("predict z: %v %+v", err, b)
+		}
+		z.ItersTotal = math.Round(z.Starved(s.Now) / c.runs / b.Iter)
+		if !c.held {
+			zBesideX(t, s, sched.DefaultNetOptions(), "z waited 2.5 runs, one job behind it")
+			continue
+		}
+		d := sched.NewReplan(holdOptions(), sched.DefaultNetOptions()).Schedule(s)
+		checkCapacity(t, s, d)
+		if a, ok := find(d, "z"); ok {
+			t.Fatalf("z started on %v after 1.5 runs with v behind it; want it held", racksOf(s, a.Alloc))
+		}
+		if _, ok := find(d, "v"); !ok {
+			t.Fatalf("v not started while z is held: %q", reason(d, "v"))
+		}
+		if why := reason(d, "z"); !strings.Contains(why, "uplink hold") {
+			t.Fatalf("z's reason %q, want the uplink hold", why)
+		}
 	}
 }

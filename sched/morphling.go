@@ -781,7 +781,7 @@ func waitingCount(st *state) int {
 
 // holdBound is the uplink hold's bound in runs of the held job
 // (NetOptions.UplinkHoldRuns) when waiting jobs wait at the round's start,
-// the held one among them: the others waiting, at least 1, at most
+// the held one among them: the others waiting, at least 2, at most
 // maxRuns. A hold is a reorder among the waiting: the
 // held job's GPUs go to a job behind it whose communication interleaves
 // with the uplink's jobs. With many waiting it costs the held job little
@@ -789,9 +789,12 @@ func waitingCount(st *state) int {
 // an overlapping pair would waste for the pair's whole run; with one or
 // two others waiting it is mostly a delay of the held job (issue 29,
 // 2026-11-27: Poisson arrivals at load 0.9 keep 0-5 jobs waiting, a batch
-// dozens).
+// dozens). The floor of two runs gives a job that has one other job
+// behind it a second run of hold (issue 29: at one, the Poisson
+// arrivals of the CASSINI sweep at 4:1 started more jobs beside uplinks
+// they do not interleave with; docs/network.md).
 func holdBound(maxRuns float64, waiting int) float64 {
-	return math.Min(maxRuns, math.Max(1, float64(waiting-1)))
+	return math.Min(maxRuns, math.Max(2, float64(waiting-1)))
 }
 
 // anyWaiting reports whether a job still waits after the privileged pass.

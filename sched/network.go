@@ -46,7 +46,7 @@ type NetOptions struct {
 	// UplinkHoldRuns bounds the hold: a job is held only while it has
 	// waited (Job.Starved) less than k times its predicted run on the
 	// offer (remaining iterations at the offer's throughput alone), k the
-	// number of other jobs waiting at the round's start, at least 1 and
+	// number of other jobs waiting at the round's start, at least 2 and
 	// at most UplinkHoldRuns (a hold is a reorder among the waiting: with
 	// few behind the held job it is mostly its delay). No job is held for
 	// ever, and one whose length is unknown (ItersTotal 0) never is.
