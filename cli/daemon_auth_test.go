@@ -70,6 +70,18 @@ func TestDaemonTLSListenerTokensAndMetrics(t *testing.T) {
 	if err != nil || w.User != "alice" || w.Role != "user" || w.SingleUser {
 		t.Fatalf("whoami over TLS: %+v %v", w, err)
 	}
+	// Several members named (an HA control plane): the first cannot be
+	// reached, the second answers; each member's certificate pinned.
+	os.WriteFile(filepath.Join(dir, "alice.token"), []byte("alice-secret\n"), 0o600)
+	dead := fmt.Sprintf("https://127.0.0.1:%d", sshtest.FreePort(t, "127.0.0.1"))
+	out, err := runCLI(t, "whoami", "--json", "--server", dead+",https://"+listen, "--token-file", filepath.Join(dir, "alice.token"),
+		"--tls-fingerprint", strings.Repeat("AB:", 31)+"AB,"+fp)
+	if err != nil || !strings.Contains(out, `"user": "alice"`) && !strings.Contains(out, `"user":"alice"`) {
+		t.Fatalf("whoami through the second of two members: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, "whoami", "--server", dead+",http://"+listen, "--token-file", filepath.Join(dir, "alice.token")); err == nil || !strings.Contains(err.Error(), "https://") {
+		t.Fatalf("a token to a plain http:// member: %v\n%s", err, out)
+	}
 	if fi, err := os.Stat(filepath.Join(dir, "s.sock")); err != nil || fi.Mode().Perm() != 0o666 {
 		t.Errorf("multi-user socket mode %v %v", fi.Mode(), err)
 	}

@@ -32,9 +32,9 @@ type clientOptions struct {
 func (o *clientOptions) add(cmd *cobra.Command) {
 	o.cmd = cmd
 	cmd.Flags().StringVar(&o.socket, "socket", defaultSocket(), "the daemon's unix socket (with --remote: on the head node, default "+DefaultRemoteSocket+")")
-	cmd.Flags().StringVar(&o.server, "server", "", "the daemon's TCP listener (https://HOST:PORT) instead of the socket")
+	cmd.Flags().StringVar(&o.server, "server", "", "the daemon's TCP listener (https://HOST:PORT) instead of the socket; several, comma-separated: the members of a highly available control plane, the next tried when one cannot be reached")
 	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "bearer token for --server")
-	cmd.Flags().StringVar(&o.fingerprint, "tls-fingerprint", "", "SHA-256 fingerprint of the daemon's TLS certificate for --server (as the daemon printed it); empty: verify against the system's CAs")
+	cmd.Flags().StringVar(&o.fingerprint, "tls-fingerprint", "", "SHA-256 fingerprint of the daemon's TLS certificate for --server (as the daemon printed it; several, comma-separated: one per member); empty: verify against the system's CAs")
 	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print JSON (stable schema, docs/cli.md)")
 	cmd.Flags().DurationVar(&o.timeout, "daemon-timeout", control.DefaultTimeout, "how long to wait for the daemon's answer (logs -f, events -f: for it to start); 0: for ever")
 }
@@ -90,13 +90,29 @@ func (o *clientOptions) newClient() (*control.Client, error) {
 		}
 		tok = strings.TrimSpace(string(b))
 	}
-	if err := control.CheckServerURL(o.server, tok); err != nil {
-		return nil, err // a token never goes over plain http
+	// Several, comma-separated: the members of a highly available control
+	// plane, tried in order when one cannot be reached (docs/ha.md).
+	urls := strings.Split(o.server, ",")
+	for i, u := range urls {
+		urls[i] = strings.TrimSpace(u)
+		if err := control.CheckServerURL(urls[i], tok); err != nil {
+			return nil, err // a token never goes over plain http
+		}
+		if strings.HasPrefix(urls[i], "https://") != strings.HasPrefix(urls[0], "https://") {
+			return nil, fmt.Errorf("--server %s: mixes https:// and http:// members; give one kind", o.server)
+		}
 	}
-	if strings.HasPrefix(o.server, "https://") {
-		return control.NewTLSClient(o.server, tok, o.fingerprint)
+	var c *control.Client
+	if strings.HasPrefix(urls[0], "https://") {
+		var err error
+		if c, err = control.NewTLSClient(urls[0], tok, o.fingerprint); err != nil {
+			return nil, err
+		}
+	} else {
+		c = control.NewTCPClient(urls[0], tok)
 	}
-	return control.NewTCPClient(o.server, tok), nil
+	c.SetOthers(urls[1:])
+	return c, nil
 }
 
 // clientCmd builds a daemon client command: run gets a client and prints

@@ -39,6 +39,9 @@ type Client struct {
 	// local: the transport is a unix socket (or an SSH channel to one), so
 	// a token may go over http://.
 	local bool
+	// alt: the members of a highly available control plane, when more
+	// than Base was named (SetOthers, clientfailover.go).
+	alt *members
 }
 
 // DefaultTimeout is how long a client waits for the daemon's answer.
@@ -87,7 +90,7 @@ func (c *Client) checkToken() error {
 	if c.Token == "" || c.local {
 		return nil
 	}
-	return CheckServerURL(c.Base, c.Token)
+	return CheckServerURL(c.base(), c.Token)
 }
 
 func (c *Client) timeout() time.Duration {
@@ -104,7 +107,7 @@ func (c *Client) addr() string {
 	if c.Addr != "" {
 		return c.Addr
 	}
-	return c.Base
+	return c.base()
 }
 
 // TimeoutError is a daemon that did not answer in time: it accepts
@@ -187,7 +190,7 @@ func (c *Client) doWait(ctx context.Context, method, path string, hdr http.Heade
 		deadline = time.Now().Add(to)
 	}
 	for {
-		err := c.doOnce(ctx, method, path, hdr, body, out, wait)
+		err := c.eachMember(func() error { return c.doOnce(ctx, method, path, hdr, body, out, wait) })
 		if !IsNoLeader(err) || ctx.Err() != nil || (!deadline.IsZero() && time.Now().After(deadline)) {
 			return err
 		}
@@ -210,7 +213,7 @@ func (c *Client) doOnce(ctx context.Context, method, path string, hdr http.Heade
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, c.base()+path, rd)
 	if err != nil {
 		return err
 	}

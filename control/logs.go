@@ -130,6 +130,16 @@ func (c *Client) AttemptLogs(ctx context.Context, id string, attempt, tail int, 
 	if err := c.checkToken(); err != nil {
 		return nil, err
 	}
+	var rc io.ReadCloser
+	err := c.eachMember(func() error {
+		var err error
+		rc, err = c.attemptLogsOnce(ctx, id, attempt, tail, follow)
+		return err
+	})
+	return rc, err
+}
+
+func (c *Client) attemptLogsOnce(ctx context.Context, id string, attempt, tail int, follow bool) (io.ReadCloser, error) {
 	q := "?tail=" + strconv.Itoa(tail)
 	if attempt >= 1 {
 		q += "&attempt=" + strconv.Itoa(attempt)
@@ -142,7 +152,7 @@ func (c *Client) AttemptLogs(ctx context.Context, id string, attempt, tail int, 
 	if to := c.timeout(); to > 0 {
 		timer = time.AfterFunc(to, func() { cancel(&TimeoutError{Addr: c.addr(), After: to}) })
 	}
-	req, err := http.NewRequestWithContext(ctx, "GET", c.Base+"/v1/jobs/"+id+"/logs"+q, nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", c.base()+"/v1/jobs/"+id+"/logs"+q, nil)
 	if err != nil {
 		cancel(nil)
 		return nil, err

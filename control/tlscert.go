@@ -109,20 +109,28 @@ func normFingerprint(s string) string {
 // NewTLSClient is a client of the daemon's TLS listener
 // (https://HOST:PORT) with a bearer token. A fingerprint (as Fingerprint
 // prints it; colons and case do not matter) pins the daemon's certificate
-// instead of verifying it against the system's CAs.
+// instead of verifying it against the system's CAs; several, separated by
+// commas, pin a certificate that is any of them (one per member of a
+// highly available control plane).
 func NewTLSClient(base, token, fingerprint string) (*Client, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if fingerprint != "" {
-		want := normFingerprint(fingerprint)
-		if len(want) != 64 {
-			return nil, fmt.Errorf("TLS fingerprint %q: want the 32-byte SHA-256 in hex", fingerprint)
+		// Several, comma-separated: the members of a highly available
+		// control plane each have their own certificate (docs/ha.md).
+		want := map[string]bool{}
+		for _, f := range strings.Split(fingerprint, ",") {
+			w := normFingerprint(f)
+			if len(w) != 64 {
+				return nil, fmt.Errorf("TLS fingerprint %q: want the 32-byte SHA-256 in hex", strings.TrimSpace(f))
+			}
+			want[w] = true
 		}
 		cfg.InsecureSkipVerify = true // replaced by the pin below
 		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("daemon sent no certificate")
 			}
-			if got := Fingerprint(cs.PeerCertificates[0].Raw); normFingerprint(got) != want {
+			if got := Fingerprint(cs.PeerCertificates[0].Raw); !want[normFingerprint(got)] {
 				return fmt.Errorf("daemon's TLS certificate has fingerprint %s, pinned %s", got, fingerprint)
 			}
 			return nil
