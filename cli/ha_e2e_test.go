@@ -166,6 +166,20 @@ func TestHAFailover(t *testing.T) {
 
 	cur, _ := leader(time.Time{}, "the first leader")
 	t.Logf("first leader: %s", cur.name)
+	// One client names every member's TLS listener (--server A,B,C), each
+	// member's certificate pinned: it goes on to the next member when the
+	// one it is on was killed (control/clientfailover.go).
+	var urls, fps []string
+	fpRE := regexp.MustCompile(`fingerprint ([0-9A-F:]{95})`)
+	for _, m := range members {
+		b, _ := os.ReadFile(m.log.Name())
+		f := fpRE.FindSubmatch(b)
+		if f == nil {
+			t.Fatalf("%s printed no certificate fingerprint:\n%s", m.name, b)
+		}
+		urls, fps = append(urls, m.addr), append(fps, string(f[1]))
+	}
+	everyMember := []string{"--server", strings.Join(urls, ","), "--token-file", token, "--tls-fingerprint", strings.Join(fps, ",")}
 
 	// Load: client processes submit (each with its own job name) and
 	// cancel through random members.
@@ -178,6 +192,8 @@ func TestHAFailover(t *testing.T) {
 		acked      = map[string]string{} // job id → name
 		submits    int
 		failedSubs int
+		srvSubs    int // of submits, through --server naming every member
+		srvFailed  int
 		cancels    int
 		failedCanc int
 		why        []string // the first failures, for the log
@@ -208,13 +224,23 @@ func TestHAFailover(t *testing.T) {
 					return
 				}
 				m := members[rand.IntN(len(members))]
-				out, err := run("submit", "--socket", m.sock, "--json", "--daemon-timeout", "20s", file)
+				via := []string{"--socket", m.sock}
+				if c == 2 {
+					via = everyMember
+				}
+				out, err := run(append(append([]string{"submit"}, via...), "--json", "--daemon-timeout", "20s", file)...)
 				lmu.Lock()
 				submits++
+				if c == 2 {
+					srvSubs++
+				}
 				if err != nil {
 					failedSubs++
+					if c == 2 {
+						srvFailed++
+					}
 					if len(why) < 8 {
-						why = append(why, fmt.Sprintf("submit via %s: %v", m.name, err))
+						why = append(why, fmt.Sprintf("submit via %s: %v", via[1], err))
 					}
 				} else {
 					var rec control.JobRecord
@@ -418,9 +444,9 @@ func TestHAFailover(t *testing.T) {
 		t.Logf("%d terms for %d kills (a term also ends when a loaded leader misses its lease)", terms, kills)
 	}
 	slices.Sort(took)
-	summary := fmt.Sprintf("ha failover: %d kills, new leader's first round after p50 %v p99 %v max %v; %d submits (%d acknowledged, %d failed), %d cancels (%d failed), %d drains and undrains (%d failed); %d jobs: %d lost, %d duplicated, %d launched twice; %s",
+	summary := fmt.Sprintf("ha failover: %d kills, new leader's first round after p50 %v p99 %v max %v; %d submits (%d acknowledged, %d failed; %d through --server naming every member, %d failed), %d cancels (%d failed), %d drains and undrains (%d failed); %d jobs: %d lost, %d duplicated, %d launched twice; %s",
 		kills, percentile(took, 0.5).Round(time.Millisecond), percentile(took, 0.99).Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond),
-		submits, len(acked), failedSubs, cancels, failedCanc, drains, failedDrains, len(all), lost, dup, twice, memory)
+		submits, len(acked), failedSubs, srvSubs, srvFailed, cancels, failedCanc, drains, failedDrains, len(all), lost, dup, twice, memory)
 	t.Log(summary)
 	for _, w := range why {
 		t.Logf("a client's failure: %s", w)
