@@ -196,6 +196,8 @@ func TestHAFailover(t *testing.T) {
 		srvFailed  int
 		cancels    int
 		failedCanc int
+		endedCanc  int      // cancels of jobs that had ended (cancelled before)
+		deadSock   int      // failures where nothing listened on the member's socket
 		why        []string // the first failures, for the log
 	)
 	loadCtx, stopLoad := context.WithCancel(ctx)
@@ -236,6 +238,9 @@ func TestHAFailover(t *testing.T) {
 				}
 				if err != nil {
 					failedSubs++
+					if strings.Contains(err.Error(), "no daemon listens at") {
+						deadSock++ // a killed member: nothing listened on its socket
+					}
 					if c == 2 {
 						srvFailed++
 					}
@@ -278,8 +283,13 @@ func TestHAFailover(t *testing.T) {
 			_, err := run("cancel", "--socket", m.sock, "--daemon-timeout", "20s", id)
 			lmu.Lock()
 			cancels++
-			if err != nil {
+			if err != nil && strings.Contains(err.Error(), "cancel "+id+": it is ") {
+				endedCanc++ // cancelled before (or finished): the daemon's answer, not a failure
+			} else if err != nil {
 				failedCanc++
+				if strings.Contains(err.Error(), "no daemon listens at") {
+					deadSock++ // a killed member: nothing listened on its socket
+				}
 				if len(why) < 8 {
 					why = append(why, fmt.Sprintf("cancel %s via %s: %v", id, m.name, err))
 				}
@@ -302,6 +312,9 @@ func TestHAFailover(t *testing.T) {
 				drains++
 				if err != nil {
 					failedDrains++
+					if strings.Contains(err.Error(), "no daemon listens at") {
+						deadSock++ // a killed member: nothing listened on its socket
+					}
 					if len(why) < 8 {
 						why = append(why, fmt.Sprintf("%s %s via %s: %v", op, server, m.name, err))
 					}
@@ -444,9 +457,9 @@ func TestHAFailover(t *testing.T) {
 		t.Logf("%d terms for %d kills (a term also ends when a loaded leader misses its lease)", terms, kills)
 	}
 	slices.Sort(took)
-	summary := fmt.Sprintf("ha failover: %d kills, new leader's first round after p50 %v p99 %v max %v; %d submits (%d acknowledged, %d failed; %d through --server naming every member, %d failed), %d cancels (%d failed), %d drains and undrains (%d failed); %d jobs: %d lost, %d duplicated, %d launched twice; %s",
+	summary := fmt.Sprintf("ha failover: %d kills, new leader's first round after p50 %v p99 %v max %v; %d submits (%d acknowledged, %d failed; %d through --server naming every member, %d failed), %d cancels (%d of jobs already ended, %d failed), %d drains and undrains (%d failed); %d of the failures found nothing listening on a killed member's socket; %d jobs: %d lost, %d duplicated, %d launched twice; %s",
 		kills, percentile(took, 0.5).Round(time.Millisecond), percentile(took, 0.99).Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond),
-		submits, len(acked), failedSubs, srvSubs, srvFailed, cancels, failedCanc, drains, failedDrains, len(all), lost, dup, twice, memory)
+		submits, len(acked), failedSubs, srvSubs, srvFailed, cancels, endedCanc, failedCanc, drains, failedDrains, deadSock, len(all), lost, dup, twice, memory)
 	t.Log(summary)
 	for _, w := range why {
 		t.Logf("a client's failure: %s", w)
