@@ -1102,8 +1102,8 @@ func (p *Morphling) lossOf(st *state, k int) (int, float64, bool) {
 
 // packedGrow places waiting job i on target GPUs over the fewest servers
 // that count allows, as Algorithm 1's ScheduleJob does node by node: it
-// picks the servers with the most GPUs that are free or held by jobs
-// above their minRes (inside one rack when a rack can hold the job),
+// picks the servers with the most GPUs that are free or that jobs above
+// their minRes can give back (inside one rack when a rack can hold the job),
 // takes their free GPUs, then shrinks the jobs on them, lowest loss
 // first, until the job has its share of each. A guaranteed victim that
 // would fall below its promise is left alone. It returns false (the
@@ -1140,12 +1140,16 @@ func (p *Morphling) packedGrow(st *state, i, target int) bool {
 		if st.roomOK[s] {
 			return min(st.roomAt[s], st.snap.Servers[s].CPUs/cpg)
 		}
+		// A job above its minRes gives back at most what it holds
+		// above it (Algorithm 1 shrinks "Over-Min" jobs only): a
+		// guaranteed job grown past its request does not make its
+		// server look as roomy as one of best-effort jobs.
 		n := max(st.free[s], 0)
 		for _, j := range st.on[s] {
 			if v := &st.jobs[j]; j != i && v.cv != nil && v.total > v.minG {
 				for _, a := range v.alloc {
 					if a.Server == s {
-						n += a.GPUs
+						n += min(a.GPUs, v.total-v.minG)
 					}
 				}
 			}
