@@ -302,14 +302,30 @@ func (r *ring) extra(i, o int, dem float64, ts []int, fs []float64) float64 {
 	}
 	p, prof := r.per[i], r.prof[i]
 	// prof[k]/dem·q: the seconds slot k of the circle's period
-	// carries at full speed, per unit of overload.
+	// carries at full speed, per unit of overload. With more slots over
+	// capacity than in the period, each slot's figure is computed once
+	// (the same rounding: the products are formed in the same order).
 	e := 0.0
-	for n, t := range ts {
-		k := (t - o) % p
-		if k < 0 {
-			k += p
+	if len(ts) > p && p <= gridSlots {
+		var w [gridSlots]float64
+		for k, v := range prof {
+			w[k] = v / dem * r.q
 		}
-		e += prof[k] / dem * r.q * fs[n]
+		for n, t := range ts {
+			k := (t - o) % p
+			if k < 0 {
+				k += p
+			}
+			e += w[k] * fs[n]
+		}
+	} else {
+		for n, t := range ts {
+			k := (t - o) % p
+			if k < 0 {
+				k += p
+			}
+			e += prof[k] / dem * r.q * fs[n]
+		}
 	}
 	return e / (float64(r.n) / float64(p))
 }
