@@ -48,3 +48,11 @@ func CircleStatsOf(p Policy) CircleStats {
 // SetTimerScanPerDemand makes the auto-tuned timers come from two history
 // scans per waiting demand (the path before timersFrom) when on.
 func SetTimerScanPerDemand(on bool) { timerScanPerDemand = on }
+
+// SetRingReuse turns jointShift's reuse of the rings its search built
+// (shiftjoint.go) on or off (off: the path before it).
+func SetRingReuse(on bool) { ringReuseOff = !on }
+
+// JointSlowdowns is how many slowdowns jointShift priced on the rings it
+// searched so far (the uplink hold of a job on several shared uplinks).
+func JointSlowdowns() int64 { return jointSlowdowns.Load() }

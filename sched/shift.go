@@ -29,7 +29,7 @@ type Circle struct {
 func (c Circle) peak() float64 {
 	d := 0.0
 	for _, a := range c.Arcs {
-		d = math.Max(d, a.Demand)
+		d = max(d, a.Demand) // math.Max's result, to the bit (the spec's rules for NaN, ±0, ±Inf)
 	}
 	return d
 }
@@ -115,6 +115,8 @@ type ringBuf struct {
 	ws    []float64 // Rotate: each free circle's weight
 	arc   []int     // Rotate: the slots a circle demands, and how much
 	arcV  []float64
+	d0    []float64 // jointSlide: the others' demand, before room0
+	cs    []Circle  // jointSlide: the link's circles and the job's
 }
 
 var ringPool = sync.Pool{New: func() any { return new(ringBuf) }}
@@ -134,7 +136,7 @@ func grow[T any](b []T, n int) []T {
 func (b *ringBuf) ring(cs []Circle) *ring {
 	longest := 0.0
 	for _, c := range cs {
-		longest = math.Max(longest, c.Period)
+		longest = max(longest, c.Period)
 	}
 	b.r = ring{q: 1, n: 1}
 	r := &b.r
@@ -166,6 +168,7 @@ func (b *ringBuf) ring(cs []Circle) *ring {
 		}
 		prof := profs[:p:p]
 		profs = profs[p:]
+		r.prof[i] = prof
 		for _, a := range c.Arcs {
 			// Only the slots the arc can overlap (one slot of margin
 			// each side against rounding); the others add nothing, nor
@@ -173,17 +176,19 @@ func (b *ringBuf) ring(cs []Circle) *ring {
 			if !(a.Len > 0) || math.IsNaN(a.Start) || math.IsInf(a.Start, 0) {
 				continue
 			}
-			k0 := int(math.Max(0, math.Floor(a.Start/r.q)-1))
-			k1 := int(math.Min(float64(p), math.Ceil((a.Start+a.Len)/r.q)+1))
+			// The builtin min and max answer math.Min and math.Max
+			// to the bit (NaN, ±0 and ±Inf alike) without a call.
+			end := a.Start + a.Len
+			k0 := int(max(0, math.Floor(a.Start/r.q)-1))
+			k1 := int(min(float64(p), math.Ceil(end/r.q)+1))
 			for k := k0; k < k1; k++ {
 				lo, hi := float64(k)*r.q, float64(k+1)*r.q
-				ov := math.Min(hi, a.Start+a.Len) - math.Max(lo, a.Start)
+				ov := min(hi, end) - max(lo, a.Start)
 				if ov > 0 {
 					prof[k] += a.Demand * ov / r.q
 				}
 			}
 		}
-		r.prof[i] = prof
 		n0 := len(nzs)
 		for k, v := range prof {
 			if v != 0 {
@@ -218,7 +223,11 @@ func (r *ring) load(d []float64, i, o int, sign float64) {
 	p, prof := r.per[i], r.prof[i]
 	for _, k := range r.nz[i] {
 		v := sign * prof[k]
-		for t := ((k+o)%p + p) % p; t < len(d); t += p {
+		t := (k + o) % p
+		if t < 0 {
+			t += p
+		}
+		for ; t < len(d); t += p {
 			d[t] += v
 		}
 	}
@@ -263,30 +272,62 @@ func (b *ringBuf) linkLoad(r *ring, cs []Circle, offsets []float64, capacity flo
 	// The slots above capacity and how far, as a share of it: the others
 	// would add w·0 = 0 to each circle's sum, so they are skipped and the
 	// sums are the same to the bit (same terms, same order).
+	ts, fs := b.over(d, capacity)
+	for i := range cs {
+		extra[i] = r.extra(i, os[i], cs[i].peak(), ts, fs)
+	}
+	return ex * r.q, tot * r.q, extra
+}
+
+// over is the slots of d above capacity and how far, as a share of it
+// (in b's arrays).
+func (b *ringBuf) over(d []float64, capacity float64) ([]int, []float64) {
 	ts, fs := b.ts[:0], b.fs[:0]
-	defer func() { b.ts, b.fs = ts, fs }()
 	for t, v := range d {
 		if v > capacity {
 			ts = append(ts, t)
 			fs = append(fs, v/capacity-1)
 		}
 	}
-	for i := range cs {
-		p, prof := r.per[i], r.prof[i]
-		dem := cs[i].peak()
-		if dem <= 0 {
-			continue
+	b.ts, b.fs = ts, fs
+	return ts, fs
+}
+
+// extra is circle i's extra communication seconds per iteration at
+// offset o (slots) with peak demand dem, the slots ts above capacity by
+// fs (a share of it): LinkLoad's figure for one circle.
+func (r *ring) extra(i, o int, dem float64, ts []int, fs []float64) float64 {
+	if dem <= 0 {
+		return 0
+	}
+	p, prof := r.per[i], r.prof[i]
+	// prof[k]/dem·q: the seconds slot k of the circle's period
+	// carries at full speed, per unit of overload. With more slots over
+	// capacity than in the period, each slot's figure is computed once
+	// (the same rounding: the products are formed in the same order).
+	e := 0.0
+	if len(ts) > p && p <= gridSlots {
+		var w [gridSlots]float64
+		for k, v := range prof {
+			w[k] = v / dem * r.q
 		}
-		// prof[k]/dem·q: the seconds slot k of the circle's period
-		// carries at full speed, per unit of overload.
-		e := 0.0
 		for n, t := range ts {
-			k := ((t-os[i])%p + p) % p
+			k := (t - o) % p
+			if k < 0 {
+				k += p
+			}
+			e += w[k] * fs[n]
+		}
+	} else {
+		for n, t := range ts {
+			k := (t - o) % p
+			if k < 0 {
+				k += p
+			}
 			e += prof[k] / dem * r.q * fs[n]
 		}
-		extra[i] = e / (float64(r.n) / float64(p))
 	}
-	return ex * r.q, tot * r.q, extra
+	return e / (float64(r.n) / float64(p))
 }
 
 // Compatibility is CASSINI's score of circles at offsets on a link: 1 −

@@ -3,6 +3,7 @@ package sched
 import (
 	"math"
 	"slices"
+	"sync/atomic"
 )
 
 // A job that spans racks has one time-shift for all its uplinks. The
@@ -17,6 +18,15 @@ import (
 // the jobs the pass shifted on the links it dropped, and the uplink hold
 // (uplinkInflation) prices an offer that shares several uplinks at that
 // one shift rather than at a different best rotation on each.
+
+// ringReuseOff (tests: the path before) prices jointShift's slowdowns
+// (mine) on rings of their own, LinkLoad's, rather than on the rings its
+// search built, and builds each link's circles afresh.
+var ringReuseOff bool
+
+// jointSlowdowns counts the slowdowns jointShift priced on the rings its
+// search built (tests: a replay must exercise them).
+var jointSlowdowns atomic.Int64
 
 // jointLink is one uplink of a job for jointShift: the other circles on
 // it at their offsets (seconds), and the link's capacity.
@@ -37,8 +47,14 @@ type jointSlide struct {
 }
 
 func newJointSlide(me Circle, l jointLink) *jointSlide {
-	cs := append(l.cs[:len(l.cs):len(l.cs)], me)
 	b := ringPool.Get().(*ringBuf)
+	var cs []Circle
+	if ringReuseOff {
+		cs = append(l.cs[:len(l.cs):len(l.cs)], me)
+	} else {
+		b.cs = append(append(b.cs[:0], l.cs...), me)
+		cs = b.cs
+	}
 	r := b.ring(cs)
 	x := &jointSlide{b: b, me: len(l.cs)}
 	if r.per == nil {
@@ -50,6 +66,9 @@ func newJointSlide(me Circle, l jointLink) *jointSlide {
 	b.d = grow(b.d, r.n)
 	for k := range l.cs {
 		r.load(b.d, k, r.slot(k, l.offs[k]-x.base), 1)
+	}
+	if !ringReuseOff {
+		b.d0 = append(b.d0[:0], b.d...) // for slowdown
 	}
 	x.room0 = b.d
 	for n := range x.room0 {
@@ -85,6 +104,31 @@ func (x *jointSlide) added(off float64) float64 {
 	return add * r.q / x.per
 }
 
+// slowdown is LinkLoad's extra communication seconds per iteration of
+// the job's circle me at offset off on link l, the others at their
+// offsets: LinkLoad(l.cs+me, l.offs+off, l.capacity)'s last figure, to
+// the bit, on the ring x already holds (the same circles) and with the
+// others' demand it already summed (in the same order).
+func (x *jointSlide) slowdown(me Circle, l jointLink, off float64) float64 {
+	b := x.b
+	r := &b.r
+	if r.per == nil {
+		return 0
+	}
+	base := off // LinkLoad measures offsets from the first circle's
+	if len(l.offs) > 0 {
+		base = l.offs[0]
+	}
+	d := b.d0
+	o := r.slot(x.me, off-base)
+	r.load(d, x.me, o, 1)
+	if ex, _ := excessOf(d, l.capacity); ex == 0 {
+		return 0
+	}
+	ts, fs := b.over(d, l.capacity)
+	return r.extra(x.me, o, me.peak(), ts, fs)
+}
+
 // jointShift is the offset (seconds, in [0, me.Period)) of circle me that
 // adds the least demand above capacity over all links (each link's
 // excess per second of its unified perimeter, as Rotate weighs one
@@ -103,9 +147,9 @@ func jointShift(me Circle, links []jointLink, cur float64, haveCur bool, mine []
 	for n, l := range links {
 		longest := me.Period
 		for _, c := range l.cs {
-			longest = math.Max(longest, c.Period)
+			longest = max(longest, c.Period)
 		}
-		q = math.Min(q, longest/gridSlots)
+		q = min(q, longest/gridSlots)
 		xs[n] = newJointSlide(me, l)
 	}
 	defer func() {
@@ -138,6 +182,11 @@ func jointShift(me Circle, links []jointLink, cur float64, haveCur bool, mine []
 	for n, l := range links {
 		if mine == nil {
 			break
+		}
+		if !ringReuseOff {
+			mine[n] = xs[n].slowdown(me, l, best) / me.Period
+			jointSlowdowns.Add(1)
+			continue
 		}
 		cs := append(l.cs[:len(l.cs):len(l.cs)], me)
 		offs := append(l.offs[:len(l.offs):len(l.offs)], best)
