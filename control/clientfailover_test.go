@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -37,15 +36,8 @@ func TestClientGoesOnToAMemberItCanReach(t *testing.T) {
 	sum := sha256.Sum256([]byte("alice-token"))
 	_, d, _ := startAdmitAPI(t)
 	acc := &Access{DaemonUID: os.Getuid(), Tokens: map[string][sha256.Size]byte{"alice": sum}, Tenants: []TenantAccess{{Name: "research", Users: []string{"alice"}}}}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	api := &API{D: d, Version: "test", Access: acc}
-	go Serve(sctx, tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), api.Handler())
-	live := "https://" + l.Addr().String()
+	_, addr := serveTLSAPI(t, d, acc, cert)
+	live := "https://" + addr
 	dead := "https://" + freeport.Addr(t, "127.0.0.1")  // nothing listens
 	dead2 := "https://" + freeport.Addr(t, "127.0.0.1") // nor here
 	pins := Fingerprint(other.Certificate[0]) + "," + Fingerprint(cert.Certificate[0])

@@ -50,17 +50,12 @@ func TestTLSListenerPerUserTokens(t *testing.T) {
 
 	_, d, _ := startAdmitAPI(t)
 	acc := &Access{DaemonUID: os.Getuid(), Tokens: toks, Tenants: []TenantAccess{{Name: "research", Users: []string{"alice"}}}}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	api, addr := serveTLSAPI(t, d, acc, cert)
+	ml, _ := net.Listen("tcp", "127.0.0.1:0")
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	api := &API{D: d, Version: "test", Access: acc}
-	go Serve(sctx, tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), api.Handler())
-	ml, _ := net.Listen("tcp", "127.0.0.1:0")
 	go Serve(sctx, ml, api.MetricsHandler())
-	base := "https://" + l.Addr().String()
+	base := "https://" + addr
 
 	good, err := NewTLSClient(base, "alice-token", strings.ToLower(strings.ReplaceAll(fp, ":", "")))
 	if err != nil {
@@ -85,7 +80,7 @@ func TestTLSListenerPerUserTokens(t *testing.T) {
 	if _, err := noTok.Status(ctx); err == nil || !strings.Contains(err.Error(), "missing bearer token") {
 		t.Errorf("no token: %v", err)
 	}
-	plain, _ := http.NewRequest("GET", "http://"+l.Addr().String()+"/v1/status", nil)
+	plain, _ := http.NewRequest("GET", "http://"+addr+"/v1/status", nil)
 	plain.Header.Set("Authorization", "Bearer alice-token")
 	if resp, err := http.DefaultClient.Do(plain); err == nil && resp.StatusCode == 200 {
 		t.Error("plain HTTP answered on the TLS listener")
@@ -102,4 +97,19 @@ func TestTLSListenerPerUserTokens(t *testing.T) {
 	if resp, err := http.Get("http://" + ml.Addr().String() + "/v1/status"); err == nil && resp.StatusCode == 200 {
 		t.Error("the metrics listener serves the API")
 	}
+}
+
+// serveTLSAPI serves d's API with acc over TLS with cert on a loopback
+// port until the test ends: the API and the listener's host:port.
+func serveTLSAPI(t *testing.T, d *Daemon, acc *Access, cert tls.Certificate) (*API, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	api := &API{D: d, Version: "test", Access: acc}
+	go Serve(ctx, tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), api.Handler())
+	return api, l.Addr().String()
 }
