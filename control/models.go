@@ -145,7 +145,7 @@ func (d *Daemon) ImportModel(ctx context.Context, req ImportRequest) (ModelInfo,
 			c.Model.Forward = f
 		}
 	}
-	k, st, err := perf.Fit(c.Model, c.Samples, perf.FitOptions{})
+	k, st, err := perf.Fit(c.Model, c.Samples, perf.FitOptions{BoundOverlap: true})
 	if err != nil {
 		return ModelInfo{}, fmt.Errorf("import %s: fit: %w", t, err)
 	}

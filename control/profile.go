@@ -546,7 +546,7 @@ func (d *Daemon) endProfile(ctx context.Context, p *profilePhase) error {
 		bestErr := math.Inf(1)
 		var ferr error
 		for _, m := range cands {
-			k, st, err := perf.Fit(m, c.Samples, perf.FitOptions{})
+			k, st, err := perf.Fit(m, c.Samples, perf.FitOptions{BoundOverlap: true})
 			if err != nil {
 				ferr = err
 				continue

@@ -201,7 +201,20 @@ type FitOptions struct {
 	// held otherwise. Set it when the forward profile was not measured
 	// (DefaultForward).
 	FreeForward bool
+	// BoundOverlap holds an overlap exponent (k_sync, k_off, k_swap) that
+	// fits below 1 at 1, the serial bound, and fits the rest again: below
+	// 1 the overlapped time exceeds the sum of its parts, which no
+	// hardware does, and on such a model cutting a backward into more
+	// micro-batches looks faster (the daemon started a profiled job on
+	// micro-batch 1 × GA 4 predicted 59 samples/s, measured 44, where
+	// micro-batch 4 ran 56). The daemon's fits from a few live samples set
+	// it; the shared tables' fits keep the flag only (docs/perf.md).
+	BoundOverlap bool
 }
+
+// overlapExponents are the indices of k_sync, k_off and k_swap in
+// Params.Vector.
+var overlapExponents = [...]int{1, 4, 5}
 
 // Fit estimates m's parameters (those not held: FitOptions.Hold) from samples by minimising the squared
 // log error of the predicted iteration times, over log-parameters (so every
@@ -211,6 +224,31 @@ type FitOptions struct {
 // parameters that no sample identifies at their defaults. m.Forward must be
 // set (FitForward); m.Params is the first start.
 func Fit(m Model, samples []Sample, o FitOptions) (Params, FitStats, error) {
+	if o.BoundOverlap {
+		o.BoundOverlap = false
+		k, st, err := Fit(m, samples, o)
+		if err != nil {
+			return k, st, err
+		}
+		v, held := k.Vector(), false
+		for _, i := range overlapExponents {
+			if v[i] < 1 && !o.Hold[i] {
+				v[i], o.Hold[i], held = 1, true, true
+			}
+		}
+		if !held {
+			return k, st, nil
+		}
+		bounded := m
+		bounded.Params = ParamsFromVector(v)
+		bounded.Params.KStray = k.KStray
+		kb, stb, err := Fit(bounded, samples, o)
+		if err != nil {
+			return k, st, err
+		}
+		stb.Flags = append(stb.Flags, "an overlap exponent fitted below 1 (overlapped time above the sum of its parts) is held at 1, the serial bound")
+		return kb, stb, nil
+	}
 	if o.OutlierLogErr == 0 {
 		o.OutlierLogErr = 0.35
 	}

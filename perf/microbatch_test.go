@@ -204,3 +204,52 @@ func TestFitFindsLaunchFromMicroBatchPairs(t *testing.T) {
 		t.Errorf("best on %s: %s, want mb 4", pl, r.Plan)
 	}
 }
+
+// TestBoundOverlapKeepsAccumulationSlower: fitted on samples whose
+// backward and sync overlap worse than serially (k_sync below 1, as a fit
+// on a few noisy live samples may find), the model prices DP4 at
+// micro-batch 1 × GA 4 faster than micro-batch 4 × GA 1 of the same
+// samples: only the last micro-batch's backward meets the sync, so more
+// micro-batches leave less to the superadditive overlap. The daemon
+// started a profiled job on such a plan (TestTorchProfileEndToEnd:
+// predicted 59.3 samples/s, measured 44.2, where micro-batch 4 ran 55.9).
+// With BoundOverlap (the daemon's fits) k_sync is held at 1, the serial
+// bound, and gradient accumulation is never priced faster.
+func TestBoundOverlapKeepsAccumulationSlower(t *testing.T) {
+	a := mustBuiltin(t, "gpt2")
+	a.GlobalBatch = 16
+	truth := DefaultModel(a, A800)
+	truth.Params.KSync = 0.7
+	var samples []Sample
+	for _, c := range []struct {
+		pl     Placement
+		dp, mb int
+	}{{Placement{1}, 1, 16}, {Placement{2}, 2, 8}, {Placement{4}, 4, 4}, {Placement{2, 2}, 4, 4}, {Placement{1, 1}, 2, 8}, {Placement{4, 4}, 8, 2}, {Placement{8}, 8, 2}} {
+		p := Plan{DP: c.dp, TP: 1, PP: 1, MicroBatch: c.mb, GA: 1}
+		r := Resources{Placement: c.pl, CPUsPerGPU: 8}
+		b, err := truth.Predict(p, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples = append(samples, Sample{Plan: p, Resources: r, IterS: b.Iter})
+	}
+	res := Resources{Placement: Placement{2, 2}, CPUsPerGPU: 8}
+	one, cut := Plan{DP: 4, TP: 1, PP: 1, MicroBatch: 4, GA: 1}, Plan{DP: 4, TP: 1, PP: 1, MicroBatch: 1, GA: 4}
+	for _, bound := range []bool{false, true} {
+		m := DefaultModel(a, A800)
+		k, st, err := Fit(m, samples, FitOptions{BoundOverlap: bound})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Params = k
+		b1, _ := m.Predict(one, res)
+		b4, _ := m.Predict(cut, res)
+		t.Logf("bound %v: k_sync %.3f; DP4 mb4×GA1 %.4f s, mb1×GA4 %.4f s; flags %q", bound, k.KSync, b1.Iter, b4.Iter, st.Flags)
+		switch {
+		case !bound && (k.KSync >= 1 || b4.Iter >= b1.Iter):
+			t.Fatalf("unbounded: want k_sync below 1 and accumulation priced faster (the defect this guards), got k_sync %.3f, %.4f against %.4f s", k.KSync, b4.Iter, b1.Iter)
+		case bound && (k.KSync < 1 || b4.Iter < b1.Iter*(1-1e-12)):
+			t.Errorf("bounded: k_sync %.3f, micro-batch 1 × GA 4 priced %.4f s against %.4f s for micro-batch 4", k.KSync, b4.Iter, b1.Iter)
+		}
+	}
+}

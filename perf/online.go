@@ -66,7 +66,7 @@ func (o *Online) Observe(s Sample) (refitted bool, err error) {
 	if !NeedsRefit(b.Iter, s.IterS) || len(o.Samples) < MinSamples {
 		return false, nil
 	}
-	k, st, err := Fit(o.Model, o.Samples, FitOptions{})
+	k, st, err := Fit(o.Model, o.Samples, FitOptions{BoundOverlap: true})
 	if err != nil {
 		return false, err
 	}
