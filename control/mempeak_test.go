@@ -3,11 +3,9 @@ package control
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,24 +23,7 @@ const leanScale = 34.0 / 74
 // global batch 96, with a request block.
 func leanSpec(t *testing.T, name, request string) *jobspec.Spec {
 	t.Helper()
-	data := fmt.Sprintf(`version: 1
-name: %s
-tenant: research
-class: best-effort
-model: {name: lean, params: 336e6, layers: 24, hidden: 1024, heads: 16, seq_len: 512, vocab: 30522}
-framework: deepspeed
-workdir: /w
-entrypoint: train.py
-global_batch: 96
-iterations: 100000
-checkpoint_dir: /ckpt/%s
-request: %s
-`, name, name, request)
-	s, err := jobspec.Parse(name+".yaml", []byte(data), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return unseenSpec(t, name, "{name: lean, params: 336e6, layers: 24, hidden: 1024, heads: 16, seq_len: 512, vocab: 30522}", 96, 100000, request, "")
 }
 
 // bigPlan asks for the whole batch on one GPU without checkpointing: the
@@ -59,19 +40,15 @@ const bigPlan = "{gpus: 1, plan: 'dp=1,tp=1,pp=1,mb=96,ga=1,zero=0'}"
 // does a daemon restarted on the same store.
 func TestMeasuredPeaksAdmitPlanThatFits(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "replan.db")
-	st, err := OpenSQLite(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	st, path := openTest(t) // the restart below reopens path
+	c := &clock{t: t0}
 	sim := NewSimExecutor(c.now, []string{"a", "b"}, nil, nil, 5*time.Second)
 	sim.ActScale = leanScale
 	d, _ := newDaemonWith(t, st, sim, "replan", c)
 	d.cfg.Profile = ProfileOptions{Enabled: true, Iterations: 10, RunTimeout: 2 * time.Minute, PhaseTimeout: 10 * time.Minute}
 
 	big := leanSpec(t, "big", bigPlan)
-	err = d.Admit(ctx, big, nil)
+	err := d.Admit(ctx, big, nil)
 	if err == nil || !strings.Contains(err.Error(), "request.plan") || !strings.Contains(err.Error(), "GiB per GPU") {
 		t.Fatalf("before any measurement: admission of the mb 96 plan on one GPU: %v, want refused for GPU memory", err)
 	}

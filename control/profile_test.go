@@ -18,19 +18,28 @@ import (
 // architecture block), of gpus GPUs, with extra YAML appended.
 func mineSpec(t *testing.T, name string, gpus int, extra string) *jobspec.Spec {
 	t.Helper()
+	return unseenSpec(t, name, "{name: mine, params: 1.3e9, layers: 24, hidden: 2048, heads: 16, seq_len: 1024, vocab: 50257}",
+		32, 2000, fmt.Sprintf("{gpus: %d}", gpus), extra)
+}
+
+// unseenSpec is a best-effort DeepSpeed job of name whose model block is
+// model (a type replan has never seen), at global batch batch for iters
+// iterations, with its request block and extra YAML appended.
+func unseenSpec(t *testing.T, name, model string, batch, iters int, request, extra string) *jobspec.Spec {
+	t.Helper()
 	data := fmt.Sprintf(`version: 1
 name: %s
 tenant: research
 class: best-effort
-model: {name: mine, params: 1.3e9, layers: 24, hidden: 2048, heads: 16, seq_len: 1024, vocab: 50257}
+model: %s
 framework: deepspeed
 workdir: /w
 entrypoint: train.py
-global_batch: 32
-iterations: 2000
+global_batch: %d
+iterations: %d
 checkpoint_dir: /ckpt/%s
-request: {gpus: %d}
-%s`, name, name, gpus, extra)
+request: %s
+%s`, name, model, batch, iters, name, request, extra)
 	s, err := jobspec.Parse(name+".yaml", []byte(data), nil)
 	if err != nil {
 		t.Fatal(err)
