@@ -5,7 +5,10 @@ the activation factor (docs/perf.md, "Compute depends on the micro-batch").
 
 Pure PyTorch (no transformers package): BERT-large (replan's `bert`: 24
 layers, hidden 1024, 16 heads, sequence 512, vocabulary 30522) and GPT-2 XL
-(`gpt2`: 48 layers, hidden 1600, 25 heads, sequence 1024, vocabulary 50257).
+(`gpt2`: 48 layers, hidden 1600, 25 heads, sequence 1024, vocabulary 50257),
+RoBERTa-large (`roberta`: BERT-large's layers, vocabulary 50265) and ViT-B/16
+(`vit`: 12 layers, hidden 768, 12 heads, 197 tokens of 224x224 images, a
+1000-class head on the class token).
 fp32 master weights, bf16 autocast, AdamW (16 bytes per parameter, as
 perf's memory model), a language-model loss over every position (fp32
 logits). Each plan is micro-batch x GA at a fixed global batch on one GPU
@@ -14,7 +17,7 @@ logits). Each plan is micro-batch x GA at a fixed global batch on one GPU
 Prints one CSV row per plan:
   gpu,model,attn,mb,ga,iter_s,iter_s_min,peak_reserved_gib,peak_alloc_gib,status
 
-Usage: python3 mbscale.py [--model bert,gpt2] [--attn sdpa|math] [--iters 4]
+Usage: python3 mbscale.py [--model bert,gpt2,roberta,vit] [--attn sdpa|math] [--iters 4]
 """
 import argparse
 import math
@@ -30,6 +33,9 @@ ARCHS = {
     # name: layers, hidden, heads, seq, vocab, causal, global batch, micro-batches
     "bert": (24, 1024, 16, 512, 30522, False, 32, [1, 2, 4, 8, 16, 32]),
     "gpt2": (48, 1600, 25, 1024, 50257, True, 16, [1, 2, 4, 8, 16]),
+    "roberta": (24, 1024, 16, 512, 50265, False, 64, [1, 2, 4, 8, 16, 32, 64]),
+    # ViT-B/16: 224x224 images in 196 patches and a class token, 1000 classes
+    "vit": (12, 768, 12, 197, 0, False, 64, [1, 2, 4, 8, 16, 32, 64]),
 }
 
 
@@ -62,16 +68,28 @@ class Layer(nn.Module):
 class Model(nn.Module):
     def __init__(self, layers, h, heads, seq, vocab, causal, attn):
         super().__init__()
-        self.emb = nn.Embedding(vocab, h)
+        self.vision = vocab == 0
+        if self.vision:  # patches of 16x16 pixels, a class token
+            self.emb = nn.Conv2d(3, h, 16, 16)
+            self.cls = nn.Parameter(torch.zeros(1, 1, h))
+        else:
+            self.emb = nn.Embedding(vocab, h)
         self.pos = nn.Embedding(seq, h)
         self.layers = nn.ModuleList(Layer(h, heads, causal, attn) for _ in range(layers))
         self.ln = nn.LayerNorm(h)
-        self.head = nn.Linear(h, vocab, bias=False)
+        self.head = nn.Linear(h, 1000 if self.vision else vocab, bias=False)
 
     def forward(self, ids):
-        x = self.emb(ids) + self.pos.weight[: ids.shape[1]]
+        if self.vision:
+            x = self.emb(ids).flatten(2).transpose(1, 2)
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)
+        else:
+            x = self.emb(ids)
+        x = x + self.pos.weight[: x.shape[1]]
         for l in self.layers:
             x = l(x)
+        if self.vision:
+            return self.head(self.ln(x[:, 0])).float()
         return self.head(self.ln(x)).float()
 
 
@@ -84,7 +102,12 @@ def run(name, attn, iters, gpu):
     print(f"# {name}: {nparam/1e6:.0f} M parameters", file=sys.stderr, flush=True)
     for mb in mbs:
         ga = gb // mb
-        ids = torch.randint(0, vocab, (mb, seq), device="cuda")
+        if vocab == 0:
+            ids = torch.randn(mb, 3, 224, 224, device="cuda")
+            labels = torch.randint(0, 1000, (mb,), device="cuda")
+        else:
+            ids = torch.randint(0, vocab, (mb, seq), device="cuda")
+            labels = ids.view(-1)
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -96,7 +119,7 @@ def run(name, attn, iters, gpu):
                 for _ in range(ga):
                     with torch.autocast("cuda", dtype=torch.bfloat16):
                         logits = model(ids)
-                    loss = F.cross_entropy(logits.view(-1, vocab), ids.view(-1))
+                    loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels)
                     (loss / ga).backward()
                     del logits, loss
                 opt.step()
