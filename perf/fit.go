@@ -761,7 +761,7 @@ var fitPrior = func() Params {
 // value, and the fit's prior for a parameter p leaves at 0 (an unfitted
 // model's k_stage and k_launch, an old model file's new parameters).
 func startParams(p Params) Params {
-	if p == (Params{}) {
+	if p == (Params{}) || p == (Params{KLO: 1}) { // the zero value, as stored ({} reads k_lo 1)
 		p = DefaultParams
 	}
 	if p.KStage <= 0 {

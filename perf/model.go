@@ -128,7 +128,11 @@ var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_o
 // bert, gpt2 and t5 and at 27 for llama7b on the same servers), k_uneven
 // its wait on uneven placements (0.017-0.18 s) and k_stage its pipeline
 // engine's step (0.007-0.048 s): each varies between model types on
-// identical servers, so each model's own samples fit it.
+// identical servers, so each model's own samples fit it. k_lo, the launch
+// overlap, is a property of the GPU's software too, but each fit takes it
+// from its own samples: no shared table holds the three micro-batch
+// sizes that identify it (LaunchOverlapIdentified), so a joint fit would
+// have nothing to pool.
 var HardwareParams = [NumParams]bool{1: true, 2: true, 4: true, 5: true, 9: true, 10: true, 12: true, 14: true}
 
 // WithHardware returns p with the hardware parameters (HardwareParams)
