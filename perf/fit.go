@@ -364,10 +364,24 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 	// pays it once per bucket, which the samples cannot tell from the
 	// all-reduce's own time over the servers' NICs.
 	holdHop := st.HopSamples == 0 && !o.Hold[14]
+	// k_lo is searched only where the samples show three micro-batch
+	// sizes of one plan on one placement: two sizes are two points of
+	// t_fixed and t_sat, and the exponent between them is a third unknown
+	// (held at 1, the sum, outside the search, so a fit that cannot
+	// identify it is the fit from before the term, bit for bit).
+	if !o.Hold[15] && !LaunchOverlapIdentified(samples) {
+		o.Hold[15] = true
+		start15 := m.Params
+		start15.KLO = 1
+		m.Params = start15
+	}
 	st.Trusted = st.Samples >= MinSamples && st.OffloadSamples >= MinOffloadSamples
 
 	prior := logVec(fitPrior)
 	start := startParams(m.Params)
+	if !o.Hold[15] && start.KLO <= loAdditive {
+		start.KLO = loStart
+	}
 	// free lists the parameters the fit searches; the others stay at
 	// start (FitOptions.Hold, k_fwd unless FreeForward).
 	hold := o.Hold
@@ -394,6 +408,10 @@ func fitOnce(m Model, samples []Sample, o FitOptions, robust bool) (Params, FitS
 		}
 		p := ParamsFromVector(v)
 		p.KStray = start.KStray
+		if hold[15] {
+			// held: the value given, not its logarithm's round trip
+			p.KLO = start.KLO
+		}
 		if holdSync {
 			p.KSync = SyncUnseen
 		}
@@ -743,7 +761,7 @@ var fitPrior = func() Params {
 // value, and the fit's prior for a parameter p leaves at 0 (an unfitted
 // model's k_stage and k_launch, an old model file's new parameters).
 func startParams(p Params) Params {
-	if p == (Params{}) {
+	if p == (Params{}) || p == (Params{KLO: 1}) { // the zero value, as stored ({} reads k_lo 1)
 		p = DefaultParams
 	}
 	if p.KStage <= 0 {
@@ -761,7 +779,41 @@ func startParams(p Params) Params {
 	if p.KHop <= 0 {
 		p.KHop = fitPrior.KHop
 	}
+	if p.KLO < 1 {
+		p.KLO = 1
+	}
 	return p
+}
+
+// loStart is where a fit that searches k_lo starts it when the model
+// gives 1: half-way between the sum (1) and the max (large), from where
+// the search reaches either; at 1 itself (1 + 10⁻⁶ in the search's
+// logarithm) the error does not move with it.
+const loStart = 2.0
+
+// LaunchOverlapIdentified reports whether samples can identify k_lo:
+// three or more micro-batch sizes of one plan (DP, TP, PP, ZeRO,
+// checkpointing, offload) on one placement, as the profile's one-GPU runs
+// give (ProfileConfigs: configurations 1, 4 and 5).
+func LaunchOverlapIdentified(samples []Sample) bool {
+	sizes := map[string]map[int]bool{}
+	for _, s := range samples {
+		p := s.Plan
+		if p.MicroBatch <= 0 {
+			continue
+		}
+		mb := p.MicroBatch
+		p.MicroBatch, p.GA = 0, 0
+		k := fmt.Sprintf("%s@%s/%g", p.Spec(), s.Resources.Placement, s.Resources.CPUsPerGPU)
+		if sizes[k] == nil {
+			sizes[k] = map[int]bool{}
+		}
+		sizes[k][mb] = true
+		if len(sizes[k]) >= 3 {
+			return true
+		}
+	}
+	return false
 }
 
 // overlapParam marks the overlap exponents the fit keeps within the
@@ -773,7 +825,7 @@ func startParams(p Params) Params {
 // out 17% high). k_sync stays free: bert's and llama30's data put it
 // below 1 and forcing it up costs them more than it gains; Flags reports
 // it.
-var overlapParam = [NumParams]bool{4: true, 5: true}
+var overlapParam = [NumParams]bool{4: true, 5: true, 15: true}
 
 // priorScale multiplies the prior's weight per parameter. k_bwd is held
 // near 2 (×100): a transformer's backward computes two GEMMs (weight and
@@ -792,7 +844,7 @@ var overlapParam = [NumParams]bool{4: true, 5: true}
 // micro-batches (the fit stayed at 1 µs:
 // TestProfileConfigsIdentifyLaunchCost). k_hop's is weak too (×0.1): its
 // prior is a tenth of the A800's figure.
-var priorScale = [NumParams]float64{100, 1, 1, 1, 1, 1, 1, 1, 1, 1000, 1, 1, 0.1, 1, 0.1}
+var priorScale = [NumParams]float64{100, 1, 1, 1, 1, 1, 1, 1, 1, 1000, 1, 1, 0.1, 1, 0.1, 0.1}
 
 // fromFree maps the fit's free variable of parameter i to its value.
 func fromFree(i int, x float64) float64 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -108,20 +109,22 @@ func (s mbSeries) String() string { return s.model + " " + s.attn }
 
 // fitTimes fits s's iteration times on the samples whose micro-batch is in
 // mbs (all when nil) and returns the model and its relative error on
-// every sample.
-func (s mbSeries) fitTimes(t *testing.T, mbs ...int) (Model, []float64) {
+// every sample. additive holds k_lo at 1 (the form before k_lo).
+func (s mbSeries) fitTimes(t *testing.T, additive bool, mbs ...int) (Model, []float64) {
 	t.Helper()
 	var fit []Sample
 	for _, x := range s.samples {
-		if mbs == nil || x.Plan.MicroBatch == mbs[0] || x.Plan.MicroBatch == mbs[1] {
+		if mbs == nil || slices.Contains(mbs, x.Plan.MicroBatch) {
 			fit = append(fit, x)
 		}
 	}
-	if mbs != nil && len(fit) != 2 {
-		t.Fatalf("%s: %d rows at micro-batches %v, want 2", s, len(fit), mbs)
+	if mbs != nil && len(fit) != len(mbs) {
+		t.Fatalf("%s: %d rows at micro-batches %v, want %d", s, len(fit), mbs, len(mbs))
 	}
 	m := DefaultModel(s.arch, h200())
-	k, _, err := Fit(m, fit, FitOptions{FreeForward: true})
+	o := FitOptions{FreeForward: true}
+	o.Hold[15] = additive
+	k, _, err := Fit(m, fit, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,31 +156,35 @@ func (s mbSeries) fitTimes(t *testing.T, mbs ...int) (Model, []float64) {
 func TestMicroBatchH200(t *testing.T) {
 	launch := map[string]float64{}
 	for _, s := range h200Series(t) {
-		var pair []int
+		var prof []int
 		for _, c := range ProfileConfigs(DefaultModel(s.arch, h200()), []int{1}, 0) {
 			if p := c.Plan; p.DP == 1 && p.TP == 1 && p.PP == 1 && !p.Offload && !p.Ckpt {
-				pair = append(pair, p.MicroBatch)
+				prof = append(prof, p.MicroBatch)
 			}
 		}
-		if len(pair) != 2 {
-			t.Fatalf("%s: the profile's one-GPU micro-batches %v, want two", s, pair)
+		if len(prof) != 3 {
+			t.Fatalf("%s: the profile's one-GPU micro-batches %v, want three", s, prof)
 		}
-		large, small := max(pair[0], pair[1]), min(pair[0], pair[1])
-		m, errs := s.fitTimes(t, large, small)
-		_, errs14 := s.fitTimes(t, 1, 4)
-		t.Logf("%s: fitted on the profile's mb %d and mb %d: k_launch %.3g ms per layer", s, large, small, 1e3*m.Params.KLaunch)
+		large, small := prof[0], prof[1] // configurations 1 and 4, the pair before k_lo
+		m, errs := s.fitTimes(t, false, prof...)
+		_, before := s.fitTimes(t, true, large, small)
+		t.Logf("%s: fitted on the profile's mb %v: k_launch %.3g ms per layer, k_lo %.3g", s, prof, 1e3*m.Params.KLaunch, m.Params.KLO)
 		pred := make([]float64, len(s.samples))
 		for i, x := range s.samples {
 			pred[i] = x.IterS * (1 + errs[i])
-			t.Logf("  mb %2d × GA %2d: measured %.4f s, predicted %.4f s (%+.1f %%; fitted on mb 1 and 4: %+.1f %%)",
-				x.Plan.MicroBatch, x.Plan.GA, x.IterS, pred[i], 100*errs[i], 100*errs14[i])
-			bound := 0.10
-			if x.Plan.MicroBatch < small {
-				bound = 0.70
+			fitted := slices.Contains(prof, x.Plan.MicroBatch)
+			t.Logf("  mb %2d × GA %2d: measured %.4f s, predicted %.4f s (%+.1f %%%s; additive on mb %d and %d: %+.1f %%)",
+				x.Plan.MicroBatch, x.Plan.GA, x.IterS, pred[i], 100*errs[i], map[bool]string{true: ", fit row"}[fitted], large, small, 100*before[i])
+			bound := h200Bound
+			if s.attn == "math" {
+				bound = h200BoundMath
 			}
 			if math.Abs(errs[i]) > bound {
 				t.Errorf("%s mb %d: predicted %.4f s, measured %.4f s: %+.0f %% off, bound %.0f %%", s, x.Plan.MicroBatch, pred[i], x.IterS, 100*errs[i], 100*bound)
 			}
+		}
+		if m.Params.KLO < 2 {
+			t.Errorf("%s: k_lo %.3g on the profile's runs: the launches do not hide behind the compute", s, m.Params.KLO)
 		}
 		for i, x := range s.samples {
 			for j, y := range s.samples {
@@ -186,12 +193,12 @@ func TestMicroBatchH200(t *testing.T) {
 				}
 			}
 		}
-		all, allErrs := s.fitTimes(t, nil...)
+		all, allErrs := s.fitTimes(t, false, nil...)
 		worst := 0.0
 		for _, e := range allErrs {
 			worst = max(worst, math.Abs(e))
 		}
-		t.Logf("%s: fitted on all %d rows: k_launch %.3g ms per layer, worst row %.1f %% off", s, len(s.samples), 1e3*all.Params.KLaunch, 100*worst)
+		t.Logf("%s: fitted on all %d rows: k_launch %.3g ms per layer, k_lo %.3g, worst row %.1f %% off", s, len(s.samples), 1e3*all.Params.KLaunch, all.Params.KLO, 100*worst)
 		if all.Params.KLaunch < 1e-5 {
 			t.Errorf("%s: k_launch %.3g s per layer on all rows: no per-micro-batch cost", s, all.Params.KLaunch)
 		}
@@ -205,6 +212,17 @@ func TestMicroBatchH200(t *testing.T) {
 		}
 	}
 }
+
+// TestMicroBatchH200's bounds on a row's error: measured at most 6.4 %
+// on the sdpa series (bert mb 16, gpt2 mb 16; the additive pair fit:
+// −52 % at bert mb 1, −23 % at gpt2 mb 1) and 34 % on bert math (mb 4,
+// whose 38.7 ms per micro-batch sits below its mb 1 and 2 neighbours'
+// 44-50 ms, the series whose small micro-batches' medians are 8-14 %
+// above their fastest iteration; the additive pair fit: −64 % at mb 1).
+const (
+	h200Bound     = 0.10
+	h200BoundMath = 0.40
+)
 
 // TestMemoryH200: the memory estimate against the measured peaks (torch's
 // reserved memory plus the CUDA context, as NVML reports it). The fixed
@@ -254,7 +272,7 @@ func TestMemoryH200(t *testing.T) {
 		if s.model != "gpt2" {
 			continue
 		}
-		m, _ := s.fitTimes(t, nil...)
+		m, _ := s.fitTimes(t, false, nil...)
 		fast := Plan{DP: 1, TP: 1, PP: 1, MicroBatch: 16, GA: 1}
 		r := Resources{Placement: Placement{1}, CPUsPerGPU: 8}
 		if b, ok := m.Best(r); !ok || b.Plan == fast {

@@ -179,7 +179,10 @@ func TestFitFindsLaunchFromMicroBatchPairs(t *testing.T) {
 	}
 	m.Params = k
 	wantLaunch := perMB / (1 + DefaultParams.KBwd) / float64(a.Layers)
-	t.Logf("k_launch %.3g s per layer (the trainer's: %.3g)", k.KLaunch, wantLaunch)
+	t.Logf("k_launch %.3g s per layer (the trainer's: %.3g), k_lo %.3g", k.KLaunch, wantLaunch, k.KLO)
+	if k.KLO > 1.1 {
+		t.Errorf("k_lo %.3g: the trainer pays its micro-batches' fixed time serially (1)", k.KLO)
+	}
 	if k.KLaunch < wantLaunch/2 || k.KLaunch > 2*wantLaunch {
 		t.Errorf("k_launch %.3g s per layer, the trainer pays %.3g", k.KLaunch, wantLaunch)
 	}

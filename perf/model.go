@@ -9,8 +9,9 @@ import (
 // Params are the fittable parameters of the iteration-time model: the
 // seven of Morphling's Appendix A (Table 5), then five the A800 data
 // needs, each a physical cost the paper's formula leaves out (k_uneven,
-// k_mp, k_host, k_tp, k_stage), and two that make compute depend on the
-// micro-batch and on a measured speed (k_launch, k_fwd; docs/perf.md).
+// k_mp, k_host, k_tp, k_stage), and three that make compute depend on the
+// micro-batch and on a measured speed (k_launch, k_fwd, k_lo;
+// docs/perf.md).
 type Params struct {
 	KBwd    float64 `json:"k_bwd"`     // backward = k_bwd · forward
 	KSync   float64 `json:"k_sync"`    // overlap degree of backward and DP gradient sync
@@ -95,13 +96,25 @@ type Params struct {
 	// model file (no such cost); HopUnseen in a fit with no ZeRO-2 sample
 	// across servers.
 	KHop float64 `json:"k_hop"`
+	// KLO is the overlap exponent of a micro-batch's launches and its
+	// compute: the forward of a micro-batch on one stage is
+	// f_k_lo(k_fwd·β·mb/(TP·PP), k_launch·layers/PP). 1 adds the two (a
+	// trainer that launches its kernels and then waits for them, as the
+	// end-to-end tests' CPU trainer does); larger hides the launches
+	// behind a large micro-batch's GPU work (eager PyTorch on an H200:
+	// bert's micro-batch costs ~40 ms from mb 1 to 8, then grows with
+	// mb). A property of the GPU and its software (asynchronous kernel
+	// launch), never below 1. 0 in an old model file: 1. A fit searches
+	// it only when its samples show three micro-batch sizes of one plan
+	// on one placement (LaunchOverlapIdentified), else holds it at 1.
+	KLO float64 `json:"k_lo"`
 }
 
 // NumParams is the number of fittable parameters.
-const NumParams = 15
+const NumParams = 16
 
 // ParamNames lists the parameters in vector order.
-var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_off", "k_swap", "k_const", "k_uneven", "k_mp", "k_host", "k_tp", "k_stage", "k_launch", "k_fwd", "k_hop"}
+var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_off", "k_swap", "k_const", "k_uneven", "k_mp", "k_host", "k_tp", "k_stage", "k_launch", "k_fwd", "k_hop", "k_lo"}
 
 // HardwareParams marks the parameters that are properties of the cluster
 // (its GPUs, hosts, links and software), not of a model type: k_sync,
@@ -115,7 +128,11 @@ var ParamNames = [NumParams]string{"k_bwd", "k_sync", "k_opt", "k_opt_off", "k_o
 // bert, gpt2 and t5 and at 27 for llama7b on the same servers), k_uneven
 // its wait on uneven placements (0.017-0.18 s) and k_stage its pipeline
 // engine's step (0.007-0.048 s): each varies between model types on
-// identical servers, so each model's own samples fit it.
+// identical servers, so each model's own samples fit it. k_lo, the launch
+// overlap, is a property of the GPU's software too, but each fit takes it
+// from its own samples: no shared table holds the three micro-batch
+// sizes that identify it (LaunchOverlapIdentified), so a joint fit would
+// have nothing to pool.
 var HardwareParams = [NumParams]bool{1: true, 2: true, 4: true, 5: true, 9: true, 10: true, 12: true, 14: true}
 
 // WithHardware returns p with the hardware parameters (HardwareParams)
@@ -134,17 +151,17 @@ func (p Params) WithHardware(hw Params) Params {
 
 // Vector returns the parameters in ParamNames order.
 func (p Params) Vector() [NumParams]float64 {
-	return [NumParams]float64{p.KBwd, p.KSync, p.KOpt, p.KOptOff, p.KOff, p.KSwap, p.KConst, p.KUneven, p.KMP, p.KHost, p.KTP, p.KStage, p.KLaunch, p.KFwd, p.KHop}
+	return [NumParams]float64{p.KBwd, p.KSync, p.KOpt, p.KOptOff, p.KOff, p.KSwap, p.KConst, p.KUneven, p.KMP, p.KHost, p.KTP, p.KStage, p.KLaunch, p.KFwd, p.KHop, p.KLO}
 }
 
 // ParamsFromVector is the inverse of Vector.
 func ParamsFromVector(v [NumParams]float64) Params {
-	return Params{KBwd: v[0], KSync: v[1], KOpt: v[2], KOptOff: v[3], KOff: v[4], KSwap: v[5], KConst: v[6], KUneven: v[7], KMP: v[8], KHost: v[9], KTP: v[10], KStage: v[11], KLaunch: v[12], KFwd: v[13], KHop: v[14]}
+	return Params{KBwd: v[0], KSync: v[1], KOpt: v[2], KOptOff: v[3], KOff: v[4], KSwap: v[5], KConst: v[6], KUneven: v[7], KMP: v[8], KHost: v[9], KTP: v[10], KStage: v[11], KLaunch: v[12], KFwd: v[13], KHop: v[14], KLO: v[15]}
 }
 
 // DefaultParams is the starting point of every fit and the prior the fit is
 // gently pulled towards when samples do not identify a parameter.
-var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01, KUneven: 0.1, KMP: 1, KHost: 0.25, KTP: 1, KFwd: 1}
+var DefaultParams = Params{KBwd: 2, KSync: 2, KOpt: 0.05, KOptOff: 1, KOff: 2, KSwap: 2, KConst: 0.01, KUneven: 0.1, KMP: 1, KHost: 0.25, KTP: 1, KFwd: 1, KLO: 1}
 
 // Forward is the profiled forward pass of a model type on one GPU: the
 // forward of an iteration processing n samples per GPU takes Alpha + Beta·n
@@ -381,6 +398,12 @@ func (m Model) prepareWith(p Plan, r Resources, server []int) (shape, error) {
 	return s, nil
 }
 
+// loAdditive is the largest k_lo priced as the sum of a micro-batch's
+// launches and compute: 1, and the 1 + 10⁻⁶ a fit's logarithmic search
+// maps 1 to (logVec), so a model whose k_lo is 1 prices the same bits
+// as before the term (an old model file's 0 included).
+const loAdditive = 1 + 2e-6
+
 // eval applies Appendix A's combination rules with parameters k.
 func (s *shape) eval(k Params) Breakdown { return s.evalMemo(k, nil) }
 
@@ -413,6 +436,11 @@ func (s *shape) evalMemo(k Params, om *overlapMemo) Breakdown {
 	// data shows that time is not hidden by the gradient sync (gc − ga is
 	// one forward on every placement), so it sits outside the overlap.
 	f1 := kf*s.beta1 + launch
+	if k.KLO > loAdditive {
+		// the host launches while the GPU runs: the launches hide
+		// behind a large micro-batch's compute (k_lo)
+		f1 = overlap(k.KLO, kf*s.beta1, launch)
+	}
 	if s.mp {
 		kmp := k.KMP
 		if kmp <= 0 {

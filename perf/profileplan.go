@@ -34,10 +34,13 @@ type ProfileConfig struct {
 //  3. DP across two servers, the same count on each: the network sync;
 //  4. 1 GPU at a smaller micro-batch (more accumulation steps): the
 //     per-micro-batch overhead (k_launch);
-//  5. TP 2 inside one server where the heads split: k_tp, k_mp;
-//  6. ZeRO-Offload on 1 GPU where the framework runs it: k_opt_off,
+//  5. 1 GPU at a third micro-batch (1, else one between the two): whether
+//     the launches add to the compute or hide behind it (k_lo);
+//  6. TP 2 inside one server where the heads split: k_tp, k_mp;
+//  7. ZeRO-Offload on 1 GPU where the framework runs it: k_opt_off,
 //     k_host, k_swap;
-//  7. PP 2 inside one server where the layers split: k_stage.
+//  8. PP 2 inside one server where the layers split: k_stage (left out
+//     when the seven before it all run: MaxProfileConfigs).
 //
 // Each plan uses the largest micro-batch whose memory estimate fits, then
 // activation checkpointing, then ZeRO-Offload: a configuration that fits
@@ -119,18 +122,25 @@ func ProfileConfigs(m Model, free []int, limit int) []ProfileConfig {
 		p.MicroBatch = smallerDivisor(a.GlobalBatch, first.MicroBatch)
 		p.GA = a.GlobalBatch / p.MicroBatch
 		add(ProfileConfig{Plan: p, Placement: one, Label: fmt.Sprintf("1 GPU mb %d", p.MicroBatch), Pins: []string{"k_launch", "forward"}}, m.fits(p, one))
+		// 5. one GPU at a third micro-batch: whether the launches add to
+		// the compute or hide behind it (k_lo)
+		if mb := thirdMicroBatch(a.GlobalBatch, first.MicroBatch, p.MicroBatch); mb > 0 {
+			q := first
+			q.MicroBatch, q.GA = mb, a.GlobalBatch/mb
+			add(ProfileConfig{Plan: q, Placement: one, Label: fmt.Sprintf("1 GPU mb %d", mb), Pins: []string{"k_lo", "k_launch"}}, m.fits(q, one))
+		}
 	}
-	// 5. TP 2 inside one server
+	// 6. TP 2 inside one server
 	if fr[0] >= 2 && a.Heads%2 == 0 {
 		pl := Placement{2}
 		p, ok := m.profilePlan(Plan{DP: 1, TP: 2, PP: 1}, pl, false)
 		add(ProfileConfig{Plan: p, Placement: pl, Label: "TP2 on 1 server", Pins: []string{"k_tp", "k_mp"}}, ok)
 	}
-	// 6. ZeRO-Offload on one GPU
+	// 7. ZeRO-Offload on one GPU
 	if p, ok := m.profilePlan(Plan{DP: 1, TP: 1, PP: 1, ZeRO: 1, Offload: true}, one, true); ok {
 		add(ProfileConfig{Plan: p, Placement: one, Label: "ZeRO-Offload on 1 GPU", Pins: []string{"k_opt_off", "k_host", "k_swap"}}, true)
 	}
-	// 7. PP 2 inside one server
+	// 8. PP 2 inside one server
 	if fr[0] >= 2 && a.Layers%2 == 0 {
 		pl := Placement{2}
 		p, ok := m.profilePlan(Plan{DP: 1, TP: 1, PP: 2}, pl, false)
@@ -183,6 +193,22 @@ func (m Model) fits(p Plan, pl Placement) bool {
 		return true
 	}
 	return EstimateMemory(m.Arch, p, pl).Fits(env) == nil
+}
+
+// thirdMicroBatch is the micro-batch of the profile's third one-GPU run,
+// given the other two (large, small; both divide n): 1, the
+// launch-bound end, when small is above it, else a divisor of n between
+// the two; 0 when there is none (large ≤ 2).
+func thirdMicroBatch(n, large, small int) int {
+	if small > 1 {
+		return 1
+	}
+	for c := large - 1; c > 1; c-- {
+		if n%c == 0 {
+			return c
+		}
+	}
+	return 0
 }
 
 // smallerDivisor is the largest divisor of n below d (at least 1): a

@@ -188,39 +188,32 @@ func TestEstimateForwardFarOff(t *testing.T) {
 	}
 }
 
-// TestProfileConfigsIdentifyLaunchCost: the profile's two one-GPU runs at
+// TestProfileConfigsIdentifyLaunchCost: the profile's one-GPU runs at
 // different micro-batches identify k_launch, the fixed time of a
 // micro-batch (issue 25): a type whose GPU pays 0.3 ms per layer and
 // micro-batch (what GPT-2 XL's H100 rows fit), measured only on the
-// profile configurations, is then priced within 15 % at micro-batch 1
-// with 32 accumulation steps, a plan no profile run used, within 3 %,
-// where a fit with k_launch held at its prior (no such cost) is 10 % off.
+// profile configurations, is then priced within 3 % at micro-batch 1
+// with 4 accumulation steps on DP 8, a plan no profile run used, where a
+// fit with k_launch held at its prior (no such cost) is 8 % or more off.
 // Before k_launch's prior was weakened the fit stayed at the prior's
 // 1 µs: the log-prior's pull from 1 µs to 0.3 ms outweighed the 6 %
-// difference of the two runs.
+// difference of the two runs. The launches add to the compute here
+// (k_lo 1, a serial trainer): the fit's k_lo stays within 10 % of 1.
+// TestProfileConfigsIdentifyLaunchOverlap is the other kind.
 func TestProfileConfigsIdentifyLaunchCost(t *testing.T) {
 	a := Arch{Name: "mine", Params: 1.3e9, Layers: 24, Hidden: 2048, Heads: 16, SeqLen: 1024, Vocab: 50257, GlobalBatch: 32}
 	start := DefaultModel(a, A800)
 	truth := start
 	truth.Params.KLaunch = 0.3e-3
 	truth.Forward.Alpha += truth.Params.KLaunch * float64(a.Layers) // a GA 1 forward holds one micro-batch's launches
-	cs := ProfileConfigs(start, []int{8, 8}, 0)
-	var samples []Sample
-	for _, c := range cs {
-		r := Resources{Placement: c.Placement, CPUsPerGPU: 8}
-		b, err := truth.Predict(c.Plan, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		samples = append(samples, Sample{Plan: c.Plan, Resources: r, IterS: b.Iter})
-	}
-	r := Resources{Placement: Placement{1}, CPUsPerGPU: 8}
-	small := Plan{DP: 1, TP: 1, PP: 1, MicroBatch: 1, GA: 32}
+	samples := profileSamples(t, truth, start)
+	small := Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 1, GA: 4}
+	r := Resources{Placement: Placement{8}, CPUsPerGPU: 8}
 	want, err := truth.Predict(small, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	errAt := func(o FitOptions) float64 {
+	errAt := func(o FitOptions) (float64, Params) {
 		m := start
 		m.Forward = truth.Forward
 		k, _, err := Fit(m, samples, o)
@@ -232,16 +225,101 @@ func TestProfileConfigsIdentifyLaunchCost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return math.Abs(got.Iter-want.Iter) / want.Iter
+		return math.Abs(got.Iter-want.Iter) / want.Iter, k
 	}
 	var held FitOptions
 	held.Hold[12] = true
-	fitted, without := errAt(FitOptions{}), errAt(held)
-	t.Logf("mb 1 × GA 32 on one GPU: %.1f%% off with k_launch fitted on the profile runs, %.1f%% with it held at its prior", 100*fitted, 100*without)
+	fitted, k := errAt(FitOptions{})
+	without, _ := errAt(held)
+	t.Logf("%s on 8 GPUs: %.1f%% off with k_launch fitted on the profile runs (%.3g ms per layer, k_lo %.3g), %.1f%% with it held at its prior", small, 100*fitted, 1e3*k.KLaunch, k.KLO, 100*without)
 	if fitted > 0.03 {
-		t.Errorf("k_launch fitted on the profile runs: mb 1 × GA 32 %.1f%% off, want ≤ 3%%", 100*fitted)
+		t.Errorf("k_launch fitted on the profile runs: %s %.1f%% off, want ≤ 3%%", small, 100*fitted)
+	}
+	if k.KLO > 1.1 {
+		t.Errorf("k_lo %.3g: the profile's launches add to the compute (1)", k.KLO)
 	}
 	if without < 0.08 {
 		t.Fatalf("without k_launch the plan is already within %.1f%%: the test proves nothing", 100*without)
+	}
+}
+
+// profileSamples measures truth on the configurations ProfileConfigs
+// chooses for start on two 8-GPU servers.
+func profileSamples(t *testing.T, truth, start Model) []Sample {
+	t.Helper()
+	var samples []Sample
+	for _, c := range ProfileConfigs(start, []int{8, 8}, 0) {
+		r := Resources{Placement: c.Placement, CPUsPerGPU: 8}
+		b, err := truth.Predict(c.Plan, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples = append(samples, Sample{Plan: c.Plan, Resources: r, IterS: b.Iter})
+	}
+	if !LaunchOverlapIdentified(samples) {
+		t.Fatalf("the profile's runs do not identify k_lo: %+v", samples)
+	}
+	return samples
+}
+
+// TestProfileConfigsIdentifyLaunchOverlap: a GPU whose launches hide
+// behind a large micro-batch's compute (k_lo 4, as the H200's bert fits
+// on all its rows: 4.6), measured
+// only on the profile configurations, is priced within 4 % (measured:
+// 2.0 %, k_lo fitted 3.1) on one GPU at
+// micro-batch 4 × GA 8, between the profile's micro-batches 8 and 2,
+// and on DP 8 at micro-batch 1 × GA 4; the additive form (k_lo held at
+// 1) fitted on the same runs is 10 % or more off on one of them
+// (measured: 13.7 %).
+func TestProfileConfigsIdentifyLaunchOverlap(t *testing.T) {
+	a := Arch{Name: "mine", Params: 1.3e9, Layers: 24, Hidden: 2048, Heads: 16, SeqLen: 1024, Vocab: 50257, GlobalBatch: 32}
+	start := DefaultModel(a, A800)
+	truth := start
+	// a GPU 10× faster than DefaultForward's guess, where a micro-batch's
+	// 24 ms of launches are the compute of 5.5 samples (bert on the H200:
+	// 40 ms, 12 samples)
+	truth.Forward.Beta /= 10
+	truth.Params.KLaunch, truth.Params.KLO = 1e-3, 4
+	samples := profileSamples(t, truth, start)
+	unseen := []struct {
+		p  Plan
+		pl Placement
+	}{
+		{Plan{DP: 1, TP: 1, PP: 1, MicroBatch: 4, GA: 8}, Placement{1}},
+		{Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 1, GA: 4}, Placement{8}},
+	}
+	worst := func(o FitOptions) (float64, Params) {
+		m := start
+		m.Forward = truth.Forward
+		k, _, err := Fit(m, samples, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Params = k
+		w := 0.0
+		for _, u := range unseen {
+			r := Resources{Placement: u.pl, CPUsPerGPU: 8}
+			want, err := truth.Predict(u.p, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := m.Predict(u.p, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w = max(w, math.Abs(got.Iter-want.Iter)/want.Iter)
+		}
+		return w, k
+	}
+	var additive FitOptions
+	additive.Hold[15] = true
+	fitted, k := worst(FitOptions{})
+	without, _ := worst(additive)
+	t.Logf("unseen plans: worst %.1f%% off with k_lo fitted (%.3g; k_launch %.3g ms per layer), %.1f%% with k_lo held at 1", 100*fitted, k.KLO, 1e3*k.KLaunch, 100*without)
+	if fitted > 0.04 {
+		t.Errorf("k_lo fitted on the profile runs: worst unseen plan %.1f%% off, want ≤ 4%%", 100*fitted)
+	}
+	if without < 0.10 {
+		t.Fatalf("the additive form is already within %.1f%%: the test proves nothing", 100*without)
 	}
 }
