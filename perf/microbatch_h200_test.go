@@ -85,8 +85,18 @@ type mbSeries struct {
 
 func h200Series(t *testing.T) []mbSeries {
 	t.Helper()
+	out := seriesOf(t, "testdata/h200_mbscale.csv")
+	if len(out) != 3 {
+		t.Fatalf("%d series, want bert sdpa, gpt2 sdpa, bert math", len(out))
+	}
+	return out
+}
+
+// seriesOf reads the series of a file of examples/gpu/mbscale.py's rows.
+func seriesOf(t *testing.T, path string) []mbSeries {
+	t.Helper()
 	var out []mbSeries
-	for _, r := range readMBScale(t, "testdata/h200_mbscale.csv") {
+	for _, r := range readMBScale(t, path) {
 		if len(out) == 0 || out[len(out)-1].model != r.model || out[len(out)-1].attn != r.attn {
 			out = append(out, mbSeries{model: r.model, attn: r.attn})
 		}
@@ -98,9 +108,6 @@ func h200Series(t *testing.T) []mbSeries {
 		s.arch = a
 		smp.PeakGPUGB = r.reserved + nvmlContextGiB
 		s.samples = append(s.samples, smp)
-	}
-	if len(out) != 3 {
-		t.Fatalf("%d series, want bert sdpa, gpt2 sdpa, bert math", len(out))
 	}
 	return out
 }
