@@ -279,10 +279,6 @@ func (t *cpuTuner) run() {
 	st := t.st
 	t.minC = map[int]int{}
 	t.memo = make(map[[2]int]float64, 2*len(st.jobs))
-	type cand struct {
-		i     int
-		slope float64
-	}
 	if t.trimStarts {
 		for i := range st.jobs {
 			js := &st.jobs[i]
@@ -293,7 +289,7 @@ func (t *cpuTuner) run() {
 			}
 		}
 	}
-	var order []cand
+	var order []cpuCand
 	for i := range st.jobs {
 		js := &st.jobs[i]
 		if js.total == 0 || js.job.Model == nil {
@@ -314,15 +310,10 @@ func (t *cpuTuner) run() {
 			continue
 		}
 		if _, s := t.step(i, t.cap(i)); s > 0 {
-			order = append(order, cand{i, s})
+			order = append(order, cpuCand{i, s})
 		}
 	}
-	slices.SortStableFunc(order, func(a, b cand) int {
-		if a.slope != b.slope {
-			return cmp.Compare(b.slope, a.slope)
-		}
-		return cmp.Compare(st.jobs[a.i].job.Submit, st.jobs[b.i].job.Submit)
-	})
+	slices.SortFunc(order, func(a, b cpuCand) int { return cpuOrder(st, a, b) })
 	for _, o := range order {
 		i := o.i
 		js := &st.jobs[i]
@@ -525,4 +516,28 @@ func (t *cpuTuner) restoreSaved(saved []cpuSave) {
 func cpuWhy(js *jstate) string {
 	from := cpgOf(js.job.Alloc)
 	return fmt.Sprintf("cores per GPU from %d to %d (CPU sensitivity)", from, cpgOf(js.alloc))
+}
+
+// cpuCand is a job the CPU branch may give cores, with its slope.
+type cpuCand struct {
+	i     int
+	slope float64
+}
+
+// cpuOrder orders the CPU branch's candidates: the steepest slope first,
+// then the earliest submitted. The job index breaks the last tie, so
+// pdqsort gives the order a stable sort of the candidates (built in index
+// order) gave; two NaN slopes tie, as they did
+// (TestCPUOrderIsTheStableOne).
+func cpuOrder(st *state, a, b cpuCand) int {
+	if a.slope != b.slope {
+		if c := cmp.Compare(b.slope, a.slope); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
+	}
+	if c := cmp.Compare(st.jobs[a.i].job.Submit, st.jobs[b.i].job.Submit); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.i, b.i)
 }
