@@ -1123,6 +1123,8 @@ func (p *Morphling) packedGrow(st *state, i, target int) bool {
 	if st.roomOK == nil {
 		st.roomAt = make([]int, len(st.snap.Servers))
 		st.roomOK = make([]bool, len(st.snap.Servers))
+		st.roomMin = make([]int, len(st.snap.Servers))
+		st.roomCPG = make([]int, len(st.snap.Servers))
 	}
 	defer func() {
 		if js.total < target && st.scope == nil {
@@ -1136,7 +1138,10 @@ func (p *Morphling) packedGrow(st *state, i, target int) bool {
 			return 0 // labels.go: not a server the job may use
 		}
 		if st.roomOK[s] {
-			return min(st.roomAt[s], st.snap.Servers[s].CPUs/cpg)
+			if st.roomCPG[s] != cpg {
+				st.roomMin[s], st.roomCPG[s] = min(st.roomAt[s], st.snap.Servers[s].CPUs/cpg), cpg
+			}
+			return st.roomMin[s]
 		}
 		// A job above its minRes gives back at most what it holds
 		// above it (Algorithm 1 shrinks "Over-Min" jobs only): a
@@ -1154,7 +1159,8 @@ func (p *Morphling) packedGrow(st *state, i, target int) bool {
 		}
 		n = min(n, st.snap.Servers[s].GPUs)
 		st.roomAt[s], st.roomOK[s] = n, true
-		return min(n, st.snap.Servers[s].CPUs/cpg)
+		st.roomMin[s], st.roomCPG[s] = min(n, st.snap.Servers[s].CPUs/cpg), cpg
+		return st.roomMin[s]
 	}
 	// better orders servers for the job: the roomiest first; among equally
 	// roomy ones those with more free GPUs (fewer running jobs to shrink:

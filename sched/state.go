@@ -37,8 +37,13 @@ type state struct {
 	// above their minRes; valid where roomOK, which every move of a job
 	// clears on its servers) and, per cores per GPU, the smallest target
 	// that found no servers this round.
-	roomAt   []int
-	roomOK   []bool
+	roomAt []int
+	roomOK []bool
+	// roomMin is roomAt bounded by the server's cores at roomCPG cores per
+	// GPU (valid where roomOK too): packedGrow scans every server, and
+	// reading each one's cores from the snapshot was most of its time.
+	roomMin  []int
+	roomCPG  []int
 	packFail map[int]int
 	// mustFail: per cores per GPU, the smallest minRes that found too few
 	// GPUs even by shrinking (privileged pass).
