@@ -413,7 +413,7 @@ func (d *Daemon) adopt(ctx context.Context) error {
 			js.ckptInfo = d.chooseCheckpoint(js, len(js.servers), js.predSPS)
 			continue
 		}
-		if err := d.requeue(ctx, js, fmt.Sprintf("not running after the daemon restarted; back to the queue from checkpoint %d", js.rec.Checkpoint), false); err != nil {
+		if err := d.requeue(ctx, js, fmt.Sprintf("not running after the daemon restarted; back to the queue: it resumes from its newest checkpoint (the last recorded: iteration %d)", js.rec.Checkpoint), false); err != nil {
 			return fmt.Errorf("adopt %s: %w", id, err)
 		}
 		d.holdForFence(js)
