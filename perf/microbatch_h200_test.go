@@ -114,6 +114,22 @@ func seriesOf(t *testing.T, path string) []mbSeries {
 
 func (s mbSeries) String() string { return s.model + " " + s.attn }
 
+// profileMBs are the micro-batches of the three one-GPU runs ProfileConfigs
+// chooses for s's type on one H200, in its order.
+func (s mbSeries) profileMBs(t *testing.T) []int {
+	t.Helper()
+	var prof []int
+	for _, c := range ProfileConfigs(DefaultModel(s.arch, h200()), []int{1}, 0) {
+		if p := c.Plan; p.DP == 1 && p.TP == 1 && p.PP == 1 && !p.Offload && !p.Ckpt {
+			prof = append(prof, p.MicroBatch)
+		}
+	}
+	if len(prof) != 3 {
+		t.Fatalf("%s: the profile's one-GPU micro-batches %v, want three", s, prof)
+	}
+	return prof
+}
+
 // fitTimes fits s's iteration times on the samples whose micro-batch is in
 // mbs (all when nil) and returns the model and its relative error on
 // every sample. additive holds k_lo at 1 (the form before k_lo).
@@ -163,15 +179,7 @@ func (s mbSeries) fitTimes(t *testing.T, additive bool, mbs ...int) (Model, []fl
 func TestMicroBatchH200(t *testing.T) {
 	launch := map[string]float64{}
 	for _, s := range h200Series(t) {
-		var prof []int
-		for _, c := range ProfileConfigs(DefaultModel(s.arch, h200()), []int{1}, 0) {
-			if p := c.Plan; p.DP == 1 && p.TP == 1 && p.PP == 1 && !p.Offload && !p.Ckpt {
-				prof = append(prof, p.MicroBatch)
-			}
-		}
-		if len(prof) != 3 {
-			t.Fatalf("%s: the profile's one-GPU micro-batches %v, want three", s, prof)
-		}
+		prof := s.profileMBs(t)
 		large, small := prof[0], prof[1] // configurations 1 and 4, the pair before k_lo
 		m, errs := s.fitTimes(t, false, prof...)
 		_, before := s.fitTimes(t, true, large, small)

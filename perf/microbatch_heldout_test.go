@@ -28,15 +28,7 @@ func TestMicroBatchH200HeldOut(t *testing.T) {
 		}
 	}
 	for _, s := range seriesOf(t, "testdata/h200_mbscale_heldout.csv") {
-		var prof []int
-		for _, c := range ProfileConfigs(DefaultModel(s.arch, h200()), []int{1}, 0) {
-			if p := c.Plan; p.DP == 1 && p.TP == 1 && p.PP == 1 && !p.Offload && !p.Ckpt {
-				prof = append(prof, p.MicroBatch)
-			}
-		}
-		if len(prof) != 3 {
-			t.Fatalf("%s: the profile's one-GPU micro-batches %v, want three", s, prof)
-		}
+		prof := s.profileMBs(t)
 		m, errs := s.fitTimes(t, false, prof...)
 		_, additive := s.fitTimes(t, true, prof...)
 		t.Logf("%s: fitted on the profile's mb %v: k_launch %.3g ms per layer, k_lo %.3g", s, prof, 1e3*m.Params.KLaunch, m.Params.KLO)

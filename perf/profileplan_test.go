@@ -214,13 +214,8 @@ func TestProfileConfigsIdentifyLaunchCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	errAt := func(o FitOptions) (float64, Params) {
-		m := start
-		m.Forward = truth.Forward
-		k, _, err := Fit(m, samples, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Params = k
+		m := fitWithForward(t, start, truth.Forward, samples, o)
+		k := m.Params
 		got, err := m.Predict(small, r)
 		if err != nil {
 			t.Fatal(err)
@@ -289,13 +284,8 @@ func TestProfileConfigsIdentifyLaunchOverlap(t *testing.T) {
 		{Plan{DP: 8, TP: 1, PP: 1, MicroBatch: 1, GA: 4}, Placement{8}},
 	}
 	worst := func(o FitOptions) (float64, Params) {
-		m := start
-		m.Forward = truth.Forward
-		k, _, err := Fit(m, samples, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Params = k
+		m := fitWithForward(t, start, truth.Forward, samples, o)
+		k := m.Params
 		w := 0.0
 		for _, u := range unseen {
 			r := Resources{Placement: u.pl, CPUsPerGPU: 8}
@@ -322,4 +312,17 @@ func TestProfileConfigsIdentifyLaunchOverlap(t *testing.T) {
 	if without < 0.10 {
 		t.Fatalf("the additive form is already within %.1f%%: the test proves nothing", 100*without)
 	}
+}
+
+// fitWithForward is start with the forward profile f, fitted on samples.
+func fitWithForward(t *testing.T, start Model, f Forward, samples []Sample, o FitOptions) Model {
+	t.Helper()
+	m := start
+	m.Forward = f
+	k, _, err := Fit(m, samples, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Params = k
+	return m
 }

@@ -1,7 +1,6 @@
 package sched
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -530,14 +529,5 @@ type cpuCand struct {
 // order) gave; two NaN slopes tie, as they did
 // (TestCPUOrderIsTheStableOne).
 func cpuOrder(st *state, a, b cpuCand) int {
-	if a.slope != b.slope {
-		if c := cmp.Compare(b.slope, a.slope); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.i, b.i)
-	}
-	if c := cmp.Compare(st.jobs[a.i].job.Submit, st.jobs[b.i].job.Submit); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.i, b.i)
+	return stableOrder(b.slope, a.slope, st.jobs[a.i].job.Submit, st.jobs[b.i].job.Submit, a.i, b.i)
 }

@@ -1439,15 +1439,24 @@ func gpuCount(n int) string {
 // losses tie, as they did (TestVictimOrderIsTheStableOne).
 func victimOrder(st *state) func(x, y vcand) int {
 	return func(x, y vcand) int {
-		if x.loss != y.loss {
-			if c := cmp.Compare(x.loss, y.loss); c != 0 {
-				return c
-			}
-			return cmp.Compare(x.job, y.job)
-		}
-		if c := cmp.Compare(st.jobs[y.job].job.Submit, st.jobs[x.job].job.Submit); c != 0 {
+		return stableOrder(x.loss, y.loss, st.jobs[y.job].job.Submit, st.jobs[x.job].job.Submit, x.job, y.job)
+	}
+}
+
+// stableOrder compares by a first key (a, b), then a second (sa, sb),
+// then the index (ia, ib): what a stable sort by the two keys gives a
+// list in index order. Where the first keys differ but compare equal
+// (two NaNs) the index decides, as the stable sort's comparator, which
+// returned 0 there, left them.
+func stableOrder(a, b, sa, sb float64, ia, ib int) int {
+	if a != b {
+		if c := cmp.Compare(a, b); c != 0 {
 			return c
 		}
-		return cmp.Compare(x.job, y.job)
+		return cmp.Compare(ia, ib)
 	}
+	if c := cmp.Compare(sa, sb); c != 0 {
+		return c
+	}
+	return cmp.Compare(ia, ib)
 }

@@ -54,52 +54,52 @@ func orderCases(seed int64) (*state, [][2]float64) {
 	return st, keys
 }
 
-// TestVictimOrderIsTheStableOne: victimOrder with pdqsort gives the order
-// the stable sort of the victim list gave (the comparator before it), on
-// random lists with ties and NaN losses and submits.
-func TestVictimOrderIsTheStableOne(t *testing.T) {
+// checkStableOrder sorts n random cases' lists with order and checks the
+// result is the stable sort's of the same lists with stable; key gives a
+// list element's job index.
+func checkStableOrder[T any](t *testing.T, mk func(i int, k [2]float64) T, key func(T) int, stable func(st *state) func(a, b T) int, order func(st *state) func(a, b T) int) {
+	t.Helper()
 	for seed := range int64(2000) {
 		st, keys := orderCases(seed)
-		var l []vcand
+		var l []T
 		for i, k := range keys {
-			l = append(l, vcand{job: i, loss: k[0]})
+			l = append(l, mk(i, k))
 		}
-		stable := slices.Clone(l)
-		slices.SortStableFunc(stable, func(x, y vcand) int {
-			if x.loss != y.loss {
-				return cmp.Compare(x.loss, y.loss)
-			}
-			return cmp.Compare(st.jobs[y.job].job.Submit, st.jobs[x.job].job.Submit)
-		})
-		slices.SortFunc(l, victimOrder(st))
+		want := slices.Clone(l)
+		slices.SortStableFunc(want, stable(st))
+		slices.SortFunc(l, order(st))
 		for n := range l {
-			if l[n].job != stable[n].job {
-				t.Fatalf("seed %d: position %d is job %d, the stable sort put job %d there", seed, n, l[n].job, stable[n].job)
+			if key(l[n]) != key(want[n]) {
+				t.Fatalf("seed %d: position %d is job %d, the stable sort put job %d there", seed, n, key(l[n]), key(want[n]))
 			}
 		}
 	}
 }
 
+// TestVictimOrderIsTheStableOne: victimOrder with pdqsort gives the order
+// the stable sort of the victim list gave (the comparator before it), on
+// random lists with ties and NaN losses and submits.
+func TestVictimOrderIsTheStableOne(t *testing.T) {
+	checkStableOrder(t, func(i int, k [2]float64) vcand { return vcand{job: i, loss: k[0]} }, func(c vcand) int { return c.job },
+		func(st *state) func(x, y vcand) int {
+			return func(x, y vcand) int {
+				if x.loss != y.loss {
+					return cmp.Compare(x.loss, y.loss)
+				}
+				return cmp.Compare(st.jobs[y.job].job.Submit, st.jobs[x.job].job.Submit)
+			}
+		}, victimOrder)
+}
+
 // TestCPUOrderIsTheStableOne: the same for the CPU branch's candidates.
 func TestCPUOrderIsTheStableOne(t *testing.T) {
-	for seed := range int64(2000) {
-		st, keys := orderCases(seed)
-		var l []cpuCand
-		for i, k := range keys {
-			l = append(l, cpuCand{i: i, slope: k[0]})
-		}
-		stable := slices.Clone(l)
-		slices.SortStableFunc(stable, func(a, b cpuCand) int {
-			if a.slope != b.slope {
-				return cmp.Compare(b.slope, a.slope)
+	checkStableOrder(t, func(i int, k [2]float64) cpuCand { return cpuCand{i: i, slope: k[0]} }, func(c cpuCand) int { return c.i },
+		func(st *state) func(a, b cpuCand) int {
+			return func(a, b cpuCand) int {
+				if a.slope != b.slope {
+					return cmp.Compare(b.slope, a.slope)
+				}
+				return cmp.Compare(st.jobs[a.i].job.Submit, st.jobs[b.i].job.Submit)
 			}
-			return cmp.Compare(st.jobs[a.i].job.Submit, st.jobs[b.i].job.Submit)
-		})
-		slices.SortFunc(l, func(a, b cpuCand) int { return cpuOrder(st, a, b) })
-		for n := range l {
-			if l[n].i != stable[n].i {
-				t.Fatalf("seed %d: position %d is job %d, the stable sort put job %d there", seed, n, l[n].i, stable[n].i)
-			}
-		}
-	}
+		}, func(st *state) func(a, b cpuCand) int { return func(a, b cpuCand) int { return cpuOrder(st, a, b) } })
 }
