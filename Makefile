@@ -22,6 +22,8 @@ build:
 
 test:
 	$(GO) test -count=1 -timeout 15m $(PKGS)
+	# The agent's NVML backend (build tag nvml, cgo) on go-nvml's mock.
+	CGO_ENABLED=1 $(GO) test -tags nvml -count=1 -run 'TestNVML' ./agent/
 
 # Real distributed training through replan (issue 13): the trainer fixture
 # (control/testdata/torchtrainer) under Debian's torch with real torchrun

@@ -182,7 +182,13 @@ func (b *nvmlBackend) GPUs(ctx context.Context) ([]GPU, error) {
 	for i, d := range b.devs {
 		g := GPU{Index: i, UUID: b.uuids[i], Name: b.names[i], Processes: []GPUProcess{},
 			Peers: append([]PeerLink(nil), b.peers[i]...)}
-		if m, ret := d.GetMemoryInfo(); ret == nvml.SUCCESS {
+		// The v2 call separates the driver's reserved memory from what
+		// processes use (nvidia-smi's "used"); v1's used includes it:
+		// 615 MiB on an idle H200 (driver 580), read as a job's memory.
+		// Drivers without v2 answer v1.
+		if m, ret := d.GetMemoryInfo_v2(); ret == nvml.SUCCESS {
+			g.MemoryUsedBytes, g.MemoryTotalBytes = m.Used, m.Total
+		} else if m, ret := d.GetMemoryInfo(); ret == nvml.SUCCESS {
 			g.MemoryUsedBytes, g.MemoryTotalBytes = m.Used, m.Total
 		} else {
 			noteReadError(&g, "memory", ret)

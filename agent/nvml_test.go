@@ -37,8 +37,18 @@ func mockNVML(t *testing.T) *mock.Interface {
 			GetNameFunc:    func() (string, nvml.Return) { return "NVIDIA A800-SXM4-80GB", nvml.SUCCESS },
 			GetIndexFunc:   func() (int, nvml.Return) { return i, nvml.SUCCESS },
 			GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{BusId: busID(buses[i])}, nvml.SUCCESS },
+			// v1's used includes the driver's reserved memory (615 MiB
+			// on an idle H200); GPU 1 answers v2 too, which separates it,
+			// GPU 0 is an older driver's, v1 only.
 			GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
-				return nvml.Memory{Total: 80 << 30, Used: uint64(i+1) << 30, Free: 80<<30 - uint64(i+1)<<30}, nvml.SUCCESS
+				used := uint64(i+1)<<30 + 615<<20
+				return nvml.Memory{Total: 80 << 30, Used: used, Free: 80<<30 - used}, nvml.SUCCESS
+			},
+			GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) {
+				if i == 0 {
+					return nvml.Memory_v2{}, nvml.ERROR_FUNCTION_NOT_FOUND
+				}
+				return nvml.Memory_v2{Total: 80 << 30, Reserved: 615 << 20, Used: uint64(i+1) << 30, Free: 80<<30 - uint64(i+1)<<30 - 615<<20}, nvml.SUCCESS
 			},
 			GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) {
 				if i == 0 {
@@ -127,6 +137,9 @@ func TestNVMLBackendOnMock(t *testing.T) {
 	}
 	if g.ReadError != "" || g.RetiredPagesPending || g.RowRemapPending || !g.RowRemapFailed {
 		t.Errorf("gpu 1 health = read error %q, retired pending %v, remap pending %v, remap failed %v", g.ReadError, g.RetiredPagesPending, g.RowRemapPending, g.RowRemapFailed)
+	}
+	if g0 := gpus[0]; g0.MemoryUsedBytes != 1<<30+615<<20 || g0.MemoryTotalBytes != 80<<30 {
+		t.Errorf("gpu 0 (no v2 memory call) memory used %d of %d, want v1's %d of %d", g0.MemoryUsedBytes, g0.MemoryTotalBytes, 1<<30+615<<20, 80<<30)
 	}
 	if g0 := gpus[0]; g0.ReadError != "utilization: "+nvml.ERROR_GPU_IS_LOST.Error() || !g0.RetiredPagesPending || g0.RowRemapFailed {
 		t.Errorf("gpu 0 health = read error %q, retired pending %v, remap failed %v", g0.ReadError, g0.RetiredPagesPending, g0.RowRemapFailed)
