@@ -114,6 +114,19 @@ func seriesOf(t *testing.T, path string) []mbSeries {
 
 func (s mbSeries) String() string { return s.model + " " + s.attn }
 
+// checkOrder checks that pred (seconds per sample of s) orders the plans
+// as measured: a plan measured faster is predicted faster.
+func (s mbSeries) checkOrder(t *testing.T, pred []float64) {
+	t.Helper()
+	for i, x := range s.samples {
+		for j, y := range s.samples {
+			if x.IterS < y.IterS && !(pred[i] < pred[j]) {
+				t.Errorf("%s: mb %d measured faster than mb %d (%.4f < %.4f s) but predicted %.4f >= %.4f s", s, x.Plan.MicroBatch, y.Plan.MicroBatch, x.IterS, y.IterS, pred[i], pred[j])
+			}
+		}
+	}
+}
+
 // profileMBs are the micro-batches of the three one-GPU runs ProfileConfigs
 // chooses for s's type on one H200, in its order.
 func (s mbSeries) profileMBs(t *testing.T) []int {
@@ -201,13 +214,7 @@ func TestMicroBatchH200(t *testing.T) {
 		if m.Params.KLO < 2 {
 			t.Errorf("%s: k_lo %.3g on the profile's runs: the launches do not hide behind the compute", s, m.Params.KLO)
 		}
-		for i, x := range s.samples {
-			for j, y := range s.samples {
-				if x.IterS < y.IterS && !(pred[i] < pred[j]) {
-					t.Errorf("%s: mb %d measured faster than mb %d (%.4f < %.4f s) but predicted %.4f >= %.4f s", s, x.Plan.MicroBatch, y.Plan.MicroBatch, x.IterS, y.IterS, pred[i], pred[j])
-				}
-			}
-		}
+		s.checkOrder(t, pred)
 		all, allErrs := s.fitTimes(t, false, nil...)
 		worst := 0.0
 		for _, e := range allErrs {

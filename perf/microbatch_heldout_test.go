@@ -42,13 +42,7 @@ func TestMicroBatchH200HeldOut(t *testing.T) {
 				t.Errorf("%s mb %d: predicted %.4f s, measured %.4f s: %+.0f %% off, bound %.0f %%", s, x.Plan.MicroBatch, pred[i], x.IterS, 100*errs[i], 100*heldOutBound)
 			}
 		}
-		for i, x := range s.samples {
-			for j, y := range s.samples {
-				if x.IterS < y.IterS && !(pred[i] < pred[j]) {
-					t.Errorf("%s: mb %d measured faster than mb %d (%.4f < %.4f s) but predicted %.4f >= %.4f s", s, x.Plan.MicroBatch, y.Plan.MicroBatch, x.IterS, y.IterS, pred[i], pred[j])
-				}
-			}
-		}
+		s.checkOrder(t, pred)
 		all, _ := s.fitTimes(t, false, nil...)
 		t.Logf("%s: fitted on all %d rows: k_launch %.3g ms per layer, k_lo %.3g", s, len(s.samples), 1e3*all.Params.KLaunch, all.Params.KLO)
 		for d, kd := range design {
