@@ -114,7 +114,7 @@ func seriesOf(t *testing.T, path string) []mbSeries {
 
 func (s mbSeries) String() string { return s.model + " " + s.attn }
 
-// checkOrder checks that pred (seconds per sample of s) orders the plans
+// checkOrder checks that pred (the predicted iteration seconds of s's samples) orders the plans
 // as measured: a plan measured faster is predicted faster.
 func (s mbSeries) checkOrder(t *testing.T, pred []float64) {
 	t.Helper()
