@@ -450,14 +450,19 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 	// Sort keys copied out once (the comparator runs n log n times);
 	// the index breaks the last tie, so the order is the stable one.
 	type okey struct {
-		slope, nw, submit float64
-		i                 int
+		slope, nw, finish, submit float64
+		i                         int
 	}
+	shortest := nr != nil && p.net.ShortestFirst
 	keys := make([]okey, len(order))
 	for n, i := range order {
 		keys[n] = okey{slope: st.jobs[i].slope, submit: st.jobs[i].job.Submit, i: i}
 		if nr != nil {
 			keys[n].nw = nr.jobs[i].nw // Dally: lowest Nw_sens first
+		}
+		if shortest {
+			keys[n].slope = slopeTie(keys[n].slope)
+			keys[n].finish = st.jobs[i].finishKey()
 		}
 	}
 	slices.SortFunc(keys, func(x, y okey) int {
@@ -466,6 +471,9 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 		}
 		if x.nw != y.nw {
 			return cmp.Compare(x.nw, y.nw)
+		}
+		if x.finish != y.finish {
+			return cmp.Compare(x.finish, y.finish)
 		}
 		if x.submit != y.submit {
 			return cmp.Compare(x.submit, y.submit)
@@ -768,6 +776,33 @@ func singleServer(st *state, i, target int) int {
 		}
 	}
 	return -1
+}
+
+// slopeTie rounds a slope to 1e-6 for NetOptions.ShortestFirst: slopes
+// that differ below that are one slope computed along two paths (a
+// normalised throughput of about the request's GPU count: a pinned
+// job's single step is 1 ± rounding), so the finish order decides them.
+func slopeTie(s float64) float64 {
+	return math.Round(s*1e6) / 1e6
+}
+
+// finishKey is NetOptions.ShortestFirst's key: the job's submission time
+// plus its predicted remaining run time, the remaining iterations at the
+// throughput of the GPUs it holds (a waiting job: its curve's first
+// step), alone on its links. Earliest first: the shortest of jobs
+// submitted together goes first, and a job's key is fixed while it
+// waits, so once the clock passes it no job submitted later overtakes it.
+// A job of unknown length (ItersTotal 0) or no throughput goes last.
+func (js *jstate) finishKey() float64 {
+	j := js.job
+	if j.Model == nil || js.cv == nil || j.ItersTotal <= 0 {
+		return math.Inf(1)
+	}
+	thr := js.cv.at(max(js.orig, js.cv.minRun))
+	if thr <= 0 {
+		return math.Inf(1)
+	}
+	return j.Submit + js.remaining*float64(j.Model.Arch.GlobalBatch)/thr
 }
 
 // waitingCount is how many jobs wait at the round's start (anyWaiting's

@@ -249,6 +249,7 @@ func TestUplinkHoldFitHoldsIncompatible(t *testing.T) {
 	v := waiting(t, "v", m, 16, 1)
 	v.ReqPlan = dpPlan(t, m, 16)
 	v.PinPlan = true
+	v.ItersTotal = 1e10 // longer than z: after it in replan's shortest-first order too
 	for _, fit := range []float64{0, -1} {
 		s := snapshot(racksOf3(5), append([]sched.Job{y}, append(append([]sched.Job(nil), jobs...), z, v)...)...)
 		s.Now = 30 * 3600

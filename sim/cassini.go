@@ -107,6 +107,10 @@ type CassiniCell struct {
 	// CommMin and CommMax are the range of the jobs' cross-rack
 	// communication share alone at the cell's oversubscription.
 	CommMin, CommMax float64
+	// SlopeOrderVsMorphling is ReplanVsMorphling with replan in
+	// Morphling's order (NetOptions.ShortestFirst off): what replan gains
+	// from the network alone.
+	SlopeOrderVsMorphling float64
 	// NoPlaceVsMorphling is ReplanVsMorphling with replan's uplink-aware
 	// placement off (NetOptions.UplinkPlace); HeldCutPct the exposed
 	// communication the shifts removed with the trajectory held
@@ -161,11 +165,11 @@ func cassiniCell(ctx context.Context, seed uint64, over float64, batch bool) (Ca
 		f := CassiniCommShare(perf.DefaultModel(arch, perf.A800), p, j.GPUs, cassiniPerRack, over)
 		c.CommMin, c.CommMax = math.Min(c.CommMin, f), math.Max(c.CommMax, f)
 	}
-	var r [4]*Result
+	var r [5]*Result
 	for k, run := range []struct {
 		policy   string
 		noShifts bool
-	}{{"replan", false}, {"replan", true}, {"morphling", false}, {"replan no-place", false}} {
+	}{{"replan", false}, {"replan", true}, {"morphling", false}, {"replan no-place", false}, {"replan slope-order", false}} {
 		cfg := Config{Servers: racks * cassiniPerRack, ServersPerRack: cassiniPerRack, PinPlans: true, NoShifts: run.noShifts, PriceUnshifted: k == 0}
 		models := DefaultModels(perf.A800)
 		models.SetSpine(float64(cassiniPerRack)*cluster.A800RDMAGBps/over, cassiniPerRack)
@@ -180,6 +184,7 @@ func cassiniCell(ctx context.Context, seed uint64, over float64, batch bool) (Ca
 	with, without := r[0], r[1]
 	c.ReplanVsMorphling = finite(ratio(r[2].AvgJCT, with.AvgJCT))
 	c.NoPlaceVsMorphling = finite(ratio(r[2].AvgJCT, r[3].AvgJCT))
+	c.SlopeOrderVsMorphling = finite(ratio(r[2].AvgJCT, r[4].AvgJCT))
 	c.ShiftExposedCutPct = finite(100 * (1 - ratio(with.CommExposed, without.CommExposed)))
 	unshifted := with.CommExposed - with.CommShared + with.CommSharedUnshifted
 	c.HeldCutPct = finite(100 * (1 - ratio(with.CommExposed+with.ShiftDelay, unshifted)))
@@ -212,7 +217,7 @@ func printCassini(w io.Writer, cells []CassiniCell, seeds int) {
 		cassiniJobs, cassiniGPUs, cassiniRefOver, 100*CassiniCommMin, 100*CassiniCommMax, cassiniPerRack, seeds)
 	fmt.Fprintf(w, "targets at %d:1: morphling/replan avg JCT >= %.1f× and the shifts' exposed comm cut >= %.0f %% (medians over seeds)\n", cassiniTargetOver, TargetCassiniVsMorphling, 100*TargetCassiniShiftCut)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  oversub.\tarrivals\tseed\tracks\tcomm share alone\tmorphling/replan avg JCT\twithout uplink-aware placement\tshifts: exposed comm cut\theld: exposed comm cut\tsharing-added comm, with / without shifts\tceiling: cut were all sharing removed\t")
+	fmt.Fprintln(tw, "  oversub.\tarrivals\tseed\tracks\tcomm share alone\tmorphling/replan avg JCT\tin Morphling's order\twithout uplink-aware placement\tshifts: exposed comm cut\theld: exposed comm cut\tsharing-added comm, with / without shifts\tceiling: cut were all sharing removed\t")
 	type key struct {
 		over  float64
 		batch string
@@ -227,11 +232,11 @@ func printCassini(w io.Writer, cells []CassiniCell, seeds int) {
 		groups[k] = append(groups[k], c)
 	}
 	for _, k := range order {
-		var vs, np, cut, held, sh, ceil []float64
+		var vs, so, np, cut, held, sh, ceil []float64
 		for _, c := range groups[k] {
-			fmt.Fprintf(tw, "  %g:1\t%s\t%d\t%d\t%.0f-%.0f %%\t%.3f×\t%.3f×\t%+.1f %%\t%+.1f %%\t%.2f×\t%.1f %%\t\n", c.Oversub, c.Arrivals, c.Seed, c.Racks, 100*c.CommMin, 100*c.CommMax,
-				c.ReplanVsMorphling, c.NoPlaceVsMorphling, c.ShiftExposedCutPct, c.HeldCutPct, c.SharedRatio, c.CeilingPct)
-			vs, np, cut = append(vs, c.ReplanVsMorphling), append(np, c.NoPlaceVsMorphling), append(cut, c.ShiftExposedCutPct)
+			fmt.Fprintf(tw, "  %g:1\t%s\t%d\t%d\t%.0f-%.0f %%\t%.3f×\t%.3f×\t%.3f×\t%+.1f %%\t%+.1f %%\t%.2f×\t%.1f %%\t\n", c.Oversub, c.Arrivals, c.Seed, c.Racks, 100*c.CommMin, 100*c.CommMax,
+				c.ReplanVsMorphling, c.SlopeOrderVsMorphling, c.NoPlaceVsMorphling, c.ShiftExposedCutPct, c.HeldCutPct, c.SharedRatio, c.CeilingPct)
+			vs, so, np, cut = append(vs, c.ReplanVsMorphling), append(so, c.SlopeOrderVsMorphling), append(np, c.NoPlaceVsMorphling), append(cut, c.ShiftExposedCutPct)
 			held, sh, ceil = append(held, c.HeldCutPct), append(sh, c.SharedRatio), append(ceil, c.CeilingPct)
 		}
 		t1, t2 := "", ""
@@ -239,7 +244,7 @@ func printCassini(w io.Writer, cells []CassiniCell, seeds int) {
 			t1 = fmt.Sprintf(" (target >= %.1f×) %s", TargetCassiniVsMorphling, met(medianOf(vs) >= TargetCassiniVsMorphling))
 			t2 = fmt.Sprintf(" (target >= %.0f %%) %s", 100*TargetCassiniShiftCut, met(medianOf(cut) >= 100*TargetCassiniShiftCut))
 		}
-		fmt.Fprintf(tw, "  %g:1\t%s\tmedian\t\t\t%.3f×%s\t%.3f×\t%+.1f %%%s\t%+.1f %%\t%.2f×\t%.1f %%\t\n", k.over, k.batch, medianOf(vs), t1, medianOf(np), medianOf(cut), t2, medianOf(held), medianOf(sh), medianOf(ceil))
+		fmt.Fprintf(tw, "  %g:1\t%s\tmedian\t\t\t%.3f×%s\t%.3f×\t%.3f×\t%+.1f %%%s\t%+.1f %%\t%.2f×\t%.1f %%\t\n", k.over, k.batch, medianOf(vs), t1, medianOf(so), medianOf(np), medianOf(cut), t2, medianOf(held), medianOf(sh), medianOf(ceil))
 	}
 	tw.Flush()
 }

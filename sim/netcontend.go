@@ -215,12 +215,18 @@ func spreadOf(v []float64, f string) string {
 
 // policyNamed is sched.New, "replan no-hold": replan with its uplink hold
 // off (the ablation of NetOptions.UplinkHold), and "replan no-place":
-// replan without its uplink-aware placement (NetOptions.UplinkPlace).
+// replan without its uplink-aware placement (NetOptions.UplinkPlace), and
+// "replan slope-order": replan in Morphling's order among slope ties
+// (NetOptions.ShortestFirst off).
 func policyNamed(name string) (sched.Policy, error) {
 	switch name {
 	case "replan no-hold":
 		n := sched.DefaultNetOptions()
 		n.UplinkHold = -1
+		return sched.NewReplan(sched.DefaultOptions(), n), nil
+	case "replan slope-order":
+		n := sched.DefaultNetOptions()
+		n.ShortestFirst = false
 		return sched.NewReplan(sched.DefaultOptions(), n), nil
 	case "replan no-place":
 		n := sched.DefaultNetOptions()
