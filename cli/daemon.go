@@ -38,6 +38,7 @@ func defaultSocket() string {
 // which runs the same control plane in-process).
 type daemonOptions struct {
 	inventory, db, socket, policy, executor, data, listen, tokenFile string
+	order                                                            string // replan's order among slope ties (sched.SetOrder; "": the policy's own)
 	remoteDir                                                        string // agent directory on every server (ssh executor)
 	tick, restartCost, idemRetention, lease                          time.Duration
 	auth                                                             authOptions // daemon_auth.go
@@ -94,6 +95,7 @@ See docs/control.md.`,
 	f.StringVar(&o.db, "db", "", "SQLite database (default ~/.replan/replan.db)")
 	f.StringVar(&o.socket, "socket", defaultSocket(), "API unix socket")
 	f.StringVar(&o.policy, "policy", "replan", "scheduling policy: "+strings.Join(sched.Names(), ", "))
+	f.StringVar(&o.order, "order", "", "replan's order among jobs whose slopes tie: shortest (earliest submission + predicted remaining run first, replan's default) or submission (Morphling's); other policies keep their own")
 	f.StringVar(&o.executor, "executor", "sim", "sim (simulated cluster) or ssh (the agents on the inventory's servers)")
 	f.StringVar(&o.remoteDir, "remote-dir", "", "agent directory on every server, as given to replan deploy; {server} is replaced by the server's name (ssh executor; default: the inventory's ssh.remote_dir, else "+fleet.DefaultRemoteDir+")")
 	f.StringVar(&o.data, "data", "", "Morphling data directory for fitted models and measured iteration times (default $REPLAN_DATA or ../shared/data/morphling when present)")
@@ -167,7 +169,7 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	if o.data == "" {
 		o.data = defaultDataDir()
 	}
-	policy, err := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds())
+	policy, err := o.newPolicy()
 	if err != nil {
 		return err
 	}
@@ -202,7 +204,7 @@ func runDaemon(ctx context.Context, o daemonOptions, stderr io.Writer) error {
 	}
 	// executor calls under way end with ctx, before the store closes
 	defer d.WaitBackground()
-	d.EnableETA(func() sched.Policy { p, _ := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds()); return p }, o.restartCost, o.tick) // start estimates (control/eta.go)
+	d.EnableETA(func() sched.Policy { p, _ := o.newPolicy(); return p }, o.restartCost, o.tick) // start estimates (control/eta.go)
 	api := &control.API{D: d, Version: version, Self: selfAddr(o)}
 	errc := make(chan error, 8)
 	if err := setupAuth(ctx, o, inv, api, log, stderr, errc); err != nil { // daemon_auth.go: users, TLS and metrics listeners
@@ -308,4 +310,17 @@ func selfAddr(o daemonOptions) string {
 		return "https://" + o.listen
 	}
 	return "unix://" + o.socket
+}
+
+// newPolicy is the daemon's policy: --policy with --restart-cost, in
+// --order.
+func (o daemonOptions) newPolicy() (sched.Policy, error) {
+	p, err := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	if err := sched.SetOrder(p, o.order); err != nil {
+		return nil, fmt.Errorf("--order: %w", err)
+	}
+	return p, nil
 }

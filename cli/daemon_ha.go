@@ -177,7 +177,7 @@ func runHADaemon(ctx context.Context, o daemonOptions, log *slog.Logger, stderr 
 	if err := checkProfileFlags(&o); err != nil {
 		return err
 	}
-	if _, err := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds()); err != nil {
+	if _, err := o.newPolicy(); err != nil {
 		return err
 	}
 	inv, err := cluster.Load(o.inventory)
@@ -359,7 +359,7 @@ func (m *member) lead(ctx context.Context, term *control.Term) error {
 		return err
 	}
 	defer closeExec()
-	policy, err := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds())
+	policy, err := o.newPolicy()
 	if err != nil {
 		return err
 	}
@@ -371,7 +371,7 @@ func (m *member) lead(ctx context.Context, term *control.Term) error {
 		return fmt.Errorf("daemon: taking over as leader (epoch %d): %w", term.Epoch, err)
 	}
 	defer d.WaitBackground() // the term's executor calls end with lctx before it follows
-	d.EnableETA(func() sched.Policy { p, _ := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds()); return p }, o.restartCost, o.tick)
+	d.EnableETA(func() sched.Policy { p, _ := o.newPolicy(); return p }, o.restartCost, o.tick)
 	api := &control.API{D: d, Version: version, Access: m.acc, Self: m.o.ha.advertise, HA: m.el}
 	tapi := &control.API{D: d, Version: version, Token: m.token, Access: m.acc, Self: m.o.ha.advertise, HA: m.el}
 	defer m.follow() // first of the defers: no request reaches a daemon stepping down

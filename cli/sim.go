@@ -20,6 +20,7 @@ import (
 func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 	var (
 		trace, dir, policies, archFile string
+		order                          string
 		serverLabels                   string
 		asJSON                         bool
 		cfg                            sim.Config
@@ -55,7 +56,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 				return err
 			}
 			models.SetSpine(spine, cfg.ServersPerRack)
-			ps, err := simPolicies(policies, cfg.RestartCost)
+			ps, err := simPolicies(policies, order, cfg.RestartCost)
 			if err != nil {
 				return err
 			}
@@ -66,7 +67,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 			if both && !cfg.Oracle {
 				ocfg := cfg
 				ocfg.Oracle = true
-				ops, err := simPolicies(policies, cfg.RestartCost)
+				ops, err := simPolicies(policies, order, cfg.RestartCost)
 				if err != nil {
 					return err
 				}
@@ -105,6 +106,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.StringVar(&dir, "data", "", "data directory for fitting and measured tables (default $REPLAN_DATA or ../shared/data/morphling)")
 	f.StringVar(&policies, "policy", "replan", "policies to compare, comma-separated: "+strings.Join(sched.Names(), ","))
 	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.StringVar(&order, "order", "", "replan's order among jobs whose slopes tie: shortest (replan's default) or submission (Morphling's); the other policies keep their own")
 	f.IntVar(&racks, "racks", 0, "racks (with --servers-per-rack: the cluster is racks × servers-per-rack servers; 0: --servers)")
 	f.Float64Var(&spine, "spine-gbps", cluster.A800SpineGBps, "each rack's uplink into the spine, GB/s (oversubscription = servers-per-rack × 100 GB/s / this)")
 	f.BoolVar(&cfg.Oracle, "oracle", false, "show the policies the whole measured tables (default: the fitted models plus the measured speed of configurations some job has run in, as a control plane learns them)")
@@ -180,8 +182,9 @@ func simModels(ctx context.Context, dir, archFile string, jobs []dataset.Workloa
 	return sim.LoadModelsWith(ctx, dir, env, apps, cat)
 }
 
-func simPolicies(list string, restartCost float64) ([]sched.Policy, error) {
+func simPolicies(list, order string, restartCost float64) ([]sched.Policy, error) {
 	var ps []sched.Policy
+	ordered := false
 	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
 		if name == "" {
@@ -191,10 +194,19 @@ func simPolicies(list string, restartCost float64) ([]sched.Policy, error) {
 		if err != nil {
 			return nil, err
 		}
+		if name == "replan" {
+			if err := sched.SetOrder(p, order); err != nil {
+				return nil, fmt.Errorf("sim: --order: %w", err)
+			}
+			ordered = true
+		}
 		ps = append(ps, p)
 	}
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("sim: --policy: no policy named (want %s)", strings.Join(sched.Names(), ", "))
+	}
+	if order != "" && !ordered {
+		return nil, fmt.Errorf("sim: --order %s: only replan takes an order, and --policy %s has no replan", order, list)
 	}
 	return ps, nil
 }

@@ -1,6 +1,7 @@
 package sched_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/replan/replan/perf"
@@ -69,5 +70,38 @@ func TestShortestFirstDoesNotStarve(t *testing.T) {
 	p := sched.NewReplan(sched.DefaultOptions(), sched.DefaultNetOptions())
 	if got := startedOf(p.Schedule(s)); len(got) != 1 || got[0] != "long" {
 		t.Errorf("started %v, want [long]: it was submitted 1e9 s before the short one", got)
+	}
+}
+
+// SetOrder (replan daemon --order, replan sim --order): "submission"
+// gives replan Morphling's order back; only replan takes an order, and an
+// unknown one is refused with the choices.
+func TestSetOrder(t *testing.T) {
+	s := orderPair(t, 2, 1000)
+	p, _ := sched.New("replan")
+	if err := sched.SetOrder(p, "submission"); err != nil {
+		t.Fatal(err)
+	}
+	if got := startedOf(p.Schedule(s)); len(got) != 1 || got[0] != "long" {
+		t.Errorf("replan in submission order started %v, want [long]", got)
+	}
+	if err := sched.SetOrder(p, "shortest"); err != nil {
+		t.Fatal(err)
+	}
+	if got := startedOf(p.Schedule(s)); len(got) != 1 || got[0] != "short" {
+		t.Errorf("replan in shortest order started %v, want [short]", got)
+	}
+	m, _ := sched.New("morphling")
+	if err := sched.SetOrder(m, ""); err != nil {
+		t.Errorf("no order given: %v", err)
+	}
+	for _, c := range []struct {
+		p     sched.Policy
+		order string
+		want  string
+	}{{m, "shortest", "only replan"}, {p, "fifo", "want one of shortest, submission"}} {
+		if err := sched.SetOrder(c.p, c.order); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s --order %s: %v, want an error saying %q", c.p.Name(), c.order, err, c.want)
+		}
 	}
 }

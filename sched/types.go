@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/replan/replan/perf"
@@ -364,4 +365,28 @@ func NewWithRestartCost(name string, restartCost float64) (Policy, error) {
 		return NewReplan(o, DefaultNetOptions()), nil
 	}
 	return New(name)
+}
+
+// Orders are the values SetOrder takes: "shortest" (replan's default,
+// NetOptions.ShortestFirst) and "submission" (Morphling's order).
+var Orders = []string{"shortest", "submission"}
+
+// SetOrder sets the order among the jobs whose slopes tie of a policy
+// New or NewWithRestartCost made (`--order` of replan daemon and replan
+// sim): "shortest" (the earliest submission + predicted remaining run
+// first) or "submission". Only replan has the choice; "" leaves every
+// policy's own order, and any other value is an error naming the policy.
+func SetOrder(p Policy, order string) error {
+	if order == "" {
+		return nil
+	}
+	if !slices.Contains(Orders, order) {
+		return fmt.Errorf("order %q: want one of %s", order, strings.Join(Orders, ", "))
+	}
+	m, ok := p.(*Morphling)
+	if !ok || m.net == nil {
+		return fmt.Errorf("order %q: only replan takes an order (policy %s has its own)", order, p.Name())
+	}
+	m.net.ShortestFirst = order == "shortest"
+	return nil
 }
