@@ -111,6 +111,9 @@ type CassiniCell struct {
 	// Morphling's order (NetOptions.ShortestFirst off): what replan gains
 	// from the network alone.
 	SlopeOrderVsMorphling float64
+	// P99VsSlopeOrder is replan's p99 JCT over replan's in Morphling's
+	// order: what the shortest-first order costs the longest jobs.
+	P99VsSlopeOrder float64
 	// NoPlaceVsMorphling is ReplanVsMorphling with replan's uplink-aware
 	// placement off (NetOptions.UplinkPlace); HeldCutPct the exposed
 	// communication the shifts removed with the trajectory held
@@ -185,6 +188,7 @@ func cassiniCell(ctx context.Context, seed uint64, over float64, batch bool) (Ca
 	c.ReplanVsMorphling = finite(ratio(r[2].AvgJCT, with.AvgJCT))
 	c.NoPlaceVsMorphling = finite(ratio(r[2].AvgJCT, r[3].AvgJCT))
 	c.SlopeOrderVsMorphling = finite(ratio(r[2].AvgJCT, r[4].AvgJCT))
+	c.P99VsSlopeOrder = finite(ratio(with.P99JCT, r[4].P99JCT))
 	c.ShiftExposedCutPct = finite(100 * (1 - ratio(with.CommExposed, without.CommExposed)))
 	unshifted := with.CommExposed - with.CommShared + with.CommSharedUnshifted
 	c.HeldCutPct = finite(100 * (1 - ratio(with.CommExposed+with.ShiftDelay, unshifted)))
@@ -217,7 +221,7 @@ func printCassini(w io.Writer, cells []CassiniCell, seeds int) {
 		cassiniJobs, cassiniGPUs, cassiniRefOver, 100*CassiniCommMin, 100*CassiniCommMax, cassiniPerRack, seeds)
 	fmt.Fprintf(w, "targets at %d:1: morphling/replan avg JCT >= %.1f× and the shifts' exposed comm cut >= %.0f %% (medians over seeds)\n", cassiniTargetOver, TargetCassiniVsMorphling, 100*TargetCassiniShiftCut)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  oversub.\tarrivals\tseed\tracks\tcomm share alone\tmorphling/replan avg JCT\tin Morphling's order\twithout uplink-aware placement\tshifts: exposed comm cut\theld: exposed comm cut\tsharing-added comm, with / without shifts\tceiling: cut were all sharing removed\t")
+	fmt.Fprintln(tw, "  oversub.\tarrivals\tseed\tracks\tcomm share alone\tmorphling/replan avg JCT\tin Morphling's order\tp99 JCT, over Morphling's order\twithout uplink-aware placement\tshifts: exposed comm cut\theld: exposed comm cut\tsharing-added comm, with / without shifts\tceiling: cut were all sharing removed\t")
 	type key struct {
 		over  float64
 		batch string
@@ -232,19 +236,20 @@ func printCassini(w io.Writer, cells []CassiniCell, seeds int) {
 		groups[k] = append(groups[k], c)
 	}
 	for _, k := range order {
-		var vs, so, np, cut, held, sh, ceil []float64
+		var vs, so, p99, np, cut, held, sh, ceil []float64
 		for _, c := range groups[k] {
-			fmt.Fprintf(tw, "  %g:1\t%s\t%d\t%d\t%.0f-%.0f %%\t%.3f×\t%.3f×\t%.3f×\t%+.1f %%\t%+.1f %%\t%.2f×\t%.1f %%\t\n", c.Oversub, c.Arrivals, c.Seed, c.Racks, 100*c.CommMin, 100*c.CommMax,
-				c.ReplanVsMorphling, c.SlopeOrderVsMorphling, c.NoPlaceVsMorphling, c.ShiftExposedCutPct, c.HeldCutPct, c.SharedRatio, c.CeilingPct)
+			fmt.Fprintf(tw, "  %g:1\t%s\t%d\t%d\t%.0f-%.0f %%\t%.3f×\t%.3f×\t%.2f×\t%.3f×\t%+.1f %%\t%+.1f %%\t%.2f×\t%.1f %%\t\n", c.Oversub, c.Arrivals, c.Seed, c.Racks, 100*c.CommMin, 100*c.CommMax,
+				c.ReplanVsMorphling, c.SlopeOrderVsMorphling, c.P99VsSlopeOrder, c.NoPlaceVsMorphling, c.ShiftExposedCutPct, c.HeldCutPct, c.SharedRatio, c.CeilingPct)
 			vs, so, np, cut = append(vs, c.ReplanVsMorphling), append(so, c.SlopeOrderVsMorphling), append(np, c.NoPlaceVsMorphling), append(cut, c.ShiftExposedCutPct)
 			held, sh, ceil = append(held, c.HeldCutPct), append(sh, c.SharedRatio), append(ceil, c.CeilingPct)
+			p99 = append(p99, c.P99VsSlopeOrder)
 		}
 		t1, t2 := "", ""
 		if k.over == cassiniTargetOver {
 			t1 = fmt.Sprintf(" (target >= %.1f×) %s", TargetCassiniVsMorphling, met(medianOf(vs) >= TargetCassiniVsMorphling))
 			t2 = fmt.Sprintf(" (target >= %.0f %%) %s", 100*TargetCassiniShiftCut, met(medianOf(cut) >= 100*TargetCassiniShiftCut))
 		}
-		fmt.Fprintf(tw, "  %g:1\t%s\tmedian\t\t\t%.3f×%s\t%.3f×\t%.3f×\t%+.1f %%%s\t%+.1f %%\t%.2f×\t%.1f %%\t\n", k.over, k.batch, medianOf(vs), t1, medianOf(so), medianOf(np), medianOf(cut), t2, medianOf(held), medianOf(sh), medianOf(ceil))
+		fmt.Fprintf(tw, "  %g:1\t%s\tmedian\t\t\t%.3f×%s\t%.3f×\t%.2f×\t%.3f×\t%+.1f %%%s\t%+.1f %%\t%.2f×\t%.1f %%\t\n", k.over, k.batch, medianOf(vs), t1, medianOf(so), medianOf(p99), medianOf(np), medianOf(cut), t2, medianOf(held), medianOf(sh), medianOf(ceil))
 	}
 	tw.Flush()
 }
