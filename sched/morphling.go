@@ -791,7 +791,8 @@ func slopeTie(s float64) float64 {
 // throughput of the GPUs it holds (a waiting job: its curve's first
 // step), alone on its links. Earliest first: the shortest of jobs
 // submitted together goes first, and a job's key is fixed while it
-// waits, so once the clock passes it no job submitted later overtakes it.
+// waits (unless its model is refitted), so once the clock passes it no job
+// submitted later overtakes it.
 // A job of unknown length (ItersTotal 0) or no throughput goes last.
 func (js *jstate) finishKey() float64 {
 	j := js.job
