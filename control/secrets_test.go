@@ -93,9 +93,16 @@ func TestAuthMatrixSecrets(t *testing.T) {
 	if _, body := call("bob", "GET", "/v1/queue", nil); !strings.Contains(body, "WANDB_API_KEY") {
 		t.Errorf("queue lacks the env's keys:\n%.300s", body)
 	}
-	if code, body := call("alice", "GET", "/v1/jobs/"+run.ID+"/logs?tail=3", nil); code != 200 || !strings.Contains(body, "global_step=") {
-		t.Errorf("alice reading her job's logs: %d %s", code, body)
-	}
+	// A job that has just started may not have logged an iteration yet
+	// (an empty 200): the clock moves on until it has.
+	waitfor.T(t, ctx, "alice reads her job's logs", waitfor.Options{Stall: 20 * time.Second}, func() error {
+		code, body := call("alice", "GET", "/v1/jobs/"+run.ID+"/logs?tail=3", nil)
+		if code == 200 && strings.Contains(body, "global_step=") {
+			return nil
+		}
+		f.c.advance(time.Second)
+		return fmt.Errorf("%d %q", code, body)
+	})
 	// Writes: the rules as they were (the matrix's other half).
 	for _, w := range []struct {
 		user, path string
