@@ -285,10 +285,10 @@ type roundCircle struct {
 // share of its iteration alone, against that uplink's limit: limit(load),
 // load being the uplink's communication load with the job (Σ CommLoad).
 // It returns the share on the uplink furthest over (or nearest to) its
-// limit, that share over the limit, the rack and the jobs on it (0, 0,
-// "", nil when the allocation stays in one rack or no other cross-rack
-// job shares its uplinks).
-func uplinkInflation(st *state, i int, plan perf.Plan, limit func(load float64) float64) (float64, float64, string, []string) {
+// limit, that share over the limit, the rack, the jobs on it and its load
+// (0, 0, "", nil, 0 when the allocation stays in one rack or no other
+// cross-rack job shares its uplinks).
+func uplinkInflation(st *state, i int, plan perf.Plan, limit func(load float64) float64) (float64, float64, string, []string, float64) {
 	js := &st.jobs[i]
 	var me Circle
 	haveMe := false
@@ -316,7 +316,7 @@ func uplinkInflation(st *state, i int, plan perf.Plan, limit func(load float64) 
 			// the job's own circle only once an uplink has others
 			var ok bool
 			if me, ok = spineCircle(st.snap, js.job, plan, js.alloc); !ok || me.Period <= 0 {
-				return 0, 0, "", nil
+				return 0, 0, "", nil, 0
 			}
 			haveMe = true
 		}
@@ -356,14 +356,14 @@ func uplinkInflation(st *state, i int, plan perf.Plan, limit func(load float64) 
 		}
 		jointShift(me, jl, 0, false, xs)
 	}
-	worst, over, rack := 0.0, 0.0, ""
+	worst, over, rack, load := 0.0, 0.0, "", 0.0
 	var with []string
 	for n, u := range ups {
 		if l := limit(u.load); l > 0 && xs[n]/l > over {
-			worst, over, rack, with = xs[n], xs[n]/l, u.rack, u.ids
+			worst, over, rack, with, load = xs[n], xs[n]/l, u.rack, u.ids, u.load
 		}
 	}
-	return worst, over, rack, with
+	return worst, over, rack, with, load
 }
 
 // holdLimit is the uplink hold's threshold on an uplink of load (Σ

@@ -208,3 +208,53 @@ func TestUplinkHoldBoundAtLeastTwoRuns(t *testing.T) {
 		}
 	}
 }
+
+// runBehind sets v's iterations so that its predicted run (its model
+// alone on vPl, inside a rack) is ratio times z's on the offer zPl across
+// racks, as the uplink hold prices both (UplinkHoldSwap: a job behind a
+// held one of about its length takes its turn).
+func runBehind(t *testing.T, z *sched.Job, zPl perf.Placement, v *sched.Job, vPl perf.Placement, ratio float64) {
+	t.Helper()
+	bz, err := z.Model.Predict(z.ReqPlan, perf.Resources{Placement: zPl, CrossRack: true, CPUsPerGPU: 8})
+	if err != nil || bz.Iter <= 0 {
+		t.Fatalf("predict %s: %v %+v", z.ID, err, bz)
+	}
+	bv, err := v.Model.Predict(v.ReqPlan, perf.Resources{Placement: vPl, CPUsPerGPU: 8})
+	if err != nil || bv.Iter <= 0 {
+		t.Fatalf("predict %s: %v %+v", v.ID, err, bv)
+	}
+	v.ItersTotal = math.Round(ratio * z.ItersTotal * bz.Iter / bv.Iter)
+}
+
+// The hold priced against the shortest-first order (UplinkHoldSwap, issue
+// 29): z, beside the roberta job y, would be slowed about 13 % (the
+// uplink's load fits it: TestUplinkHoldFitHoldsIncompatible's cluster).
+// Holding it hands its turn to v behind it. With v predicted to run 1.05
+// times z's run, the swap costs less than the sharing (1 + 2·0.13): z is
+// held. With v twice as long, every job queued behind them would wait
+// longer for v's run than the sharing costs: z starts beside y. With the
+// swap pricing off, z is held for the long v too.
+func TestUplinkHoldSwapPricesTheOrder(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		ratio float64
+		swap  float64
+		held  bool
+	}{{"v about as long", 1.05, 0, true}, {"v twice as long", 2, 0, false}, {"v twice as long, pricing off", 2, -1, true}} {
+		s, z, v := fitHoldCluster(t)
+		runBehind(t, &s.Jobs[z], perf.Placement{8, 8, 8, 8}, &s.Jobs[v], perf.Placement{8, 8}, c.ratio)
+		n := sched.DefaultNetOptions()
+		if c.swap != 0 {
+			n.UplinkHoldSwap = c.swap
+		}
+		d := sched.NewReplan(sched.DefaultOptions(), n).Schedule(s)
+		checkCapacity(t, s, d)
+		_, started := find(d, "z")
+		if c.held && (started || !strings.Contains(reason(d, "z"), "uplink hold")) {
+			t.Errorf("%s: z started %v (%q), want it held", c.name, started, reason(d, "z"))
+		}
+		if !c.held && !started {
+			t.Errorf("%s: z waits (%q), want it started beside y", c.name, reason(d, "z"))
+		}
+	}
+}

@@ -504,7 +504,13 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 	}
 	leftover := false
 	growAll := func(order []int) {
-		for _, i := range order {
+		// shorter[n]: the shortest predicted run of the jobs waiting at
+		// positions n.. of order (UplinkHoldSwap's candidates).
+		var shorter []float64
+		if hold && p.net.ShortestFirst && p.net.UplinkHoldSwap > 0 {
+			shorter = waitingRuns(st, order)
+		}
+		for pos, i := range order {
 			js := &st.jobs[i]
 			if js.orig > 0 && js.total == 0 {
 				continue
@@ -578,7 +584,8 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 						// (since submit or its last run) less than holdRuns
 						// times its predicted run on the offer.
 						run := js.remaining * float64(js.job.Model.Arch.GlobalBatch) / v.thr
-						if x, over, rack, with := uplinkInflation(st, i, v.plan, p.net.holdLimit); over > 1 && nr.jobs[i].starved < holdRuns*run {
+						if x, over, rack, with, load := uplinkInflation(st, i, v.plan, p.net.holdLimit); over > 1 && nr.jobs[i].starved < holdRuns*run &&
+							(shorter == nil || load > 1 || shorter[pos+1] <= run*(1+p.net.UplinkHoldSwap*x)) {
 							offer := st.placement(i)
 							st.rollback(step)
 							if js.total == 0 {
@@ -804,6 +811,27 @@ func (js *jstate) finishKey() float64 {
 		return math.Inf(1)
 	}
 	return j.Submit + js.remaining*float64(j.Model.Arch.GlobalBatch)/thr
+}
+
+// waitingRuns is, for each position n of order, the shortest predicted
+// run (remaining iterations at the throughput of the curve's first step,
+// alone) of the jobs at positions n.. that wait and whose length is
+// known; +Inf past the last. NetOptions.UplinkHoldSwap: a hold gives the
+// held job's GPUs to the jobs behind it.
+func waitingRuns(st *state, order []int) []float64 {
+	out := make([]float64, len(order)+1)
+	out[len(order)] = math.Inf(1)
+	for n := len(order) - 1; n >= 0; n-- {
+		out[n] = out[n+1]
+		js := &st.jobs[order[n]]
+		if js.orig != 0 || js.total != 0 || js.cv == nil || js.cv.minRun == 0 || js.job.ItersTotal <= 0 || js.job.Model == nil {
+			continue
+		}
+		if thr := js.cv.at(js.cv.minRun); thr > 0 {
+			out[n] = math.Min(out[n], js.remaining*float64(js.job.Model.Arch.GlobalBatch)/thr)
+		}
+	}
+	return out
 }
 
 // waitingCount is how many jobs wait at the round's start (anyWaiting's

@@ -62,6 +62,19 @@ type NetOptions struct {
 	// Default 0.05 (2026-11-27, the CASSINI sweep: 0.02-0.05 did best,
 	// 0.1 half as well); negative: UplinkHold everywhere.
 	UplinkHoldFit float64
+	// UplinkHoldSwap prices the uplink hold against the shortest-first
+	// order (ShortestFirst on), on an uplink whose load fits it
+	// (UplinkHoldFit's): a hold hands the held job's turn to a job behind
+	// it, which in that order is predicted to run longer, and every job
+	// queued behind both waits that much more; the sharing the hold avoids
+	// slows the held job and the job on the uplink by x of their
+	// iterations each (x the held job's slowdown) for up to the held job's
+	// run. So the job is held only when a job waiting behind it runs at
+	// most (1 + UplinkHoldSwap·x) times its run (the swap costs less than
+	// the sharing). Default 2 (the two jobs the sharing slows); negative:
+	// off, the hold as before (issue 29, 2026-11-27, seventh session:
+	// docs/network.md "The hold against the shortest-first order").
+	UplinkHoldSwap float64
 	// UplinkPlace is replan's uplink-aware placement (uplinkplace.go): a
 	// waiting job placed across racks on free GPUs goes, among the
 	// placements the model prices as good as the fewest-racks one, to the
@@ -93,10 +106,11 @@ type NetOptions struct {
 
 // DefaultNetOptions returns Dally's manual timers (12 h / 12 h), the
 // auto-tuner on, a 5 % loss threshold, time-shifts on, a 25 % uplink
-// hold of at most 16 runs (5 % where the uplink's load fits it), the
-// uplink-aware placement and the shortest-first order among slope ties.
+// hold of at most 16 runs (5 % where the uplink's load fits it, there
+// priced against the order: UplinkHoldSwap 2), the uplink-aware placement
+// and the shortest-first order among slope ties.
 func DefaultNetOptions() NetOptions {
-	return NetOptions{ServerTimer: 12 * 3600, RackTimer: 12 * 3600, AutoTune: true, LossAccept: 0.05, Shifts: true, UplinkHold: 0.25, UplinkHoldRuns: 16, UplinkHoldFit: 0.05, UplinkPlace: true, ShortestFirst: true}
+	return NetOptions{ServerTimer: 12 * 3600, RackTimer: 12 * 3600, AutoTune: true, LossAccept: 0.05, Shifts: true, UplinkHold: 0.25, UplinkHoldRuns: 16, UplinkHoldFit: 0.05, UplinkHoldSwap: 2, UplinkPlace: true, ShortestFirst: true}
 }
 
 func (o NetOptions) withDefaults() NetOptions {
@@ -117,6 +131,9 @@ func (o NetOptions) withDefaults() NetOptions {
 	}
 	if o.UplinkHoldFit == 0 {
 		o.UplinkHoldFit = 0.05
+	}
+	if o.UplinkHoldSwap == 0 {
+		o.UplinkHoldSwap = 2
 	}
 	if o.PreemptMinRun == 0 {
 		o.PreemptMinRun = 3600

@@ -88,7 +88,10 @@ func TestUplinkHoldOneShiftForAllUplinks(t *testing.T) {
 		z.ItersTotal = 1e9 // waited far less than a run: the hold's bound stays out of the way
 		v := waiting(t, "v", m, 16, 1)
 		v.ReqPlan, v.PinPlan = dpPlan(t, m, 16), true
-		v.ItersTotal = 1e10 // longer than z: after it in replan's shortest-first order too
+		// a little longer than z: after it in replan's shortest-first
+		// order, and near enough its length for the hold to pay
+		// (UplinkHoldSwap)
+		runBehind(t, &z, perf.Placement{8, 8, 8, 8}, &v, perf.Placement{8, 8}, 1.05)
 		s := snapshot(racksOf3(4), x, y, z, v)
 		s.Now = 30 * 3600
 		s.SpineGBps = 75

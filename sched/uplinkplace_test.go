@@ -228,6 +228,36 @@ func circleOf(t *testing.T, s sched.Snapshot, a sched.Decision) sched.Circle {
 	return sched.CommCircle(b.Iter, b.InterServer, sched.SpineDemand(j.Model.Env, 8, s.SpineGBps))
 }
 
+// fitHoldCluster is TestUplinkHoldFitHoldsIncompatible's cluster: five
+// racks of 3 servers, the roberta job y across racks 0 and 2 (servers 6,
+// 7, 12 and 13), bert jobs filling the rest but rack 0 and the last server
+// of rack 2; the waiting 32-GPU vit job z and, submitted a second later,
+// the 16-GPU vit job v, both plan-pinned. v's run is 1.05 times z's (an
+// order of shortest-first: after z; runBehind) and z's far longer than
+// it has waited (the hold's bound stays out of the way). It returns the
+// snapshot and the indexes of z and v.
+func fitHoldCluster(t *testing.T) (sched.Snapshot, int, int) {
+	t.Helper()
+	y := crossJob(t, "y", "roberta", 6, 7, 12, 13)
+	jobs := []sched.Job{y}
+	for k, sv := range []int{3, 4, 5, 14} {
+		jobs = append(jobs, running(t, waiting(t, fmt.Sprintf("w%d", k), model(t, "bert"), 8, 0), sv, 8))
+	}
+	m := model(t, "vit")
+	z := waiting(t, "z", m, 32, 0)
+	z.ReqPlan = dpPlan(t, m, 32)
+	z.PinPlan = true
+	z.ItersTotal = 1e9
+	v := waiting(t, "v", m, 16, 1)
+	v.ReqPlan = dpPlan(t, m, 16)
+	v.PinPlan = true
+	runBehind(t, &z, perf.Placement{8, 8, 8, 8}, &v, perf.Placement{8, 8}, 1.05)
+	s := snapshot(racksOf3(5), append(jobs, z, v)...)
+	s.Now = 30 * 3600
+	s.SpineGBps = 75
+	return s, len(jobs), len(jobs) + 1
+}
+
 // The uplink hold where the uplink's load fits it (UplinkHoldFit): the
 // 32-GPU vit job z can only start beside the roberta job y (rack 0 and the
 // last 8 GPUs of rack 2; rack 1 runs jobs inside it). Their circles
@@ -236,24 +266,8 @@ func circleOf(t *testing.T, s sched.Snapshot, a sched.Decision) sched.Circle {
 // waits while the 16-GPU job v behind it takes rack 0. With the
 // fit threshold off, z starts beside y.
 func TestUplinkHoldFitHoldsIncompatible(t *testing.T) {
-	y := crossJob(t, "y", "roberta", 6, 7, 12, 13)
-	var jobs []sched.Job
-	for k, sv := range []int{3, 4, 5, 14} {
-		jobs = append(jobs, running(t, waiting(t, fmt.Sprintf("w%d", k), model(t, "bert"), 8, 0), sv, 8))
-	}
-	m := model(t, "vit")
-	z := waiting(t, "z", m, 32, 0)
-	z.ReqPlan = dpPlan(t, m, 32)
-	z.PinPlan = true
-	z.ItersTotal = 1e9 // waited far less than a run: the hold's bound stays out of the way
-	v := waiting(t, "v", m, 16, 1)
-	v.ReqPlan = dpPlan(t, m, 16)
-	v.PinPlan = true
-	v.ItersTotal = 1e10 // longer than z: after it in replan's shortest-first order too
 	for _, fit := range []float64{0, -1} {
-		s := snapshot(racksOf3(5), append([]sched.Job{y}, append(append([]sched.Job(nil), jobs...), z, v)...)...)
-		s.Now = 30 * 3600
-		s.SpineGBps = 75
+		s, _, _ := fitHoldCluster(t)
 		n := sched.DefaultNetOptions()
 		if fit != 0 {
 			n.UplinkHoldFit = fit

@@ -114,6 +114,11 @@ type CassiniCell struct {
 	// P99VsSlopeOrder is replan's p99 JCT over replan's in Morphling's
 	// order: what the shortest-first order costs the longest jobs.
 	P99VsSlopeOrder float64
+	// UnpricedVsMorphling and UnpricedCutPct are ReplanVsMorphling and
+	// ShiftExposedCutPct with replan's uplink hold not priced against the
+	// shortest-first order (NetOptions.UplinkHoldSwap off): what the
+	// pricing trades.
+	UnpricedVsMorphling, UnpricedCutPct float64
 	// NoPlaceVsMorphling is ReplanVsMorphling with replan's uplink-aware
 	// placement off (NetOptions.UplinkPlace); HeldCutPct the exposed
 	// communication the shifts removed with the trajectory held
@@ -137,7 +142,9 @@ func arrivalName(batch bool) string {
 // CassiniSweep runs the CASSINI sweep: for each oversubscription of overs,
 // batch then Poisson arrivals, seeds 1..seeds of CassiniWorkload, plans
 // pinned, under replan (its shifts applied and ignored), replan without
-// its uplink-aware placement, and morphling.
+// its uplink-aware placement, replan in Morphling's order, replan with its
+// hold not priced against the order (shifts applied and ignored), and
+// morphling.
 func CassiniSweep(ctx context.Context, seeds int, overs []float64) ([]CassiniCell, error) {
 	var out []CassiniCell
 	for _, over := range overs {
@@ -168,11 +175,11 @@ func cassiniCell(ctx context.Context, seed uint64, over float64, batch bool) (Ca
 		f := CassiniCommShare(perf.DefaultModel(arch, perf.A800), p, j.GPUs, cassiniPerRack, over)
 		c.CommMin, c.CommMax = math.Min(c.CommMin, f), math.Max(c.CommMax, f)
 	}
-	var r [5]*Result
+	var r [7]*Result
 	for k, run := range []struct {
 		policy   string
 		noShifts bool
-	}{{"replan", false}, {"replan", true}, {"morphling", false}, {"replan no-place", false}, {"replan slope-order", false}} {
+	}{{"replan", false}, {"replan", true}, {"morphling", false}, {"replan no-place", false}, {"replan slope-order", false}, {"replan unpriced-hold", false}, {"replan unpriced-hold", true}} {
 		cfg := Config{Servers: racks * cassiniPerRack, ServersPerRack: cassiniPerRack, PinPlans: true, NoShifts: run.noShifts, PriceUnshifted: k == 0}
 		models := DefaultModels(perf.A800)
 		models.SetSpine(float64(cassiniPerRack)*cluster.A800RDMAGBps/over, cassiniPerRack)
@@ -190,6 +197,8 @@ func cassiniCell(ctx context.Context, seed uint64, over float64, batch bool) (Ca
 	c.SlopeOrderVsMorphling = finite(ratio(r[2].AvgJCT, r[4].AvgJCT))
 	c.P99VsSlopeOrder = finite(ratio(with.P99JCT, r[4].P99JCT))
 	c.ShiftExposedCutPct = finite(100 * (1 - ratio(with.CommExposed, without.CommExposed)))
+	c.UnpricedVsMorphling = finite(ratio(r[2].AvgJCT, r[5].AvgJCT))
+	c.UnpricedCutPct = finite(100 * (1 - ratio(r[5].CommExposed, r[6].CommExposed)))
 	unshifted := with.CommExposed - with.CommShared + with.CommSharedUnshifted
 	c.HeldCutPct = finite(100 * (1 - ratio(with.CommExposed+with.ShiftDelay, unshifted)))
 	c.SharedRatio = finite(ratio(with.CommShared, without.CommShared))
@@ -221,7 +230,7 @@ func printCassini(w io.Writer, cells []CassiniCell, seeds int) {
 		cassiniJobs, cassiniGPUs, cassiniRefOver, 100*CassiniCommMin, 100*CassiniCommMax, cassiniPerRack, seeds)
 	fmt.Fprintf(w, "targets at %d:1: morphling/replan avg JCT >= %.1f× and the shifts' exposed comm cut >= %.0f %% (medians over seeds)\n", cassiniTargetOver, TargetCassiniVsMorphling, 100*TargetCassiniShiftCut)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  oversub.\tarrivals\tseed\tracks\tcomm share alone\tmorphling/replan avg JCT\tin Morphling's order\tp99 JCT, over Morphling's order\twithout uplink-aware placement\tshifts: exposed comm cut\theld: exposed comm cut\tsharing-added comm, with / without shifts\tceiling: cut were all sharing removed\t")
+	fmt.Fprintln(tw, "  oversub.\tarrivals\tseed\tracks\tcomm share alone\tmorphling/replan avg JCT\tin Morphling's order\tp99 JCT, over Morphling's order\twithout uplink-aware placement\tshifts: exposed comm cut\thold not priced: morphling/replan, cut\theld: exposed comm cut\tsharing-added comm, with / without shifts\tceiling: cut were all sharing removed\t")
 	type key struct {
 		over  float64
 		batch string
@@ -236,11 +245,12 @@ func printCassini(w io.Writer, cells []CassiniCell, seeds int) {
 		groups[k] = append(groups[k], c)
 	}
 	for _, k := range order {
-		var vs, so, p99, np, cut, held, sh, ceil []float64
+		var vs, so, p99, np, cut, uvs, ucut, held, sh, ceil []float64
 		for _, c := range groups[k] {
-			fmt.Fprintf(tw, "  %g:1\t%s\t%d\t%d\t%.0f-%.0f %%\t%.3f×\t%.3f×\t%.2f×\t%.3f×\t%+.1f %%\t%+.1f %%\t%.2f×\t%.1f %%\t\n", c.Oversub, c.Arrivals, c.Seed, c.Racks, 100*c.CommMin, 100*c.CommMax,
-				c.ReplanVsMorphling, c.SlopeOrderVsMorphling, c.P99VsSlopeOrder, c.NoPlaceVsMorphling, c.ShiftExposedCutPct, c.HeldCutPct, c.SharedRatio, c.CeilingPct)
+			fmt.Fprintf(tw, "  %g:1\t%s\t%d\t%d\t%.0f-%.0f %%\t%.3f×\t%.3f×\t%.2f×\t%.3f×\t%+.1f %%\t%.3f×, %+.1f %%\t%+.1f %%\t%.2f×\t%.1f %%\t\n", c.Oversub, c.Arrivals, c.Seed, c.Racks, 100*c.CommMin, 100*c.CommMax,
+				c.ReplanVsMorphling, c.SlopeOrderVsMorphling, c.P99VsSlopeOrder, c.NoPlaceVsMorphling, c.ShiftExposedCutPct, c.UnpricedVsMorphling, c.UnpricedCutPct, c.HeldCutPct, c.SharedRatio, c.CeilingPct)
 			vs, so, np, cut = append(vs, c.ReplanVsMorphling), append(so, c.SlopeOrderVsMorphling), append(np, c.NoPlaceVsMorphling), append(cut, c.ShiftExposedCutPct)
+			uvs, ucut = append(uvs, c.UnpricedVsMorphling), append(ucut, c.UnpricedCutPct)
 			held, sh, ceil = append(held, c.HeldCutPct), append(sh, c.SharedRatio), append(ceil, c.CeilingPct)
 			p99 = append(p99, c.P99VsSlopeOrder)
 		}
@@ -249,7 +259,7 @@ func printCassini(w io.Writer, cells []CassiniCell, seeds int) {
 			t1 = fmt.Sprintf(" (target >= %.1f×) %s", TargetCassiniVsMorphling, met(medianOf(vs) >= TargetCassiniVsMorphling))
 			t2 = fmt.Sprintf(" (target >= %.0f %%) %s", 100*TargetCassiniShiftCut, met(medianOf(cut) >= 100*TargetCassiniShiftCut))
 		}
-		fmt.Fprintf(tw, "  %g:1\t%s\tmedian\t\t\t%.3f×%s\t%.3f×\t%.2f×\t%.3f×\t%+.1f %%%s\t%+.1f %%\t%.2f×\t%.1f %%\t\n", k.over, k.batch, medianOf(vs), t1, medianOf(so), medianOf(p99), medianOf(np), medianOf(cut), t2, medianOf(held), medianOf(sh), medianOf(ceil))
+		fmt.Fprintf(tw, "  %g:1\t%s\tmedian\t\t\t%.3f×%s\t%.3f×\t%.2f×\t%.3f×\t%+.1f %%%s\t%.3f×, %+.1f %%\t%+.1f %%\t%.2f×\t%.1f %%\t\n", k.over, k.batch, medianOf(vs), t1, medianOf(so), medianOf(p99), medianOf(np), medianOf(cut), t2, medianOf(uvs), medianOf(ucut), medianOf(held), medianOf(sh), medianOf(ceil))
 	}
 	tw.Flush()
 }

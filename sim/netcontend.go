@@ -217,9 +217,15 @@ func spreadOf(v []float64, f string) string {
 // off (the ablation of NetOptions.UplinkHold), and "replan no-place":
 // replan without its uplink-aware placement (NetOptions.UplinkPlace), and
 // "replan slope-order": replan in Morphling's order among slope ties
-// (NetOptions.ShortestFirst off).
+// (NetOptions.ShortestFirst off), and "replan unpriced-hold": replan's
+// uplink hold not priced against that order (NetOptions.UplinkHoldSwap
+// off).
 func policyNamed(name string) (sched.Policy, error) {
 	switch name {
+	case "replan unpriced-hold":
+		n := sched.DefaultNetOptions()
+		n.UplinkHoldSwap = -1
+		return sched.NewReplan(sched.DefaultOptions(), n), nil
 	case "replan no-hold":
 		n := sched.DefaultNetOptions()
 		n.UplinkHold = -1
