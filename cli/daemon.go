@@ -39,6 +39,7 @@ func defaultSocket() string {
 type daemonOptions struct {
 	inventory, db, socket, policy, executor, data, listen, tokenFile string
 	order                                                            string // replan's order among slope ties (sched.SetOrder; "": the policy's own)
+	hold                                                             string // replan's uplink hold (sched.SetHold; "": the policy's own)
 	remoteDir                                                        string // agent directory on every server (ssh executor)
 	tick, restartCost, idemRetention, lease                          time.Duration
 	auth                                                             authOptions // daemon_auth.go
@@ -96,6 +97,7 @@ See docs/control.md.`,
 	f.StringVar(&o.socket, "socket", defaultSocket(), "API unix socket")
 	f.StringVar(&o.policy, "policy", "replan", "scheduling policy: "+strings.Join(sched.Names(), ", "))
 	f.StringVar(&o.order, "order", "", "replan's order among jobs whose slopes tie: shortest (earliest submission + predicted remaining run first, replan's default) or submission (Morphling's); other policies keep their own")
+	f.StringVar(&o.hold, "hold", "", "replan's uplink hold: priced (replan's default: a job is held off an uplink it would not interleave on only when a job about as long can take its turn), unpriced (held for any job behind it: less sharing, longer average JCT) or off; other policies have none")
 	f.StringVar(&o.executor, "executor", "sim", "sim (simulated cluster) or ssh (the agents on the inventory's servers)")
 	f.StringVar(&o.remoteDir, "remote-dir", "", "agent directory on every server, as given to replan deploy; {server} is replaced by the server's name (ssh executor; default: the inventory's ssh.remote_dir, else "+fleet.DefaultRemoteDir+")")
 	f.StringVar(&o.data, "data", "", "Morphling data directory for fitted models and measured iteration times (default $REPLAN_DATA or ../shared/data/morphling when present)")
@@ -313,7 +315,7 @@ func selfAddr(o daemonOptions) string {
 }
 
 // newPolicy is the daemon's policy: --policy with --restart-cost, in
-// --order.
+// --order, with --hold.
 func (o daemonOptions) newPolicy() (sched.Policy, error) {
 	p, err := sched.NewWithRestartCost(o.policy, o.restartCost.Seconds())
 	if err != nil {
@@ -321,6 +323,9 @@ func (o daemonOptions) newPolicy() (sched.Policy, error) {
 	}
 	if err := sched.SetOrder(p, o.order); err != nil {
 		return nil, fmt.Errorf("--order: %w", err)
+	}
+	if err := sched.SetHold(p, o.hold); err != nil {
+		return nil, fmt.Errorf("--hold: %w", err)
 	}
 	return p, nil
 }

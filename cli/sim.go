@@ -20,7 +20,7 @@ import (
 func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 	var (
 		trace, dir, policies, archFile string
-		order                          string
+		order, hold                    string
 		serverLabels                   string
 		asJSON                         bool
 		cfg                            sim.Config
@@ -56,7 +56,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 				return err
 			}
 			models.SetSpine(spine, cfg.ServersPerRack)
-			ps, err := simPolicies(policies, order, cfg.RestartCost)
+			ps, err := simPolicies(policies, order, hold, cfg.RestartCost)
 			if err != nil {
 				return err
 			}
@@ -67,7 +67,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 			if both && !cfg.Oracle {
 				ocfg := cfg
 				ocfg.Oracle = true
-				ops, err := simPolicies(policies, order, cfg.RestartCost)
+				ops, err := simPolicies(policies, order, hold, cfg.RestartCost)
 				if err != nil {
 					return err
 				}
@@ -107,6 +107,7 @@ func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.StringVar(&policies, "policy", "replan", "policies to compare, comma-separated: "+strings.Join(sched.Names(), ","))
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.StringVar(&order, "order", "", "replan's order among jobs whose slopes tie: shortest (replan's default) or submission (Morphling's); the other policies keep their own")
+	f.StringVar(&hold, "hold", "", "replan's uplink hold: priced (replan's default: a job is held off an uplink it would not interleave on only when a job about as long can take its turn), unpriced (held for any job behind it: less sharing, longer average JCT) or off; the other policies have none")
 	f.IntVar(&racks, "racks", 0, "racks (with --servers-per-rack: the cluster is racks × servers-per-rack servers; 0: --servers)")
 	f.Float64Var(&spine, "spine-gbps", cluster.A800SpineGBps, "each rack's uplink into the spine, GB/s (oversubscription = servers-per-rack × 100 GB/s / this)")
 	f.BoolVar(&cfg.Oracle, "oracle", false, "show the policies the whole measured tables (default: the fitted models plus the measured speed of configurations some job has run in, as a control plane learns them)")
@@ -182,7 +183,9 @@ func simModels(ctx context.Context, dir, archFile string, jobs []dataset.Workloa
 	return sim.LoadModelsWith(ctx, dir, env, apps, cat)
 }
 
-func simPolicies(list, order string, restartCost float64) ([]sched.Policy, error) {
+// simPolicies are the policies of --policy list with restartCost, replan's
+// in order and with hold (sched.SetOrder, sched.SetHold; "": its own).
+func simPolicies(list, order, hold string, restartCost float64) ([]sched.Policy, error) {
 	var ps []sched.Policy
 	ordered := false
 	for _, name := range strings.Split(list, ",") {
@@ -198,6 +201,9 @@ func simPolicies(list, order string, restartCost float64) ([]sched.Policy, error
 			if err := sched.SetOrder(p, order); err != nil {
 				return nil, fmt.Errorf("sim: --order: %w", err)
 			}
+			if err := sched.SetHold(p, hold); err != nil {
+				return nil, fmt.Errorf("sim: --hold: %w", err)
+			}
 			ordered = true
 		}
 		ps = append(ps, p)
@@ -207,6 +213,9 @@ func simPolicies(list, order string, restartCost float64) ([]sched.Policy, error
 	}
 	if order != "" && !ordered {
 		return nil, fmt.Errorf("sim: --order %s: only replan takes an order, and --policy %s has no replan", order, list)
+	}
+	if hold != "" && !ordered {
+		return nil, fmt.Errorf("sim: --hold %s: only replan has an uplink hold, and --policy %s has no replan", hold, list)
 	}
 	return ps, nil
 }

@@ -258,3 +258,40 @@ func TestUplinkHoldSwapPricesTheOrder(t *testing.T) {
 		}
 	}
 }
+
+// SetHold (--hold): with v twice as long as z behind it, "priced" starts
+// z beside y, "unpriced" holds it, "off" starts it (no hold at all); an
+// unknown hold names the choices, and a policy without an uplink hold
+// refuses one.
+func TestSetHold(t *testing.T) {
+	for _, c := range []struct {
+		hold string
+		held bool
+	}{{"unpriced", true}, {"priced", false}, {"off", false}} {
+		s, z, v := fitHoldCluster(t)
+		runBehind(t, &s.Jobs[z], perf.Placement{8, 8, 8, 8}, &s.Jobs[v], perf.Placement{8, 8}, 2)
+		p, _ := sched.New("replan")
+		if err := sched.SetHold(p, c.hold); err != nil {
+			t.Fatal(err)
+		}
+		d := p.Schedule(s)
+		checkCapacity(t, s, d)
+		if _, started := find(d, "z"); started == c.held {
+			t.Errorf("--hold %s: z started %v (%q), want held %v", c.hold, started, reason(d, "z"), c.held)
+		}
+	}
+	m, _ := sched.New("morphling")
+	r, _ := sched.New("replan")
+	if err := sched.SetHold(m, ""); err != nil {
+		t.Errorf("no hold given: %v", err)
+	}
+	for _, c := range []struct {
+		p    sched.Policy
+		hold string
+		want string
+	}{{m, "priced", "only replan has an uplink hold"}, {r, "strict", "want one of priced, unpriced, off"}} {
+		if err := sched.SetHold(c.p, c.hold); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s --hold %s: %v, want an error saying %q", c.p.Name(), c.hold, err, c.want)
+		}
+	}
+}

@@ -65,15 +65,15 @@ type NetOptions struct {
 	// UplinkHoldSwap prices the uplink hold against the shortest-first
 	// order (ShortestFirst on), on an uplink whose load fits it
 	// (UplinkHoldFit's): a hold hands the held job's turn to a job behind
-	// it, which in that order is predicted to run longer, and every job
-	// queued behind both waits that much more; the sharing the hold avoids
-	// slows the held job and the job on the uplink by x of their
-	// iterations each (x the held job's slowdown) for up to the held job's
-	// run. So the job is held only when a job waiting behind it runs at
-	// most (1 + UplinkHoldSwap·x) times its run (the swap costs less than
-	// the sharing). Default 2 (the two jobs the sharing slows); negative:
-	// off, the hold as before (issue 29, 2026-11-27, seventh session:
-	// docs/network.md "The hold against the shortest-first order").
+	// it, which in that order is predicted to run longer; swapping two
+	// jobs of runs p ≤ q adds q − p to the sum of their completion times,
+	// while the sharing the hold avoids slows the held job and the job on
+	// the uplink by about x·p each (x the held job's slowdown). So the job
+	// is held only when a job waiting behind it runs at most
+	// (1 + UplinkHoldSwap·x)·p. Default 2 (the two jobs the sharing
+	// slows); negative: off, the hold as before (issue 29, 2026-11-27,
+	// seventh session: docs/network.md "The hold priced against the
+	// order").
 	UplinkHoldSwap float64
 	// UplinkPlace is replan's uplink-aware placement (uplinkplace.go): a
 	// waiting job placed across racks on free GPUs goes, among the

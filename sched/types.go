@@ -390,3 +390,36 @@ func SetOrder(p Policy, order string) error {
 	m.net.ShortestFirst = order == "shortest"
 	return nil
 }
+
+// Holds are the values SetHold takes: "priced" (replan's default: the
+// uplink hold, priced against the shortest-first order where the uplink's
+// load fits it, NetOptions.UplinkHoldSwap), "unpriced" (the hold without
+// that price: fewer jobs start beside ones they do not interleave with,
+// at a cost in average JCT; docs/network.md "The hold priced against the
+// order") and "off" (no uplink hold).
+var Holds = []string{"priced", "unpriced", "off"}
+
+// SetHold sets replan's uplink hold (`--hold` of replan daemon and replan
+// sim) of a policy New or NewWithRestartCost made. Only replan has one; ""
+// leaves it as it is, and any other value is an error naming the policy.
+func SetHold(p Policy, hold string) error {
+	if hold == "" {
+		return nil
+	}
+	if !slices.Contains(Holds, hold) {
+		return fmt.Errorf("hold %q: want one of %s", hold, strings.Join(Holds, ", "))
+	}
+	m, ok := p.(*Morphling)
+	if !ok || m.net == nil {
+		return fmt.Errorf("hold %q: only replan has an uplink hold (policy %s has none)", hold, p.Name())
+	}
+	d := DefaultNetOptions()
+	m.net.UplinkHold, m.net.UplinkHoldSwap = d.UplinkHold, d.UplinkHoldSwap
+	switch hold {
+	case "unpriced":
+		m.net.UplinkHoldSwap = -1
+	case "off":
+		m.net.UplinkHold = -1
+	}
+	return nil
+}
