@@ -377,18 +377,29 @@ var Orders = []string{"shortest", "submission"}
 // first) or "submission". Only replan has the choice; "" leaves every
 // policy's own order, and any other value is an error naming the policy.
 func SetOrder(p Policy, order string) error {
-	if order == "" {
-		return nil
+	n, err := replanChoice(p, "order", order, Orders, "only replan takes an order (policy %s has its own)")
+	if n != nil {
+		n.ShortestFirst = order == "shortest"
 	}
-	if !slices.Contains(Orders, order) {
-		return fmt.Errorf("order %q: want one of %s", order, strings.Join(Orders, ", "))
+	return err
+}
+
+// replanChoice checks value, a choice of what among choices for replan
+// (SetOrder, SetHold): replan's network options to set, or nil with no
+// error when value is "", or an error (notReplan names the policy when p
+// is not replan).
+func replanChoice(p Policy, what, value string, choices []string, notReplan string) (*NetOptions, error) {
+	if value == "" {
+		return nil, nil
+	}
+	if !slices.Contains(choices, value) {
+		return nil, fmt.Errorf("%s %q: want one of %s", what, value, strings.Join(choices, ", "))
 	}
 	m, ok := p.(*Morphling)
 	if !ok || m.net == nil {
-		return fmt.Errorf("order %q: only replan takes an order (policy %s has its own)", order, p.Name())
+		return nil, fmt.Errorf("%s %q: "+notReplan, what, value, p.Name())
 	}
-	m.net.ShortestFirst = order == "shortest"
-	return nil
+	return m.net, nil
 }
 
 // Holds are the values SetHold takes: "priced" (replan's default: the
@@ -403,23 +414,17 @@ var Holds = []string{"priced", "unpriced", "off"}
 // sim) of a policy New or NewWithRestartCost made. Only replan has one; ""
 // leaves it as it is, and any other value is an error naming the policy.
 func SetHold(p Policy, hold string) error {
-	if hold == "" {
-		return nil
-	}
-	if !slices.Contains(Holds, hold) {
-		return fmt.Errorf("hold %q: want one of %s", hold, strings.Join(Holds, ", "))
-	}
-	m, ok := p.(*Morphling)
-	if !ok || m.net == nil {
-		return fmt.Errorf("hold %q: only replan has an uplink hold (policy %s has none)", hold, p.Name())
+	n, err := replanChoice(p, "hold", hold, Holds, "only replan has an uplink hold (policy %s has none)")
+	if n == nil {
+		return err
 	}
 	d := DefaultNetOptions()
-	m.net.UplinkHold, m.net.UplinkHoldSwap = d.UplinkHold, d.UplinkHoldSwap
+	n.UplinkHold, n.UplinkHoldSwap = d.UplinkHold, d.UplinkHoldSwap
 	switch hold {
 	case "unpriced":
-		m.net.UplinkHoldSwap = -1
+		n.UplinkHoldSwap = -1
 	case "off":
-		m.net.UplinkHold = -1
+		n.UplinkHold = -1
 	}
 	return nil
 }
