@@ -582,7 +582,10 @@ func (p *Morphling) Schedule(s Snapshot) Decisions {
 					if v := p.c.best(js.job.Model, js.fam, st.placement(i), true, js.cpg); v.ok && v.thr > 0 {
 						// No job is held for ever: only while it has waited
 						// (since submit or its last run) less than holdRuns
-						// times its predicted run on the offer.
+						// times its predicted run on the offer; where the
+						// uplink's load fits it, in shortest-first order,
+						// only while a job behind it no longer than
+						// (1 + UplinkHoldSwap·x) runs can take its turn.
 						run := js.remaining * float64(js.job.Model.Arch.GlobalBatch) / v.thr
 						if x, over, rack, with, load := uplinkInflation(st, i, v.plan, p.net.holdLimit); over > 1 && nr.jobs[i].starved < holdRuns*run &&
 							(shorter == nil || load > 1 || shorter[pos+1] <= run*(1+p.net.UplinkHoldSwap*x)) {
